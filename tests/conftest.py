@@ -1,0 +1,202 @@
+"""Fixtures: a fresh, migrated database per test on SQLite and on PostgreSQL, and a small world."""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient, FlaskCliRunner
+from flask_migrate import upgrade
+from sqlalchemy.engine import make_url
+
+from tests.pg_cluster import Cluster, ClusterUnavailable, start_cluster
+from webapp import create_app
+from webapp.accounts import hash_password
+from webapp.extensions import db
+from webapp.models import Membership, Tenant, User
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+PASSWORD = "correct-horse-battery"
+
+
+def migrated_app(url: str, **config: object) -> Flask:
+    return create_app(
+        {
+            "TESTING": True,
+            "SQLALCHEMY_DATABASE_URI": url,
+            "SCHEDULER_DEMO_JOBS": True,
+            "SECRET_KEY": "test-secret",
+            **config,
+        }
+    )
+
+
+def run_migrations(url: str) -> None:
+    app = migrated_app(url)
+    with app.app_context():
+        upgrade()
+        db.engine.dispose()
+
+
+class PostgresServer:
+    """One server for the session; each test gets a database cloned from a migrated template."""
+
+    TEMPLATE = "scheduler_template"
+
+    def __init__(self, admin_url: str, cluster: Cluster | None) -> None:
+        self.admin_url = admin_url
+        self.cluster = cluster
+        self.template_ready = False
+
+    def conninfo(self, database: str = "postgres") -> str:
+        url = make_url(self.admin_url).set(drivername="postgresql", database=database)
+        return url.render_as_string(hide_password=False)
+
+    def sqlalchemy_url(self, database: str) -> str:
+        url = make_url(self.admin_url).set(drivername="postgresql+psycopg", database=database)
+        return url.render_as_string(hide_password=False)
+
+    def execute(self, sql: str) -> None:
+        with psycopg.connect(self.conninfo(), autocommit=True) as connection:
+            connection.execute(sql)  # type: ignore[arg-type]
+
+    def create_database(self, migrated: bool = True) -> str:
+        if migrated and not self.template_ready:
+            self.execute(f'DROP DATABASE IF EXISTS "{self.TEMPLATE}" WITH (FORCE)')
+            self.execute(f'CREATE DATABASE "{self.TEMPLATE}"')
+            run_migrations(self.sqlalchemy_url(self.TEMPLATE))
+            self.template_ready = True
+        name = f"test_{uuid.uuid4().hex[:12]}"
+        template = f' TEMPLATE "{self.TEMPLATE}"' if migrated else ""
+        self.execute(f'CREATE DATABASE "{name}"{template}')
+        return name
+
+    def drop_database(self, name: str) -> None:
+        self.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer | str]:
+    """The PostgreSQL server, or the reason there is none (a string)."""
+    given = os.environ.get("SCHEDULER_TEST_POSTGRES_URL")
+    if given:
+        yield PostgresServer(given, None)
+        return
+    try:
+        cluster = start_cluster()
+    except ClusterUnavailable as reason:
+        yield str(reason)
+        return
+    try:
+        yield PostgresServer(cluster.admin_url, cluster)
+    finally:
+        cluster.stop()
+
+
+def require_postgres(server: PostgresServer | str) -> PostgresServer:
+    if isinstance(server, str):
+        if IN_CI:
+            pytest.fail(f"CI=true needs PostgreSQL, but: {server}")
+        pytest.skip(f"PostgreSQL unavailable: {server}")
+    return server
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("template") / "template.db"
+    run_migrations(f"sqlite:///{path}")
+    return str(path)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(
+    request: pytest.FixtureRequest,
+    tmp_path: os.PathLike[str],
+    sqlite_template: str,
+) -> Iterator[str]:
+    """A fresh database at `upgrade head`, on each dialect in turn."""
+    if request.param == "sqlite":
+        path = os.path.join(tmp_path, "test.db")
+        shutil.copyfile(sqlite_template, path)
+        yield f"sqlite:///{path}"
+        return
+    server = require_postgres(request.getfixturevalue("postgres_server"))
+    name = server.create_database()
+    try:
+        yield server.sqlalchemy_url(name)
+    finally:
+        server.drop_database(name)
+
+
+class RequestIsolatedClient(FlaskClient):
+    """Runs each request as production does, in its own app context, g and database session.
+
+    The tests keep an app context open for their own queries; without this, requests would share
+    its `g` (Flask-Login's cached user, Flask-WTF's token) and its session.
+    """
+
+    def open(self, *args: Any, **kwargs: Any) -> Any:
+        db.session.commit()  # end the test's own transaction: it must not hold SQLite's lock
+        response = contextvars.Context().run(super().open, *args, **kwargs)
+        db.session.expire_all()
+        return response
+
+
+@pytest.fixture
+def app(database_url: str) -> Iterator[Flask]:
+    application = migrated_app(database_url)
+    application.test_client_class = RequestIsolatedClient
+    with application.app_context():
+        yield application
+        db.session.remove()
+        db.engine.dispose()
+
+
+@pytest.fixture
+def cli(app: Flask) -> FlaskCliRunner:
+    return app.test_cli_runner()
+
+
+@pytest.fixture(scope="session")
+def password_hash() -> str:
+    # scrypt is slow on purpose: hash the shared test password once per session.
+    return hash_password(PASSWORD)
+
+
+@dataclass
+class World:
+    alpha: Tenant
+    beta: Tenant
+    alice: User
+    bob: User
+    charlie: User
+
+
+@pytest.fixture
+def world(app: Flask, password_hash: str) -> World:
+    """Tenant alpha (alice admin, bob viewer) and tenant beta (charlie admin)."""
+    alpha = Tenant(slug="alpha", name="Alpha Corp", time_zone="Europe/Berlin")
+    beta = Tenant(slug="beta", name="Beta Ltd", time_zone="America/New_York")
+    users = {
+        name: User(email=f"{name}@example.com", password_hash=password_hash)
+        for name in ("alice", "bob", "charlie")
+    }
+    db.session.add_all([alpha, beta, *users.values()])
+    db.session.flush()
+    db.session.add_all(
+        [
+            Membership(user_id=users["alice"].id, tenant_id=alpha.id, role="admin"),
+            Membership(user_id=users["bob"].id, tenant_id=alpha.id, role="viewer"),
+            Membership(user_id=users["charlie"].id, tenant_id=beta.id, role="admin"),
+        ]
+    )
+    db.session.commit()
+    return World(alpha, beta, users["alice"], users["bob"], users["charlie"])

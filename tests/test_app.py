@@ -1,0 +1,195 @@
+"""The app factory, configuration, the login page and the security headers."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from flask import Flask
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from tests.conftest import PASSWORD, World
+from webapp import create_app
+from webapp.config import ConfigError, from_environment
+from webapp.extensions import db
+from webapp.models import Run, Schedule, Tenant
+
+
+def test_secret_key_is_required_outside_debug_and_tests(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SECRET_KEY", raising=False)
+    with pytest.raises(RuntimeError, match="SECRET_KEY is not set"):
+        create_app({"SQLALCHEMY_DATABASE_URI": "sqlite://"})
+
+
+def test_scheduler_settings_come_from_the_environment(tmp_path: object) -> None:
+    settings = from_environment(
+        {
+            "DATABASE_URL": "postgres://u@db/x",
+            "SCHEDULER_BATCH_SIZE": "50",
+            "SCHEDULER_DEMO_JOBS": "yes",
+            "SCHEDULER_JOB_MODULES": "acme.jobs, acme.more",
+        },
+        "/srv/instance",
+    )
+    assert settings["SQLALCHEMY_DATABASE_URI"] == "postgresql+psycopg://u@db/x"
+    assert settings["SCHEDULER_BATCH_SIZE"] == 50
+    assert settings["SCHEDULER_DEMO_JOBS"] is True
+    assert settings["SCHEDULER_JOB_MODULES"] == ["acme.jobs", "acme.more"]
+    assert settings["SCHEDULER_LOCK_TTL"] == 60
+
+
+def test_the_default_database_is_a_sqlite_file_in_the_instance_folder() -> None:
+    settings = from_environment({}, "/srv/instance")
+    assert settings["SQLALCHEMY_DATABASE_URI"] == "sqlite:////srv/instance/scheduler.db"
+
+
+def test_a_malformed_setting_names_the_setting() -> None:
+    with pytest.raises(ConfigError, match="SCHEDULER_BATCH_SIZE='many' is not a valid int"):
+        from_environment({"SCHEDULER_BATCH_SIZE": "many"}, "/srv")
+
+
+def test_timestamps_come_back_as_aware_utc(app: Flask, world: World) -> None:
+    tenant = db.session.get(Tenant, world.alpha.id)
+    assert tenant is not None
+    created = tenant.created_at
+    db.session.expire_all()
+    reloaded = db.session.scalar(select(Tenant.created_at).where(Tenant.id == world.alpha.id))
+    assert reloaded is not None and reloaded.tzinfo is not None
+    assert reloaded.utcoffset() == timedelta(0)
+    assert abs(reloaded - created) < timedelta(seconds=1)
+
+
+def test_a_local_timestamp_is_stored_as_the_same_instant(app: Flask, world: World) -> None:
+    local = datetime(2026, 3, 8, 3, 0, tzinfo=timezone(timedelta(hours=-4)))
+    schedule = Schedule(
+        tenant_id=world.alpha.id,
+        key="k",
+        name="n",
+        job="demo.echo",
+        cron="* * * * *",
+        next_run_at=local,
+    )
+    db.session.add(schedule)
+    db.session.commit()
+    db.session.expire_all()
+    stored = db.session.scalar(select(Schedule.next_run_at))
+    assert stored == datetime(2026, 3, 8, 7, 0, tzinfo=UTC)
+
+
+def make_run(schedule: Schedule, trigger: str, key: str) -> Run:
+    return Run(
+        tenant_id=schedule.tenant_id,
+        schedule_id=schedule.id,
+        job=schedule.job,
+        trigger=trigger,
+        scheduled_for=datetime(2026, 1, 1, tzinfo=UTC),
+        idempotency_key=key,
+    )
+
+
+def test_the_database_refuses_a_second_run_for_the_same_fire_time(app: Flask, world: World) -> None:
+    schedule = Schedule(
+        tenant_id=world.alpha.id, key="k", name="n", job="demo.echo", cron="* * * * *"
+    )
+    db.session.add(schedule)
+    db.session.commit()
+    db.session.add(make_run(schedule, "schedule", "a"))
+    db.session.commit()
+    db.session.add(make_run(schedule, "catchup", "b"))
+    with pytest.raises(IntegrityError, match="scheduled_for"):
+        db.session.commit()
+    db.session.rollback()
+    # Manual runs are outside the rule: two people may press Run now in the same second.
+    db.session.add_all([make_run(schedule, "manual", "c"), make_run(schedule, "manual", "d")])
+    db.session.commit()
+    assert len(db.session.scalars(select(Run)).all()) == 3
+
+
+def test_schedule_keys_are_unique_per_tenant(app: Flask, world: World) -> None:
+    for tenant in (world.alpha, world.beta):
+        db.session.add(
+            Schedule(
+                tenant_id=tenant.id, key="nightly", name="n", job="demo.echo", cron="0 0 * * *"
+            )
+        )
+    db.session.commit()
+    db.session.add(
+        Schedule(
+            tenant_id=world.alpha.id, key="nightly", name="n", job="demo.echo", cron="0 0 * * *"
+        )
+    )
+    with pytest.raises(IntegrityError):
+        db.session.commit()
+
+
+def test_system_schedule_keys_are_unique_too(app: Flask) -> None:
+    for _ in range(2):
+        db.session.add(
+            Schedule(
+                tenant_id=None,
+                scope="system",
+                key="prune",
+                name="Prune",
+                job="maintenance.prune_runs",
+                cron="0 3 * * *",
+            )
+        )
+    with pytest.raises(IntegrityError):
+        db.session.commit()
+
+
+def test_the_login_page_has_labelled_fields_and_security_headers(app: Flask) -> None:
+    response = app.test_client().get("/login")
+    assert response.status_code == 200
+    page = response.get_data(as_text=True)
+    assert '<label for="email">Email</label>' in page
+    assert '<label for="password">Password</label>' in page
+    assert ">Log in</button>" in page
+    assert "script-src 'self'" in response.headers["Content-Security-Policy"]
+    assert "frame-ancestors 'none'" in response.headers["Content-Security-Policy"]
+    assert response.headers["X-Content-Type-Options"] == "nosniff"
+    assert response.headers["Referrer-Policy"] == "same-origin"
+
+
+def test_pages_need_a_login(app: Flask) -> None:
+    response = app.test_client().get("/")
+    assert response.status_code == 302
+    assert response.headers["Location"].startswith("/login")
+
+
+def login(client: object, email: str, password: str = PASSWORD, next_url: str = "") -> object:
+    page = client.get("/login").get_data(as_text=True)  # type: ignore[attr-defined]
+    token = page.split('name="csrf_token" type="hidden" value="')[1].split('"')[0]
+    return client.post(  # type: ignore[attr-defined]
+        "/login" + (f"?next={next_url}" if next_url else ""),
+        data={"email": email, "password": password, "csrf_token": token},
+    )
+
+
+def test_a_user_logs_in_and_sees_their_tenant(app: Flask, world: World) -> None:
+    client = app.test_client()
+    response = login(client, "Alice@Example.com")
+    assert response.status_code == 303  # type: ignore[attr-defined]
+    home = client.get("/").get_data(as_text=True)
+    assert "Alpha Corp" in home and "Beta Ltd" not in home
+
+
+def test_a_wrong_password_gives_one_generic_message(app: Flask, world: World) -> None:
+    for email in ("alice@example.com", "nobody@example.com"):
+        response = login(app.test_client(), email, "wrong-password")
+        assert response.status_code == 401  # type: ignore[attr-defined]
+        assert "Wrong email or password." in response.get_data(as_text=True)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("target", ["https://evil.example/", "//evil.example/", "/\\evil.example"])
+def test_next_never_leaves_the_site(app: Flask, world: World, target: str) -> None:
+    response = login(app.test_client(), "alice@example.com", next_url=target)
+    assert response.headers["Location"] == "/"  # type: ignore[attr-defined]
+
+
+def test_login_without_csrf_token_is_refused(app: Flask, world: World) -> None:
+    response = app.test_client().post(
+        "/login", data={"email": "alice@example.com", "password": PASSWORD}
+    )
+    assert response.status_code == 400

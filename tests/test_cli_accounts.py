@@ -1,0 +1,199 @@
+"""`flask tenant ...` and `flask user ...`: happy paths and every bad input, on both databases."""
+
+from __future__ import annotations
+
+from flask.testing import FlaskCliRunner
+from sqlalchemy import func, select
+from werkzeug.security import check_password_hash
+
+from tests.conftest import World, migrated_app
+from webapp.extensions import db
+from webapp.models import Membership, Tenant, User
+
+
+def count(model: type) -> int:
+    return int(db.session.scalar(select(func.count()).select_from(model)) or 0)
+
+
+def test_tenant_create_stores_the_tenant(cli: FlaskCliRunner) -> None:
+    result = cli.invoke(
+        args=["tenant", "create", "acme", "--name", "Acme", "--time-zone", "Asia/Kolkata"]
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output == "created tenant acme (Acme, Asia/Kolkata)\n"
+    tenant = db.session.scalar(select(Tenant).where(Tenant.slug == "acme"))
+    assert tenant is not None and tenant.time_zone == "Asia/Kolkata"
+
+
+def test_tenant_create_defaults_to_utc(cli: FlaskCliRunner) -> None:
+    cli.invoke(args=["tenant", "create", "acme", "--name", "Acme"])
+    assert db.session.scalar(select(Tenant.time_zone).where(Tenant.slug == "acme")) == "UTC"
+
+
+def test_tenant_create_refuses_an_unknown_time_zone(cli: FlaskCliRunner) -> None:
+    result = cli.invoke(
+        args=["tenant", "create", "acme", "--name", "A", "--time-zone", "Mars/Olympus"]
+    )
+    assert result.exit_code == 1
+    assert result.output == "Error: unknown time zone 'Mars/Olympus'\n"
+    assert count(Tenant) == 0
+
+
+def test_tenant_create_refuses_a_malformed_slug(cli: FlaskCliRunner) -> None:
+    for slug in ("Acme", "acme_inc", "acme.io", "a" * 64, "acme-", ""):
+        result = cli.invoke(args=["tenant", "create", slug, "--name", "Acme"])
+        assert result.exit_code == 1
+        assert result.output.startswith(f"Error: invalid slug '{slug}'")
+    assert count(Tenant) == 0
+
+
+def test_tenant_create_refuses_a_duplicate_slug(cli: FlaskCliRunner, world: World) -> None:
+    result = cli.invoke(args=["tenant", "create", "alpha", "--name", "Another"])
+    assert result.exit_code == 1
+    assert result.output == "Error: a tenant with slug 'alpha' already exists\n"
+    assert db.session.scalar(select(Tenant.name).where(Tenant.slug == "alpha")) == "Alpha Corp"
+
+
+def test_tenant_create_without_a_name_is_a_usage_error(cli: FlaskCliRunner) -> None:
+    result = cli.invoke(args=["tenant", "create", "acme"])
+    assert result.exit_code == 2
+    assert "Missing option '--name'" in result.output
+
+
+def test_tenant_list_prints_one_line_per_tenant(cli: FlaskCliRunner, world: World) -> None:
+    result = cli.invoke(args=["tenant", "list"])
+    assert result.output == "alpha\tEurope/Berlin\tAlpha Corp\nbeta\tAmerica/New_York\tBeta Ltd\n"
+
+
+def test_user_create_normalises_the_email_and_hashes_the_password(
+    cli: FlaskCliRunner, world: World
+) -> None:
+    result = cli.invoke(
+        args=[
+            "user",
+            "create",
+            "  Dora@Example.COM ",
+            "--tenant",
+            "alpha",
+            "--role",
+            "viewer",
+            "--password-stdin",
+        ],
+        input="a-long-password\n",
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output == "created user dora@example.com: viewer of alpha\n"
+    user = db.session.scalar(select(User).where(User.email == "dora@example.com"))
+    assert user is not None
+    assert user.password_hash.startswith("scrypt:")
+    assert "a-long-password" not in user.password_hash
+    assert check_password_hash(user.password_hash, "a-long-password")
+
+
+def test_user_create_for_a_second_tenant_adds_a_membership(
+    cli: FlaskCliRunner, world: World
+) -> None:
+    result = cli.invoke(
+        args=["user", "create", "ALICE@example.com", "--tenant", "beta", "--role", "viewer"]
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output == "updated user alice@example.com: viewer of beta\n"
+    roles = db.session.execute(
+        select(Tenant.slug, Membership.role)
+        .join(Membership, Membership.tenant_id == Tenant.id)
+        .where(Membership.user_id == world.alice.id)
+        .order_by(Tenant.slug)
+    ).all()
+    assert [tuple(row) for row in roles] == [("alpha", "admin"), ("beta", "viewer")]
+    assert count(User) == 3
+
+
+def test_user_create_refuses_a_short_password(cli: FlaskCliRunner, world: World) -> None:
+    result = cli.invoke(
+        args=[
+            "user",
+            "create",
+            "dora@example.com",
+            "--tenant",
+            "alpha",
+            "--role",
+            "admin",
+            "--password-stdin",
+        ],
+        input="short\n",
+    )
+    assert result.exit_code == 1
+    assert result.output == "Error: password too short: use at least 10 characters\n"
+    assert count(User) == 3
+
+
+def test_user_create_refuses_a_malformed_email(cli: FlaskCliRunner, world: World) -> None:
+    for email in ("not-an-email", "a@b", "a b@example.com"):
+        result = cli.invoke(
+            args=[
+                "user",
+                "create",
+                email,
+                "--tenant",
+                "alpha",
+                "--role",
+                "admin",
+                "--password-stdin",
+            ],
+            input="a-long-password\n",
+        )
+        assert result.exit_code == 1
+        assert result.output.startswith("Error: invalid email address")
+    assert count(User) == 3
+
+
+def test_user_create_refuses_a_missing_tenant(cli: FlaskCliRunner, world: World) -> None:
+    result = cli.invoke(
+        args=[
+            "user",
+            "create",
+            "dora@example.com",
+            "--tenant",
+            "gamma",
+            "--role",
+            "admin",
+            "--password-stdin",
+        ],
+        input="a-long-password\n",
+    )
+    assert result.exit_code == 1
+    assert result.output == "Error: no tenant with slug 'gamma'\n"
+    assert count(User) == 3
+
+
+def test_user_create_refuses_an_unknown_role(cli: FlaskCliRunner, world: World) -> None:
+    result = cli.invoke(
+        args=["user", "create", "dora@example.com", "--tenant", "alpha", "--role", "owner"]
+    )
+    assert result.exit_code == 2
+    assert "'owner' is not one of 'admin', 'viewer'" in result.output
+
+
+def test_new_user_without_a_password_is_refused_and_nothing_is_written(
+    cli: FlaskCliRunner, world: World
+) -> None:
+    result = cli.invoke(
+        args=["user", "create", "dora@example.com", "--tenant", "alpha", "--role", "admin"]
+    )
+    assert result.exit_code == 1
+    assert result.output == "Error: a password is needed to create the new user dora@example.com\n"
+    assert count(User) == 3 and count(Membership) == 3
+
+
+def test_user_list_shows_the_tenants_members_only(cli: FlaskCliRunner, world: World) -> None:
+    result = cli.invoke(args=["user", "list", "--tenant", "alpha"])
+    assert result.output == "alice@example.com\tadmin\nbob@example.com\tviewer\n"
+
+
+def test_an_unreachable_database_is_one_line_not_a_traceback() -> None:
+    app = migrated_app("postgresql+psycopg://nobody@127.0.0.1:1/nothing")
+    result = app.test_cli_runner().invoke(args=["tenant", "list"])
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: cannot use the database: ")
+    assert result.output.count("\n") == 1
+    assert "Traceback" not in result.output

@@ -1,0 +1,66 @@
+"""The scheduler web application: `create_app` builds it, nothing runs at import."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+from flask import Flask
+
+from webapp.config import from_environment, is_secret_key_optional
+from webapp.database import install_engine_hooks
+from webapp.extensions import csrf, db, login_manager, migrate
+
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def create_app(config: Mapping[str, Any] | None = None) -> Flask:
+    """Builds the Flask app from the environment, overridden by `config` (tests pass a mapping)."""
+    app = Flask(
+        __name__,
+        template_folder=os.path.join(PROJECT_ROOT, "templates"),
+        static_folder=os.path.join(PROJECT_ROOT, "static"),
+        instance_path=os.environ.get("SCHEDULER_INSTANCE_PATH")
+        or os.path.join(PROJECT_ROOT, "instance"),
+    )
+    os.makedirs(app.instance_path, exist_ok=True)
+    app.config.update(
+        SQLALCHEMY_ENGINE_OPTIONS={"pool_pre_ping": True},
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
+        REMEMBER_COOKIE_HTTPONLY=True,
+        REMEMBER_COOKIE_SAMESITE="Lax",
+        WTF_CSRF_TIME_LIMIT=None,
+    )
+    app.config.update(from_environment(os.environ, app.instance_path))
+    if config:
+        app.config.update(config)
+    if not app.config.get("SECRET_KEY"):
+        if not is_secret_key_optional(app.config):
+            raise RuntimeError("SECRET_KEY is not set: export SECRET_KEY (see README)")
+        app.config["SECRET_KEY"] = secrets.token_hex(32)
+    secure_cookies = app.config.get("SESSION_COOKIE_SECURE")
+    if secure_cookies is None:
+        secure_cookies = not (app.debug or app.testing)
+    app.config.update(SESSION_COOKIE_SECURE=secure_cookies, REMEMBER_COOKIE_SECURE=secure_cookies)
+
+    db.init_app(app)
+    migrate.init_app(
+        app, db, directory=os.path.join(PROJECT_ROOT, "migrations"), render_as_batch=True
+    )
+    login_manager.init_app(app)
+    csrf.init_app(app)
+    with app.app_context():
+        install_engine_hooks(db.engine)
+
+    from webapp import auth, models, security
+    from webapp.cli import register_commands
+
+    login_manager.user_loader(models.load_user)
+    login_manager.login_view = "auth.login"
+    app.register_blueprint(auth.bp)
+    security.install_headers(app)
+    register_commands(app)
+    return app

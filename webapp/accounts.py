@@ -1,0 +1,135 @@
+"""Tenants, users and memberships: validated, and each change written in one transaction."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+
+from sqlalchemy import select
+from werkzeug.security import generate_password_hash
+
+from webapp.database import write_transaction
+from webapp.extensions import db
+from webapp.models import ROLES, Membership, Tenant, User
+
+SLUG_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
+EMAIL_PATTERN = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+MIN_PASSWORD_LENGTH = 10
+# scrypt is werkzeug's memory-hard default; naming it pins it against a future default change.
+PASSWORD_METHOD = "scrypt"
+
+
+class AccountError(ValueError):
+    """Bad input for a tenant or user change; the message is shown to the operator as is."""
+
+
+def check_time_zone(name: str) -> str:
+    """Accepts a real IANA zone name only."""
+    if name not in available_timezones():
+        try:
+            ZoneInfo(name)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise AccountError(f"unknown time zone {name!r}") from None
+    return name
+
+
+def check_slug(slug: str) -> str:
+    if not SLUG_PATTERN.match(slug):
+        raise AccountError(
+            f"invalid slug {slug!r}: use 1-63 lower-case letters, digits and hyphens, "
+            "starting and ending with a letter or digit"
+        )
+    return slug
+
+
+def normalise_email(email: str) -> str:
+    email = email.strip().lower()
+    if len(email) > 254 or not EMAIL_PATTERN.match(email):
+        raise AccountError(f"invalid email address {email!r}")
+    return email
+
+
+def check_password(password: str) -> str:
+    if len(password) < MIN_PASSWORD_LENGTH:
+        raise AccountError(f"password too short: use at least {MIN_PASSWORD_LENGTH} characters")
+    return password
+
+
+def find_tenant(slug: str) -> Tenant:
+    tenant = db.session.scalar(select(Tenant).where(Tenant.slug == slug))
+    if tenant is None:
+        raise AccountError(f"no tenant with slug {slug!r}")
+    return tenant
+
+
+def create_tenant(slug: str, name: str, time_zone: str = "UTC") -> Tenant:
+    check_slug(slug)
+    check_time_zone(time_zone)
+    if not name.strip():
+        raise AccountError("the tenant name must not be empty")
+    with write_transaction(db.session):
+        if db.session.scalar(select(Tenant.id).where(Tenant.slug == slug)) is not None:
+            raise AccountError(f"a tenant with slug {slug!r} already exists")
+        tenant = Tenant(slug=slug, name=name.strip(), time_zone=time_zone)
+        db.session.add(tenant)
+    return tenant
+
+
+@dataclass(frozen=True)
+class UserAdded:
+    user: User
+    created: bool
+
+
+def add_user(email: str, tenant_slug: str, role: str, password: str | None) -> UserAdded:
+    """Creates a user in a tenant, or gives an existing user a membership in another tenant.
+
+    A new user needs a password; an existing user keeps theirs unless a new one is given.
+    """
+    email = normalise_email(email)
+    if role not in ROLES:
+        raise AccountError(f"invalid role {role!r}: use one of {', '.join(ROLES)}")
+    if password is not None:
+        check_password(password)
+    with write_transaction(db.session):
+        tenant = find_tenant(tenant_slug)
+        user = db.session.scalar(select(User).where(User.email == email))
+        created = user is None
+        if user is None:
+            if password is None:
+                raise AccountError(f"a password is needed to create the new user {email}")
+            user = User(email=email, password_hash=hash_password(password))
+            db.session.add(user)
+            db.session.flush()
+        elif password is not None:
+            user.password_hash = hash_password(password)
+        membership = db.session.scalar(
+            select(Membership).where(
+                Membership.user_id == user.id, Membership.tenant_id == tenant.id
+            )
+        )
+        if membership is None:
+            db.session.add(Membership(user_id=user.id, tenant_id=tenant.id, role=role))
+        else:
+            membership.role = role
+    return UserAdded(user=user, created=created)
+
+
+def hash_password(password: str) -> str:
+    return generate_password_hash(password, method=PASSWORD_METHOD)
+
+
+def list_tenants() -> list[Tenant]:
+    return list(db.session.scalars(select(Tenant).order_by(Tenant.slug)))
+
+
+def list_members(tenant_slug: str) -> list[tuple[User, str]]:
+    tenant = find_tenant(tenant_slug)
+    rows = db.session.execute(
+        select(User, Membership.role)
+        .join(Membership, Membership.user_id == User.id)
+        .where(Membership.tenant_id == tenant.id)
+        .order_by(User.email)
+    )
+    return [(user, role) for user, role in rows]

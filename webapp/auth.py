@@ -1,0 +1,80 @@
+"""Logging in and out."""
+
+from __future__ import annotations
+
+import functools
+import secrets
+from urllib.parse import urlsplit
+
+from flask import Blueprint, flash, redirect, render_template, request, url_for
+from flask_login import current_user, login_required, login_user, logout_user
+from flask_wtf import FlaskForm
+from sqlalchemy import select
+from werkzeug.security import check_password_hash
+from werkzeug.wrappers import Response
+from wtforms import EmailField, PasswordField
+from wtforms.validators import DataRequired
+
+from webapp.accounts import hash_password
+from webapp.database import utcnow, write_transaction
+from webapp.extensions import db
+from webapp.models import User
+
+bp = Blueprint("auth", __name__)
+
+
+@functools.cache
+def unknown_user_hash() -> str:
+    """Checked when the email is unknown, so that both failures take the same time."""
+    return hash_password(secrets.token_hex(16))
+
+
+class LoginForm(FlaskForm):
+    email = EmailField("Email", validators=[DataRequired()])
+    password = PasswordField("Password", validators=[DataRequired()])
+
+
+def is_own_path(target: str | None) -> bool:
+    """`next` may only send the user to a path of this site, never to another host."""
+    if not target or not target.startswith("/") or target.startswith("//"):
+        return False
+    parts = urlsplit(target)
+    return not parts.scheme and not parts.netloc and "\\" not in target
+
+
+@bp.route("/login", methods=["GET", "POST"])
+def login() -> str | Response | tuple[str, int]:
+    """Show the login form and log the user in."""
+    form = LoginForm()
+    if form.validate_on_submit():
+        email = (form.email.data or "").strip().lower()
+        user = db.session.scalar(select(User).where(User.email == email))
+        password_hash = user.password_hash if user else unknown_user_hash()
+        if check_password_hash(password_hash, form.password.data or "") and user is not None:
+            with write_transaction(db.session):
+                user.last_login_at = utcnow()
+            login_user(user)
+            target = request.args.get("next")
+            if target is None or not is_own_path(target):
+                target = url_for("auth.home")
+            return redirect(target, 303)
+        flash("Wrong email or password.", "error")
+        return render_template("auth/login.html", form=form), 401
+    return render_template("auth/login.html", form=form)
+
+
+@bp.post("/logout")
+@login_required
+def logout() -> Response:
+    """Log out."""
+    logout_user()
+    flash("You are logged out.", "info")
+    return redirect(url_for("auth.login"), 303)
+
+
+@bp.get("/")
+@login_required
+def home() -> str:
+    """The landing page after login."""
+    memberships = sorted(current_user.memberships, key=lambda m: m.tenant.slug)
+    return render_template("auth/home.html", memberships=memberships)

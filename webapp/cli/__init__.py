@@ -1,0 +1,49 @@
+"""The operator's command line: `flask --app webapp ...`."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+from flask import Flask
+from sqlalchemy.exc import OperationalError
+
+from webapp.accounts import AccountError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def reports_errors(command: F) -> F:
+    """Turns expected failures into one line on stderr and exit code 1, never a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except (AccountError, ValueError) as error:
+            raise click.ClickException(str(error)) from None
+        except OperationalError as error:
+            reason = str(error.orig).strip().splitlines()[0] if error.orig else str(error)
+            raise click.ClickException(f"cannot use the database: {reason}") from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def register_commands(app: Flask) -> None:
+    from webapp.cli.accounts import tenant_cli, user_cli
+    from webapp.cli.demo import demo_command
+    from webapp.cli.scheduler import scheduler_cli
+    from webapp.cli.serve import serve_command
+
+    app.cli.add_command(tenant_cli)
+    app.cli.add_command(user_cli)
+    app.cli.add_command(demo_command)
+    app.cli.add_command(scheduler_cli)
+    app.cli.add_command(serve_command)
+    try:
+        from webapp.scheduler.cron_cli import cron_cli
+    except ImportError:  # pragma: no cover - the cron module lands with the Cron issue
+        return
+    app.cli.add_command(cron_cli)

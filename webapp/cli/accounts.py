@@ -1,0 +1,66 @@
+"""`flask tenant ...` and `flask user ...`."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from flask.cli import AppGroup
+
+from webapp import accounts
+from webapp.cli import reports_errors
+from webapp.models import ROLES
+
+tenant_cli = AppGroup("tenant", help="Create and list tenants.")
+user_cli = AppGroup("user", help="Create and list users.")
+
+
+@tenant_cli.command("create")
+@click.argument("slug")
+@click.option("--name", required=True, help="Display name of the tenant.")
+@click.option("--time-zone", default="UTC", show_default=True, help="IANA zone for new schedules.")
+@reports_errors
+def create_tenant(slug: str, name: str, time_zone: str) -> None:
+    """Create a tenant."""
+    tenant = accounts.create_tenant(slug, name, time_zone)
+    click.echo(f"created tenant {tenant.slug} ({tenant.name}, {tenant.time_zone})")
+
+
+@tenant_cli.command("list")
+@reports_errors
+def list_tenants() -> None:
+    """List tenants, one per line: slug, time zone, name."""
+    for tenant in accounts.list_tenants():
+        click.echo(f"{tenant.slug}\t{tenant.time_zone}\t{tenant.name}")
+
+
+@user_cli.command("create")
+@click.argument("email")
+@click.option("--tenant", "tenant_slug", required=True, help="Slug of the tenant to join.")
+@click.option("--role", type=click.Choice(ROLES), required=True)
+@click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
+@reports_errors
+def create_user(email: str, tenant_slug: str, role: str, password_stdin: bool) -> None:
+    """Create a user in a tenant, or add an existing user to another tenant."""
+    password = read_password(password_stdin)
+    added = accounts.add_user(email, tenant_slug, role, password)
+    verb = "created user" if added.created else "updated user"
+    click.echo(f"{verb} {added.user.email}: {role} of {tenant_slug}")
+
+
+@user_cli.command("list")
+@click.option("--tenant", "tenant_slug", required=True)
+@reports_errors
+def list_users(tenant_slug: str) -> None:
+    """List a tenant's users, one per line: email and role."""
+    for user, role in accounts.list_members(tenant_slug):
+        click.echo(f"{user.email}\t{role}")
+
+
+def read_password(from_stdin: bool) -> str | None:
+    """The password from stdin (first line), a hidden prompt on a terminal, or None."""
+    if from_stdin:
+        return sys.stdin.readline().rstrip("\r\n")
+    if sys.stdin.isatty():
+        return str(click.prompt("Password", hide_input=True, confirmation_prompt=True))
+    return None

@@ -1,0 +1,86 @@
+"""Database plumbing shared by every module: UTC timestamps, SQLite pragmas, write transactions."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import DateTime, event
+from sqlalchemy.engine import Dialect, Engine
+from sqlalchemy.orm import Session, scoped_session
+from sqlalchemy.types import TypeDecorator
+
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+IMMEDIATE = "sqlite_begin_immediate"
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """An aware UTC datetime on both dialects (SQLite stores naive text, so we attach UTC back)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: store aware UTC datetimes only")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def install_engine_hooks(engine: Engine) -> None:
+    """SQLite: WAL, a busy timeout, foreign keys, and BEGIN IMMEDIATE for write transactions."""
+    if engine.dialect.name != "sqlite":
+        return
+
+    @event.listens_for(engine, "connect")
+    def configure_sqlite(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
+        # Let SQLAlchemy's begin event, not the driver, decide how a transaction starts.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def begin_sqlite(connection: Any) -> None:
+        # A deferred transaction that reads and then writes cannot wait for the write lock
+        # (SQLite answers "database is locked" at once), so writers take it up front.
+        immediate = connection.get_execution_options().get(IMMEDIATE, False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+@contextmanager
+def write_transaction(session: Session | scoped_session[Any]) -> Iterator[Session]:
+    """One transaction for one state change: committed on success, rolled back on any error.
+
+    On SQLite it holds the write lock from its first statement; a read-only transaction the
+    session had open (a request's user lookup) is ended first, since it cannot be upgraded safely.
+    """
+    current = session() if isinstance(session, scoped_session) else session
+    if current.in_transaction():
+        current.commit()
+    current.connection(execution_options={IMMEDIATE: True})
+    try:
+        yield current
+        current.commit()
+    except BaseException:
+        current.rollback()
+        raise

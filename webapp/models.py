@@ -1,0 +1,236 @@
+"""The data model. Table and column names are a public contract: operators query them directly."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from flask_login import UserMixin
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    CheckConstraint,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from webapp.database import UTCDateTime, utcnow
+from webapp.extensions import db
+
+if TYPE_CHECKING:
+    from webapp.extensions import Base as Model
+else:
+    Model = db.Model
+
+# JSONB on PostgreSQL (indexable, compact), JSON text on SQLite.
+JSONDocument = JSON().with_variant(postgresql.JSONB(), "postgresql")
+
+ROLES = ("admin", "viewer")
+SCOPES = ("tenant", "system")
+MISFIRE_POLICIES = ("fire_once", "fire_all", "skip")
+OVERLAP_POLICIES = ("allow", "skip")
+TRIGGERS = ("schedule", "manual", "catchup")
+RUN_STATUSES = ("queued", "running", "succeeded", "failed", "skipped")
+
+
+def one_of(column: str, values: tuple[str, ...]) -> str:
+    quoted = ", ".join(f"'{value}'" for value in values)
+    return f"{column} IN ({quoted})"
+
+
+class Tenant(Model):
+    __tablename__ = "tenants"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    slug: Mapped[str] = mapped_column(String(63), unique=True)
+    name: Mapped[str] = mapped_column(String(200))
+    time_zone: Mapped[str] = mapped_column(String(64), default="UTC")
+    # Quotas; NULL falls back to the operator's SCHEDULER_MAX_SCHEDULES / SCHEDULER_MIN_INTERVAL.
+    max_schedules: Mapped[int | None] = mapped_column(Integer)
+    min_interval_seconds: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class User(UserMixin, Model):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    email: Mapped[str] = mapped_column(String(254), unique=True)
+    password_hash: Mapped[str] = mapped_column(String(255))
+    is_operator: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_login_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    memberships: Mapped[list[Membership]] = relationship(
+        back_populates="user", cascade="all, delete-orphan"
+    )
+
+
+class Membership(Model):
+    __tablename__ = "memberships"
+    __table_args__ = (
+        UniqueConstraint("user_id", "tenant_id"),
+        CheckConstraint(one_of("role", ROLES), name="role"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    role: Mapped[str] = mapped_column(String(16))
+
+    user: Mapped[User] = relationship(back_populates="memberships")
+    tenant: Mapped[Tenant] = relationship()
+
+
+class Schedule(Model):
+    __tablename__ = "schedules"
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "key"),
+        # Tenant-less (system) schedules need their own uniqueness: NULLs never collide.
+        Index(
+            "uq_schedules_system_key",
+            "key",
+            unique=True,
+            postgresql_where=text("tenant_id IS NULL"),
+            sqlite_where=text("tenant_id IS NULL"),
+        ),
+        # The tick's probe: only active rows are indexed, so an idle tick costs one index seek
+        # whatever the number of schedules.
+        Index(
+            "ix_schedules_due",
+            "next_run_at",
+            postgresql_where=text("active"),
+            sqlite_where=text("active"),
+        ),
+        CheckConstraint(one_of("scope", SCOPES), name="scope"),
+        CheckConstraint(
+            "(scope = 'system' AND tenant_id IS NULL)"
+            " OR (scope = 'tenant' AND tenant_id IS NOT NULL)",
+            name="scope_tenant",
+        ),
+        CheckConstraint(one_of("misfire_policy", MISFIRE_POLICIES), name="misfire_policy"),
+        CheckConstraint(one_of("overlap_policy", OVERLAP_POLICIES), name="overlap_policy"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    scope: Mapped[str] = mapped_column(String(16), default="tenant")
+    key: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(200))
+    job: Mapped[str] = mapped_column(String(200))
+    args: Mapped[dict[str, Any]] = mapped_column(JSONDocument, default=dict)
+    cron: Mapped[str] = mapped_column(String(200))
+    time_zone: Mapped[str] = mapped_column(String(64), default="UTC")
+    active: Mapped[bool] = mapped_column(Boolean, default=True)
+    # Why the scheduler deactivated it (tampered data, job gone from the catalog); NULL otherwise.
+    inactive_reason: Mapped[str | None] = mapped_column(Text)
+    misfire_policy: Mapped[str] = mapped_column(String(16), default="fire_once")
+    overlap_policy: Mapped[str] = mapped_column(String(16), default="allow")
+    next_run_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_run_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    created_by: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+    tenant: Mapped[Tenant | None] = relationship()
+
+
+class Worker(Model):
+    __tablename__ = "workers"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    hostname: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    concurrency: Mapped[int] = mapped_column(Integer, default=1)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # Set on a clean exit; a row without it and with an old heartbeat is a worker that died.
+    stopped_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class Run(Model):
+    __tablename__ = "runs"
+    __table_args__ = (
+        # The database itself forbids a double fire. Manual runs are outside it: two people may
+        # press Run now in the same second.
+        Index(
+            "uq_runs_schedule_id_scheduled_for",
+            "schedule_id",
+            "scheduled_for",
+            unique=True,
+            postgresql_where=text("\"trigger\" <> 'manual'"),
+            sqlite_where=text("\"trigger\" <> 'manual'"),
+        ),
+        Index(
+            "ix_runs_queue",
+            "available_at",
+            postgresql_where=text("status = 'queued'"),
+            sqlite_where=text("status = 'queued'"),
+        ),
+        Index(
+            "ix_runs_leases",
+            "locked_until",
+            postgresql_where=text("status = 'running'"),
+            sqlite_where=text("status = 'running'"),
+        ),
+        Index("ix_runs_tenant_history", "tenant_id", "id"),
+        Index("ix_runs_schedule_history", "schedule_id", "id"),
+        CheckConstraint(one_of('"trigger"', TRIGGERS), name="trigger"),
+        CheckConstraint(one_of("status", RUN_STATUSES), name="status"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    # History survives the deletion of its schedule.
+    schedule_id: Mapped[int | None] = mapped_column(ForeignKey("schedules.id", ondelete="SET NULL"))
+    job: Mapped[str] = mapped_column(String(200))
+    args: Mapped[dict[str, Any]] = mapped_column(JSONDocument, default=dict)
+    trigger: Mapped[str] = mapped_column(String(16), default="schedule")
+    scheduled_for: Mapped[datetime] = mapped_column(UTCDateTime)
+    idempotency_key: Mapped[str] = mapped_column(String(200), unique=True)
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    fires_covered: Mapped[int] = mapped_column(Integer, default=1)
+    queued_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    available_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    worker_id: Mapped[int | None] = mapped_column(ForeignKey("workers.id", ondelete="SET NULL"))
+    locked_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    error: Mapped[str | None] = mapped_column(Text)
+    output: Mapped[str | None] = mapped_column(Text)
+    requested_by: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+
+    schedule: Mapped[Schedule | None] = relationship()
+
+
+class AuditEvent(Model):
+    __tablename__ = "audit_events"
+    __table_args__ = (Index("ix_audit_events_tenant_history", "tenant_id", "id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    actor_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    # Who acted, readable even after the user is gone: an email, or "cli" / "scheduler".
+    actor_label: Mapped[str] = mapped_column(String(254))
+    action: Mapped[str] = mapped_column(String(64))
+    object_type: Mapped[str] = mapped_column(String(32))
+    object_id: Mapped[int | None] = mapped_column(Integer)
+    object_label: Mapped[str | None] = mapped_column(String(200))
+    before: Mapped[dict[str, Any] | None] = mapped_column(JSONDocument)
+    after: Mapped[dict[str, Any] | None] = mapped_column(JSONDocument)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+def load_user(user_id: str) -> User | None:
+    """Flask-Login's loader: the session stores the user's id."""
+    if not user_id.isdigit():
+        return None
+    return db.session.get(User, int(user_id))

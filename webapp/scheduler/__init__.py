@@ -1,0 +1,1 @@
+"""The scheduler: cron math, the tick, leases and the worker loop."""
