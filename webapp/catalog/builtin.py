@@ -1,0 +1,75 @@
+"""The jobs that ship with the scheduler, registered by `register_builtin_jobs`.
+
+Registration is a function rather than an import side effect, so that each app (and each test)
+builds a catalog of its own.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pydantic import BaseModel, Field
+
+from webapp.catalog.context import JobContext
+from webapp.catalog.registry import Catalog
+from webapp.catalog.webhook import WebhookParams, webhook
+
+
+class EchoParams(BaseModel):
+    message: str = Field(description="Written to the run's output.")
+
+
+class SleepParams(BaseModel):
+    seconds: float = Field(ge=0, le=3600, description="How long the run lasts.")
+
+
+class FailParams(BaseModel):
+    message: str = Field(default="Failed on purpose", description="The error the run fails with.")
+
+
+def echo(ctx: JobContext, params: EchoParams) -> None:
+    ctx.log(params.message)
+
+
+def sleep(ctx: JobContext, params: SleepParams) -> None:
+    time.sleep(params.seconds)
+
+
+def fail(ctx: JobContext, params: FailParams) -> None:
+    raise RuntimeError(params.message)
+
+
+def register_builtin_jobs(catalog: Catalog, demo: bool) -> None:
+    """Registers the bundled jobs; the demo jobs only when `demo` (SCHEDULER_DEMO_JOBS=1)."""
+    catalog.job(
+        "http.webhook",
+        title="Call a webhook",
+        description="Sends one HTTP request to an allowed host; fails on an unexpected status.",
+        params=WebhookParams,
+        max_attempts=3,
+        retry_backoff=60.0,
+        timeout=300.0,  # the socket timeout (SCHEDULER_WEBHOOK_TIMEOUT) applies per operation
+    )(webhook)
+    # TODO(lead): register `maintenance.prune_runs` here (scope="system"; deletes runs older than
+    # SCHEDULER_RUN_RETENTION_DAYS through ctx.db) once webapp.models exists, with its
+    # register_default(..., scope="system").
+    if not demo:
+        return
+    catalog.job(
+        "demo.echo",
+        title="Echo a message",
+        description="Writes the message to the run's output.",
+        params=EchoParams,
+    )(echo)
+    catalog.job(
+        "demo.sleep",
+        title="Sleep for a while",
+        description="Does nothing for the given number of seconds.",
+        params=SleepParams,
+    )(sleep)
+    catalog.job(
+        "demo.fail",
+        title="Fail on purpose",
+        description="Raises an error, to show what a failed run looks like.",
+        params=FailParams,
+    )(fail)

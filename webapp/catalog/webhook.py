@@ -1,0 +1,253 @@
+"""The bundled `http.webhook` job: one HTTP request to a host the operator allows.
+
+Tenants choose the URL, so the request must not reach into the operator's own network (SSRF):
+the host must be on SCHEDULER_WEBHOOK_ALLOWED_HOSTS; every address it resolves to must be public
+unless the host is on SCHEDULER_WEBHOOK_ALLOW_PRIVATE; and the connection goes to an address that
+was checked, so a second, different DNS answer cannot redirect it (DNS rebinding).
+"""
+
+from __future__ import annotations
+
+import http.client
+import ipaddress
+import json
+import re
+import socket
+import ssl
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import closing
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import BaseModel, Field, field_validator
+
+from webapp.catalog.context import JobContext
+
+ALLOWED_HOSTS_SETTING = "SCHEDULER_WEBHOOK_ALLOWED_HOSTS"
+ALLOW_PRIVATE_SETTING = "SCHEDULER_WEBHOOK_ALLOW_PRIVATE"
+TIMEOUT_SETTING = "SCHEDULER_WEBHOOK_TIMEOUT"
+DEFAULT_TIMEOUT = 10.0
+BODY_LIMIT = 4096  # bytes of the answer kept in the run's output
+USER_AGENT = "webapp-scheduler (http.webhook)"
+UNSAFE_CHARACTERS = re.compile(r"[\x00-\x20\x7f]")  # urlsplit would drop some of them silently
+
+# socket.getaddrinfo, or a fixed answer in tests: (family, type, proto, canonname, sockaddr).
+Resolver = Callable[[str, int], Sequence[tuple[Any, Any, Any, Any, tuple[Any, ...]]]]
+HostList = str | Iterable[str] | None
+
+
+class WebhookError(ValueError):
+    """A webhook URL, target or answer that the job refuses; the message says which."""
+
+
+class WebhookParams(BaseModel):
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = Field(
+        default="POST", description="The HTTP method."
+    )
+    url: str = Field(
+        title="URL", description="An http:// or https:// address on a host the operator allows."
+    )
+    body: str | None = Field(default=None, description="JSON sent as the request body, if any.")
+    expected_status: int = Field(
+        default=200, ge=100, le=599, description="The run fails on any other answer."
+    )
+
+    @field_validator("url")
+    @classmethod
+    def url_is_http(cls, url: str) -> str:
+        parse_webhook_url(url)  # the host is checked when the job runs: settings may change
+        return url
+
+    @field_validator("body")
+    @classmethod
+    def body_is_json(cls, body: str | None) -> str | None:
+        if body is None or not body.strip():  # an empty form field means no body
+            return None
+        try:
+            json.loads(body)
+        except ValueError as exc:
+            raise ValueError(f"body must be JSON: {exc}") from None
+        return body
+
+
+@dataclass(frozen=True)
+class WebhookURL:
+    scheme: Literal["http", "https"]
+    host: str  # lower-case, IPv6 without brackets
+    port: int
+    target: str  # path and query, as sent in the request line
+    shown: str  # the URL without its query, which may hold a token, for the run's output
+
+
+@dataclass(frozen=True)
+class WebhookTarget:
+    url: WebhookURL
+    addresses: tuple[str, ...]  # checked addresses, in resolver order; the only ones connected to
+
+
+def parse_webhook_url(url: str) -> WebhookURL:
+    """Splits an http(s) URL without credentials, or raises WebhookError."""
+    if UNSAFE_CHARACTERS.search(url):
+        raise WebhookError("webhook URL must not contain spaces or control characters")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise WebhookError(f"webhook URL is not valid: {exc}") from None
+    if parts.scheme == "http":
+        scheme: Literal["http", "https"] = "http"
+    elif parts.scheme == "https":
+        scheme = "https"
+    else:
+        raise WebhookError("webhook URL must start with http:// or https://")
+    if parts.username is not None or parts.password is not None:
+        raise WebhookError("webhook URL must not contain credentials")
+    if not parts.hostname:
+        raise WebhookError("webhook URL has no host")
+    path = parts.path or "/"
+    return WebhookURL(
+        scheme=scheme,
+        host=_normalize_host(parts.hostname),
+        port=port or (443 if scheme == "https" else 80),
+        target=f"{path}?{parts.query}" if parts.query else path,
+        shown=urlunsplit((scheme, parts.netloc, path, "", "")),
+    )
+
+
+def check_webhook_target(
+    url: str,
+    allowed_hosts: HostList,
+    allow_private_hosts: HostList,
+    resolve: Resolver = socket.getaddrinfo,
+) -> WebhookTarget:
+    """Checks a webhook URL against the operator's host policy and resolves it, once.
+
+    `allowed_hosts` entries are exact hosts or `*.example.com` (any subdomain, not the bare
+    domain); `allow_private_hosts` entries are exact hosts only, and each must also be allowed.
+    """
+    parsed = parse_webhook_url(url)
+    allowed = _host_set(allowed_hosts, ALLOWED_HOSTS_SETTING)
+    if not any(_host_matches(parsed.host, pattern) for pattern in allowed):
+        raise WebhookError(f"webhook host {parsed.host!r} is not in {ALLOWED_HOSTS_SETTING}")
+    try:
+        answers = resolve(parsed.host, parsed.port)
+    except OSError as exc:
+        raise WebhookError(f"cannot resolve webhook host {parsed.host!r}: {exc}") from exc
+    # The scope of a link-local IPv6 address ('%eth0') is not part of the address.
+    addresses = list(dict.fromkeys(str(answer[4][0]).split("%")[0] for answer in answers))
+    if not addresses:
+        raise WebhookError(f"webhook host {parsed.host!r} has no address")
+    if parsed.host not in _host_set(allow_private_hosts, ALLOW_PRIVATE_SETTING):
+        for address in addresses:
+            if not _is_public(ipaddress.ip_address(address)):
+                raise WebhookError(
+                    f"webhook host {parsed.host!r} resolves to {address}, which is not a public "
+                    f"address (see {ALLOW_PRIVATE_SETTING})"
+                )
+    return WebhookTarget(url=parsed, addresses=tuple(addresses))
+
+
+def _is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    # is_global already excludes loopback, link-local, private, unspecified and IPv4-mapped
+    # IPv6 addresses, but counts multicast and some reserved ranges as global.
+    if not address.is_global or address.is_multicast or address.is_reserved:
+        return False
+    # A 6to4 address routes to the IPv4 address inside it.
+    embedded = address.sixtofour if isinstance(address, ipaddress.IPv6Address) else None
+    return embedded is None or _is_public(embedded)
+
+
+def _normalize_host(host: str) -> str:
+    return host.strip().lower().removeprefix("[").removesuffix("]").rstrip(".")
+
+
+def _host_set(hosts: HostList, setting: str) -> frozenset[str]:
+    items = hosts.split(",") if isinstance(hosts, str) else list(hosts or ())
+    if not all(isinstance(host, str) for host in items):
+        raise WebhookError(f"{setting} must be a list of hosts or a comma-separated string")
+    return frozenset(_normalize_host(host) for host in items if host.strip())
+
+
+def _host_matches(host: str, pattern: str) -> bool:
+    if pattern.startswith("*."):
+        return host.endswith(pattern[1:])
+    return host == pattern
+
+
+def _timeout(config: Mapping[str, object]) -> float:
+    value = config.get(TIMEOUT_SETTING, DEFAULT_TIMEOUT)
+    if not isinstance(value, int | float) or not value > 0:
+        raise WebhookError(f"{TIMEOUT_SETTING} must be a number of seconds above zero")
+    return float(value)
+
+
+def _connect_first(addresses: Iterable[str], port: int, timeout: float | None) -> socket.socket:
+    """Connects to the first checked address that answers, as socket.create_connection would."""
+    error: OSError = OSError("no address to connect to")
+    for address in addresses:
+        try:
+            return socket.create_connection((address, port), timeout)
+        except OSError as exc:
+            error = exc
+    raise error
+
+
+class PinnedHTTPConnection(http.client.HTTPConnection):
+    """Sends `Host: <the URL's host>` but connects only to addresses checked beforehand."""
+
+    def __init__(self, target: WebhookTarget, timeout: float) -> None:
+        super().__init__(target.url.host, target.url.port, timeout=timeout)
+        self.addresses = target.addresses
+
+    def connect(self) -> None:
+        self.sock = _connect_first(self.addresses, self.port, self.timeout)
+
+
+class PinnedHTTPSConnection(http.client.HTTPSConnection):
+    """As PinnedHTTPConnection; the certificate is verified for the URL's host (SNI too)."""
+
+    def __init__(self, target: WebhookTarget, timeout: float) -> None:
+        self.tls = ssl.create_default_context()
+        super().__init__(target.url.host, target.url.port, timeout=timeout, context=self.tls)
+        self.addresses = target.addresses
+
+    def connect(self) -> None:
+        sock = _connect_first(self.addresses, self.port, self.timeout)
+        self.sock = self.tls.wrap_socket(sock, server_hostname=self.host)
+
+
+def webhook(ctx: JobContext, params: WebhookParams, resolve: Resolver = socket.getaddrinfo) -> None:
+    """Sends one HTTP request; the run fails unless the answer has the expected status."""
+    timeout = _timeout(ctx.config)
+    target = check_webhook_target(
+        params.url,
+        cast(HostList, ctx.config.get(ALLOWED_HOSTS_SETTING)),  # _host_set checks the type
+        cast(HostList, ctx.config.get(ALLOW_PRIVATE_SETTING)),
+        resolve,
+    )
+    pinned = PinnedHTTPSConnection if target.url.scheme == "https" else PinnedHTTPConnection
+    headers = {"User-Agent": USER_AGENT, "Idempotency-Key": ctx.idempotency_key}
+    body = None
+    if params.body is not None:
+        body = params.body.encode()
+        headers["Content-Type"] = "application/json"
+    # http.client follows no redirects: a 3xx answer is reported like any other status.
+    with closing(pinned(target, timeout)) as connection:
+        try:
+            connection.request(params.method, target.url.target, body=body, headers=headers)
+            with connection.getresponse() as response:
+                status, reason = response.status, response.reason
+                content = response.read(BODY_LIMIT + 1)
+        except (OSError, http.client.HTTPException) as exc:
+            raise WebhookError(f"webhook request to {target.url.shown} failed: {exc}") from exc
+    ctx.log(f"{params.method} {target.url.shown} -> HTTP {status} {reason}")
+    if content:
+        ctx.log(content[:BODY_LIMIT].decode("utf-8", errors="replace"))
+    if len(content) > BODY_LIMIT:
+        ctx.log(f"(answer cut at {BODY_LIMIT} bytes)")
+    if status != params.expected_status:
+        hint = " (redirects are not followed)" if 300 <= status < 400 else ""
+        raise WebhookError(
+            f"webhook answered HTTP {status}, expected {params.expected_status}{hint}"
+        )
