@@ -10,7 +10,16 @@ from sqlalchemy import inspect
 
 from webapp.extensions import db
 
-TABLES = {"tenants", "users", "memberships", "schedules", "runs", "audit_events", "workers"}
+TABLES = {
+    "tenants",
+    "users",
+    "memberships",
+    "schedules",
+    "runs",
+    "audit_events",
+    "workers",
+    "login_attempts",
+}
 
 
 def schema_differences() -> list[object]:

@@ -197,6 +197,8 @@ class Run(Model):
     idempotency_key: Mapped[str] = mapped_column(String(200), unique=True)
     status: Mapped[str] = mapped_column(String(16), default="queued")
     attempt: Mapped[int] = mapped_column(Integer, default=0)
+    # Copied from the catalog at enqueue time, so that the reaper decides in one statement.
+    max_attempts: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     fires_covered: Mapped[int] = mapped_column(Integer, default=1)
     queued_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     available_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
@@ -227,6 +229,17 @@ class AuditEvent(Model):
     before: Mapped[dict[str, Any] | None] = mapped_column(JSONDocument)
     after: Mapped[dict[str, Any] | None] = mapped_column(JSONDocument)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class LoginAttempt(Model):
+    """A failed login, by client address and by account: the limiter counts recent ones."""
+
+    __tablename__ = "login_attempts"
+    __table_args__ = (Index("ix_login_attempts_subject", "subject", "attempted_at"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    subject: Mapped[str] = mapped_column(String(300))  # "ip:203.0.113.5" or "email:a@b.example"
+    attempted_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
 def load_user(user_id: str) -> User | None:
