@@ -245,12 +245,16 @@ def test_jobs_are_listed_by_name_and_filtered_by_scope() -> None:
 
 
 def test_the_demo_jobs_are_registered_only_when_asked() -> None:
-    assert [spec.name for spec in build_catalog(demo_jobs=False).jobs()] == ["http.webhook"]
+    assert [spec.name for spec in build_catalog(demo_jobs=False).jobs()] == [
+        "http.webhook",
+        "maintenance.prune_runs",
+    ]
     assert [spec.name for spec in build_catalog(demo_jobs=True).jobs()] == [
         "demo.echo",
         "demo.fail",
         "demo.sleep",
         "http.webhook",
+        "maintenance.prune_runs",
     ]
 
 
@@ -436,7 +440,7 @@ def test_a_default_schedule_is_stored_with_normalized_arguments() -> None:
         "hello", "demo.echo", "@daily", {"message": "hi"}, time_zone="Europe/Berlin", name="Hi"
     )
 
-    hello, nightly = catalog.defaults()
+    hello, _prune, nightly = catalog.defaults()
     assert (hello.key, hello.job, hello.cron, hello.args) == (
         "hello",
         "demo.echo",
@@ -506,7 +510,7 @@ def test_a_default_schedule_that_cannot_be_materialized_is_refused(
         catalog.register_default(key, job, "@daily", **options)
 
     assert str(refused.value) == message
-    assert catalog.defaults() == []
+    assert [d.key for d in catalog.defaults()] == ["maintenance.prune_runs"]
 
 
 def test_a_default_schedule_key_is_declared_once() -> None:
@@ -566,8 +570,15 @@ def test_it_loads_the_jobs_and_defaults_of_a_job_module(
 
     catalog = build_catalog(demo_jobs=False, modules=["acme_greeter"])
 
-    assert [spec.name for spec in catalog.jobs()] == ["acme.greet", "http.webhook"]
-    assert [(d.key, d.args) for d in catalog.defaults()] == [("greet-world", {"name": "world"})]
+    assert [spec.name for spec in catalog.jobs()] == [
+        "acme.greet",
+        "http.webhook",
+        "maintenance.prune_runs",
+    ]
+    assert [(d.key, d.args) for d in catalog.defaults()] == [
+        ("greet-world", {"name": "world"}),
+        ("maintenance.prune_runs", {}),
+    ]
     ctx, lines = run_context()
     catalog.get("acme.greet").call(ctx, {"name": "Ada"})
     assert lines == ["Hello, Ada!"]

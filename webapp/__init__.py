@@ -57,7 +57,9 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
 
     from webapp import auth, models, security
     from webapp.cli import register_commands
+    from webapp.services.catalog import install_catalog
 
+    install_catalog(app)
     login_manager.user_loader(models.load_user)
     login_manager.login_view = "auth.login"
     app.register_blueprint(auth.bp)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
@@ -9,7 +10,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 from sqlalchemy import select
 from werkzeug.security import generate_password_hash
 
-from webapp.database import write_transaction
+from webapp.database import utcnow, write_transaction
 from webapp.extensions import db
 from webapp.models import ROLES, Membership, Tenant, User
 
@@ -24,9 +25,17 @@ class AccountError(ValueError):
     """Bad input for a tenant or user change; the message is shown to the operator as is."""
 
 
+@functools.cache
+def known_time_zones() -> frozenset[str]:
+    # available_timezones() walks the zone database on disk: read it once.
+    return frozenset(available_timezones())
+
+
 def check_time_zone(name: str) -> str:
     """Accepts a real IANA zone name only."""
-    if name not in available_timezones():
+    if not isinstance(name, str):
+        raise AccountError(f"time zone {name!r} must be text")
+    if name not in known_time_zones():
         try:
             ZoneInfo(name)
         except (ZoneInfoNotFoundError, ValueError):
@@ -68,11 +77,16 @@ def create_tenant(slug: str, name: str, time_zone: str = "UTC") -> Tenant:
     check_time_zone(time_zone)
     if not name.strip():
         raise AccountError("the tenant name must not be empty")
-    with write_transaction(db.session):
-        if db.session.scalar(select(Tenant.id).where(Tenant.slug == slug)) is not None:
+    from webapp.services.catalog import current_catalog
+    from webapp.services.defaults import materialise_defaults
+
+    with write_transaction(db.session) as session:
+        if session.scalar(select(Tenant.id).where(Tenant.slug == slug)) is not None:
             raise AccountError(f"a tenant with slug {slug!r} already exists")
         tenant = Tenant(slug=slug, name=name.strip(), time_zone=time_zone)
-        db.session.add(tenant)
+        session.add(tenant)
+        session.flush()
+        materialise_defaults(session, current_catalog(), utcnow(), [tenant])
     return tenant
 
 
@@ -118,6 +132,18 @@ def add_user(email: str, tenant_slug: str, role: str, password: str | None) -> U
 
 def hash_password(password: str) -> str:
     return generate_password_hash(password, method=PASSWORD_METHOD)
+
+
+def set_limits(slug: str, max_schedules: int | None, min_interval: int | None) -> Tenant:
+    """Overrides the operator-wide quotas for one tenant; None restores the default."""
+    for label, value in (("--max-schedules", max_schedules), ("--min-interval", min_interval)):
+        if value is not None and value < 0:
+            raise AccountError(f"{label} must be 0 or more")
+    with write_transaction(db.session):
+        tenant = find_tenant(slug)
+        tenant.max_schedules = max_schedules
+        tenant.min_interval_seconds = min_interval
+    return tenant
 
 
 def list_tenants() -> list[Tenant]:

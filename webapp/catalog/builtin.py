@@ -11,6 +11,7 @@ import time
 from pydantic import BaseModel, Field
 
 from webapp.catalog.context import JobContext
+from webapp.catalog.maintenance import PruneParams, prune_runs
 from webapp.catalog.registry import Catalog
 from webapp.catalog.webhook import WebhookParams, webhook
 
@@ -50,9 +51,22 @@ def register_builtin_jobs(catalog: Catalog, demo: bool) -> None:
         retry_backoff=60.0,
         timeout=300.0,  # the socket timeout (SCHEDULER_WEBHOOK_TIMEOUT) applies per operation
     )(webhook)
-    # TODO(lead): register `maintenance.prune_runs` here (scope="system"; deletes runs older than
-    # SCHEDULER_RUN_RETENTION_DAYS through ctx.db) once webapp.models exists, with its
-    # register_default(..., scope="system").
+    catalog.job(
+        "maintenance.prune_runs",
+        title="Prune run history",
+        description="Deletes finished runs older than SCHEDULER_RUN_RETENTION_DAYS.",
+        params=PruneParams,
+        scope="system",
+        timeout=3600.0,
+    )(prune_runs)
+    catalog.register_default(
+        "maintenance.prune_runs",
+        "maintenance.prune_runs",
+        "17 3 * * *",
+        scope="system",
+        time_zone="UTC",
+        name="Prune run history",
+    )
     if not demo:
         return
     catalog.job(
@@ -66,6 +80,8 @@ def register_builtin_jobs(catalog: Catalog, demo: bool) -> None:
         title="Sleep for a while",
         description="Does nothing for the given number of seconds.",
         params=SleepParams,
+        max_attempts=2,  # so that the demo shows a run taken over after its worker died
+        retry_backoff=1.0,
     )(sleep)
     catalog.job(
         "demo.fail",

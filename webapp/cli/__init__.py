@@ -35,6 +35,7 @@ def register_commands(app: Flask) -> None:
     from webapp.cli.accounts import tenant_cli, user_cli
     from webapp.cli.demo import demo_command
     from webapp.cli.scheduler import scheduler_cli
+    from webapp.cli.schedules import catalog_cli, schedule_cli
     from webapp.cli.serve import serve_command
 
     app.cli.add_command(tenant_cli)
@@ -42,6 +43,8 @@ def register_commands(app: Flask) -> None:
     app.cli.add_command(demo_command)
     app.cli.add_command(scheduler_cli)
     app.cli.add_command(serve_command)
+    app.cli.add_command(schedule_cli)
+    app.cli.add_command(catalog_cli)
     try:
         from webapp.scheduler.cron_cli import cron_cli
     except ImportError:  # pragma: no cover - the cron module lands with the Cron issue

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 import click
 from flask import current_app
 from flask.cli import AppGroup
@@ -19,8 +17,38 @@ scheduler_cli = AppGroup("scheduler", help="Run the scheduler worker.")
 @reports_errors
 def worker_command(concurrency: int | None, burst: bool) -> None:
     """Run a worker until SIGTERM/SIGINT."""
+    from webapp.scheduler.logs import configure_worker_logging
     from webapp.scheduler.worker import WorkerProcess
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    configure_worker_logging()
     app = current_app._get_current_object()  # type: ignore[attr-defined]
     WorkerProcess(app, concurrency or app.config["SCHEDULER_CONCURRENCY"], burst).run()
+
+
+@scheduler_cli.command("sync")
+@reports_errors
+def sync_command() -> None:
+    """Create the job modules' default schedules where they are missing (idempotent)."""
+    from webapp.database import utcnow, write_transaction
+    from webapp.extensions import db
+    from webapp.services.catalog import current_catalog
+    from webapp.services.defaults import materialise_defaults
+
+    with write_transaction(db.session) as session:
+        created = materialise_defaults(session, current_catalog(), utcnow())
+    click.echo(f"created {created} default schedules")
+
+
+@scheduler_cli.command("tick")
+@reports_errors
+def tick_command() -> None:
+    """Run one tick: fire every due schedule, print how many runs were queued."""
+    from webapp.extensions import db
+    from webapp.scheduler.tick import TickSettings, tick
+    from webapp.services.catalog import current_catalog
+
+    result = tick(db.session(), current_catalog(), TickSettings.from_config(current_app.config))
+    click.echo(
+        f"fired {result.queued} runs ({result.skipped} skipped, {result.failed} failed, "
+        f"{result.already_recorded} already recorded) for {result.claimed} schedules"
+    )

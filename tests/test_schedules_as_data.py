@@ -1,0 +1,290 @@
+"""Import/export, defaults, quotas and the catalog from the command line, on both databases."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskCliRunner
+from sqlalchemy import func, select
+
+from tests.conftest import World, migrated_app
+from webapp import accounts
+from webapp.catalog.maintenance import prune_finished_runs
+from webapp.extensions import db
+from webapp.models import AuditEvent, Run, Schedule
+
+
+def item(key: str, **changes: object) -> dict[str, object]:
+    fields: dict[str, object] = {
+        "key": key,
+        "name": f"Schedule {key}",
+        "job": "demo.echo",
+        "args": {"message": key},
+        "cron": "0 * * * *",
+        "time_zone": "UTC",
+    }
+    fields.update(changes)
+    return fields
+
+
+def write(tmp_path: Path, document: object) -> str:
+    path = tmp_path / "schedules.json"
+    path.write_text(document if isinstance(document, str) else json.dumps(document))
+    return str(path)
+
+
+def count(model: type) -> int:
+    return int(db.session.scalar(select(func.count()).select_from(model)) or 0)
+
+
+def import_file(cli: FlaskCliRunner, path: str, tenant: str = "alpha") -> tuple[int, str, str]:
+    result = cli.invoke(args=["schedule", "import", path, "--tenant", tenant])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_import_creates_every_schedule(cli: FlaskCliRunner, world: World, tmp_path: Path) -> None:
+    path = write(tmp_path, [item("a"), item("b", misfire_policy="skip", active=False)])
+    assert import_file(cli, path) == (
+        0,
+        "imported into alpha: 2 created, 0 updated, 0 unchanged\n",
+        "",
+    )
+    rows = db.session.execute(
+        select(Schedule.key, Schedule.active, Schedule.misfire_policy).order_by(Schedule.key)
+    ).all()
+    assert [tuple(r) for r in rows] == [("a", True, "fire_once"), ("b", False, "skip")]
+    assert count(AuditEvent) == 2
+
+
+def test_import_is_idempotent_and_updates_by_key(
+    cli: FlaskCliRunner, world: World, tmp_path: Path
+) -> None:
+    import_file(cli, write(tmp_path, [item("a"), item("b")]))
+    again = import_file(cli, write(tmp_path, [item("a"), item("b", cron="5 * * * *")]))
+    assert again == (0, "imported into alpha: 0 created, 1 updated, 1 unchanged\n", "")
+    db.session.expire_all()
+    assert db.session.scalar(select(Schedule.cron).where(Schedule.key == "b")) == "5 * * * *"
+    updated = db.session.scalars(
+        select(AuditEvent).where(AuditEvent.action == "schedule.updated")
+    ).one()
+    assert (updated.before, updated.after) == ({"cron": "0 * * * *"}, {"cron": "5 * * * *"})
+
+
+def test_export_then_import_is_a_no_op(cli: FlaskCliRunner, world: World, tmp_path: Path) -> None:
+    import_file(cli, write(tmp_path, [item("b", args={"message": "ü"}), item("a", active=False)]))
+    exported = cli.invoke(args=["schedule", "export", "--tenant", "alpha"]).stdout
+    assert [entry["key"] for entry in json.loads(exported)] == ["a", "b"]
+    assert json.loads(exported)[0] == {
+        "key": "a",
+        "name": "Schedule a",
+        "job": "demo.echo",
+        "args": {"message": "a"},
+        "cron": "0 * * * *",
+        "time_zone": "UTC",
+        "active": False,
+        "misfire_policy": "fire_once",
+        "overlap_policy": "allow",
+    }
+    events = count(AuditEvent)
+    assert import_file(cli, write(tmp_path, exported))[1] == (
+        "imported into alpha: 0 created, 0 updated, 2 unchanged\n"
+    )
+    assert count(AuditEvent) == events
+
+
+def test_one_bad_item_lists_every_problem_and_writes_nothing(
+    cli: FlaskCliRunner, world: World, tmp_path: Path
+) -> None:
+    document = [
+        item("ok"),
+        item("sys", job="os.system"),
+        item("nightly", job="maintenance.prune_runs", args={}),
+        item("typed", args={"message": 5}),
+        item("extra", args={"message": "m", "shout": True}),
+        item("missing", args={}),
+        item("cron", cron="0 0 30 2 *"),
+        item("zone", time_zone="Mars/Olympus"),
+        item("ok"),
+        {"name": "no key", "job": "demo.echo", "cron": "* * * * *", "colour": "red"},
+        "not an object",
+        item("eval", job="builtins.eval"),
+        item("globals", job="demo.echo.__globals__"),
+        item("empty", job=""),
+    ]
+    code, out, err = import_file(cli, write(tmp_path, document))
+    assert code == 1 and out == ""
+    assert err.splitlines() == [
+        "item 1 (key 'sys'): job 'os.system' is not in the catalog",
+        "item 2 (key 'nightly'): job 'maintenance.prune_runs' is a system job and cannot be "
+        "used in a tenant schedule",
+        "item 3 (key 'typed'): args.message: Input should be a valid string",
+        "item 4 (key 'extra'): args.shout: Extra inputs are not permitted",
+        "item 5 (key 'missing'): args.message: Field required",
+        "item 6 (key 'cron'): cron: February never has 30 days: this schedule would never fire",
+        "item 7 (key 'zone'): time_zone: unknown time zone 'Mars/Olympus'",
+        "item 8 (key 'ok'): duplicate key: item 0 has it too",
+        "item 9: key: field required",
+        "item 9: colour: unknown field",
+        "item 10: must be a JSON object",
+        "item 11 (key 'eval'): job 'builtins.eval' is not in the catalog",
+        "item 12 (key 'globals'): job 'demo.echo.__globals__' is not in the catalog",
+        "item 13 (key 'empty'): job '' is not in the catalog",
+        "nothing was imported",
+    ]
+    assert count(Schedule) == 0 and count(AuditEvent) == 0
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("[{", "malformed JSON: Expecting property name enclosed in double quotes"),
+        ('{"key": "a"}', "the file must hold a JSON list of schedule objects"),
+    ],
+)
+def test_a_file_that_is_not_a_json_list_is_refused(
+    cli: FlaskCliRunner, world: World, tmp_path: Path, content: str, message: str
+) -> None:
+    code, _, err = import_file(cli, write(tmp_path, content))
+    assert code == 1 and err.startswith(message)
+    assert count(Schedule) == 0
+
+
+def test_import_into_a_missing_tenant_is_refused(
+    cli: FlaskCliRunner, world: World, tmp_path: Path
+) -> None:
+    assert import_file(cli, write(tmp_path, [item("a")]), tenant="gamma") == (
+        1,
+        "",
+        "Error: no tenant with slug 'gamma'\n",
+    )
+
+
+def test_import_over_the_quota_writes_nothing(
+    cli: FlaskCliRunner, world: World, tmp_path: Path
+) -> None:
+    result = cli.invoke(args=["tenant", "set", "alpha", "--max-schedules", "2"])
+    assert result.stdout == "tenant alpha: max schedules 2, min interval default\n"
+    code, _, err = import_file(cli, write(tmp_path, [item("a"), item("b"), item("c")]))
+    assert code == 1
+    assert err.splitlines()[0] == (
+        "tenant 'alpha' may have at most 2 schedules: it has 0 and the file adds 3"
+    )
+    assert count(Schedule) == 0
+
+
+def test_the_minimum_interval_quota_names_the_item(
+    cli: FlaskCliRunner, world: World, tmp_path: Path
+) -> None:
+    cli.invoke(args=["tenant", "set", "alpha", "--min-interval", "3600"])
+    code, _, err = import_file(cli, write(tmp_path, [item("a"), item("b", cron="*/5 * * * *")]))
+    assert code == 1
+    assert err.splitlines()[0] == (
+        "item 1 (key 'b'): cron: fires as often as every 300 s; this tenant allows at most "
+        "one fire every 3600 s"
+    )
+
+
+def test_tenant_set_refuses_a_bad_value(cli: FlaskCliRunner, world: World) -> None:
+    result = cli.invoke(args=["tenant", "set", "alpha", "--max-schedules", "many"])
+    assert result.exit_code == 2
+    assert "'many' is not a whole number or 'default'" in result.stderr
+
+
+def test_ten_thousand_items_import_in_one_transaction(
+    cli: FlaskCliRunner, world: World, tmp_path: Path
+) -> None:
+    document = [item(f"s{n:05d}", cron=f"{n % 60} * * * *") for n in range(10_000)]
+    assert import_file(cli, write(tmp_path, document))[0] == 0
+    assert count(Schedule) == 10_000 and count(AuditEvent) == 10_000
+
+
+def test_catalog_list_shows_jobs_and_parameters(cli: FlaskCliRunner) -> None:
+    lines = cli.invoke(args=["catalog", "list"]).stdout.splitlines()
+    assert "demo.echo  [tenant]  Echo a message" in lines
+    assert "maintenance.prune_runs  [system]  Prune run history" in lines
+    assert "    seconds (number, required, min 0, max 3600): How long the run lasts." in lines
+
+
+def test_schedule_run_queues_a_manual_run(
+    cli: FlaskCliRunner, world: World, tmp_path: Path
+) -> None:
+    import_file(cli, write(tmp_path, [item("a", time_zone="Europe/Berlin")]))
+    result = cli.invoke(
+        args=["schedule", "run", "a", "--tenant", "alpha", "--at", "2030-01-01T09:00"]
+    )
+    assert result.exit_code == 0, result.output
+    run = db.session.scalars(select(Run)).one()
+    assert result.stdout == f"run {run.id} queued for 2030-01-01T08:00:00Z\n"
+    assert run.available_at == datetime(2030, 1, 1, 8, tzinfo=UTC)
+    missing = cli.invoke(args=["schedule", "run", "zzz", "--tenant", "alpha"])
+    assert missing.exit_code == 1
+    assert missing.stderr == "Error: key: tenant 'alpha' has no schedule with key 'zzz'\n"
+    bad = cli.invoke(args=["schedule", "run", "a", "--tenant", "alpha", "--at", "tomorrow"])
+    assert bad.exit_code == 2 and "'tomorrow' is not an ISO 8601 date and time" in bad.stderr
+
+
+@pytest.fixture
+def operator_app(database_url: str) -> Iterator[Flask]:
+    """The app with an operator job module that declares a default schedule."""
+    application = migrated_app(database_url, SCHEDULER_JOB_MODULES=["tests.sample_jobs"])
+    with application.app_context():
+        yield application
+        db.session.remove()
+        db.engine.dispose()
+
+
+def test_sync_materialises_defaults_once_and_never_overwrites(
+    operator_app: Flask, password_hash: str
+) -> None:
+    cli = operator_app.test_cli_runner()
+    for slug in ("alpha", "beta"):
+        cli.invoke(args=["tenant", "create", slug, "--name", slug.title()])
+    # Creating a tenant materialises its defaults right away.
+    assert count(Schedule) == 2
+    assert cli.invoke(args=["scheduler", "sync"]).stdout == "created 1 default schedules\n"
+    keys = db.session.execute(select(Schedule.tenant_id, Schedule.key).order_by(Schedule.id)).all()
+    assert sorted(k for _, k in keys) == [
+        "maintenance.prune_runs",
+        "sample.nightly-report",
+        "sample.nightly-report",
+    ]
+    edited = db.session.scalars(
+        select(Schedule).where(Schedule.key == "sample.nightly-report")
+    ).first()
+    assert edited is not None and edited.args == {"recipients": 1, "fmt": "csv"}
+    edited.cron, edited.active = "0 5 * * *", False
+    db.session.commit()
+    assert cli.invoke(args=["scheduler", "sync"]).stdout == "created 0 default schedules\n"
+    db.session.expire_all()
+    assert (edited.cron, edited.active) == ("0 5 * * *", False)
+    assert count(Schedule) == 3
+
+
+def test_prune_deletes_only_old_finished_runs(app: Flask, world: World) -> None:
+    now = datetime(2026, 6, 1, tzinfo=UTC)
+    for n, (status, age) in enumerate(
+        [("succeeded", 100), ("failed", 91), ("succeeded", 10), ("queued", 200)]
+    ):
+        db.session.add(
+            Run(
+                tenant_id=world.alpha.id,
+                job="demo.echo",
+                scheduled_for=now,
+                idempotency_key=f"k{n}",
+                status=status,
+                finished_at=None if status == "queued" else now - timedelta(days=age),
+            )
+        )
+    db.session.commit()
+    assert prune_finished_runs(db.session(), now - timedelta(days=90)) == 2
+    assert sorted(db.session.scalars(select(Run.idempotency_key))) == ["k2", "k3"]
+
+
+def test_tenant_creation_through_the_service_needs_no_defaults(app: Flask) -> None:
+    tenant = accounts.create_tenant("gamma", "Gamma", "UTC")
+    assert tenant.id and count(Schedule) == 0

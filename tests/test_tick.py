@@ -1,0 +1,204 @@
+"""The tick, step by step with an explicit now, on both databases."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from flask import Flask
+from sqlalchemy import select
+
+from tests.conftest import World
+from tests.scheduler_helpers import add_run, add_schedule, all_runs, catalog, settings
+from webapp.extensions import db
+from webapp.models import Schedule
+from webapp.scheduler.tick import tick, tick_once
+
+NOW = datetime(2026, 3, 7, 12, 0, 20, tzinfo=UTC)
+
+
+def run_tick(now: datetime = NOW, **changes: object) -> object:
+    return tick(db.session(), catalog(), settings(**changes), now)
+
+
+def reload(schedule: Schedule) -> Schedule:
+    db.session.expire_all()
+    fresh = db.session.get(Schedule, schedule.id)
+    assert fresh is not None
+    return fresh
+
+
+def test_a_due_schedule_fires_once_and_advances(app: Flask, world: World) -> None:
+    schedule = add_schedule(world.alpha.id, "hourly", datetime(2026, 3, 7, 12, tzinfo=UTC))
+    result = run_tick()
+    assert (result.claimed, result.queued) == (1, 1)  # type: ignore[attr-defined]
+    (run,) = all_runs()
+    assert (run.status, run.trigger, run.scheduled_for, run.fires_covered) == (
+        "queued", "schedule", datetime(2026, 3, 7, 12, tzinfo=UTC), 1,
+    )
+    assert run.idempotency_key == f"schedule:{schedule.id}:2026-03-07T12:00:00Z"
+    assert (run.job, run.args, run.tenant_id) == ("demo.echo", {"message": "hourly"}, world.alpha.id)
+    fresh = reload(schedule)
+    assert fresh.next_run_at == datetime(2026, 3, 7, 13, tzinfo=UTC)
+    assert fresh.last_run_at == datetime(2026, 3, 7, 12, tzinfo=UTC)
+    assert run_tick().claimed == 0  # type: ignore[attr-defined]
+    assert len(all_runs()) == 1
+
+
+def test_schedules_not_yet_due_and_paused_ones_do_not_fire(app: Flask, world: World) -> None:
+    add_schedule(world.alpha.id, "later", datetime(2026, 3, 7, 13, tzinfo=UTC))
+    add_schedule(world.alpha.id, "paused", datetime(2026, 3, 7, 11, tzinfo=UTC), active=False)
+    assert run_tick().claimed == 0  # type: ignore[attr-defined]
+    assert all_runs() == []
+
+
+def test_it_skips_a_fire_already_recorded(
+    app: Flask, world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    fire = datetime(2026, 3, 7, 12, tzinfo=UTC)
+    schedule = add_schedule(world.alpha.id, "hourly", fire)
+    add_run(world.alpha.id, fire, schedule_id=schedule.id, trigger="schedule",
+            idempotency_key="recorded-by-another-worker")
+    with caplog.at_level(logging.INFO, logger="webapp.scheduler"):
+        result = run_tick()
+    assert (result.queued, result.already_recorded) == (0, 1)  # type: ignore[attr-defined]
+    assert [r.idempotency_key for r in all_runs()] == ["recorded-by-another-worker"]
+    assert reload(schedule).next_run_at == datetime(2026, 3, 7, 13, tzinfo=UTC)
+    assert [r.action for r in caplog.records] == ["fire_already_recorded"]  # type: ignore[attr-defined]
+
+
+def test_fire_once_coalesces_missed_fires_into_one_run(app: Flask, world: World) -> None:
+    schedule = add_schedule(world.alpha.id, "hourly", datetime(2026, 3, 7, 8, tzinfo=UTC))
+    run_tick()
+    (run,) = all_runs()
+    assert (run.trigger, run.scheduled_for, run.fires_covered, run.status) == (
+        "catchup", datetime(2026, 3, 7, 12, tzinfo=UTC), 5, "queued",
+    )
+    assert reload(schedule).next_run_at == datetime(2026, 3, 7, 13, tzinfo=UTC)
+
+
+def test_fire_all_queues_every_missed_fire_within_the_bounds(app: Flask, world: World) -> None:
+    add_schedule(world.alpha.id, "hourly", datetime(2026, 3, 7, 6, tzinfo=UTC),
+                 misfire_policy="fire_all")
+    run_tick(max_catchup=3)
+    runs = all_runs()
+    assert [(r.scheduled_for.hour, r.status, r.trigger, r.fires_covered) for r in runs] == [
+        (8, "skipped", "catchup", 3),
+        (9, "queued", "catchup", 1),
+        (10, "queued", "catchup", 1),
+        (11, "queued", "catchup", 1),
+        (12, "queued", "schedule", 1),
+    ]
+    assert runs[0].error == (
+        "skipped 3 missed fire times outside the recovery window (86400 s, at most 3 runs)"
+    )
+
+
+def test_fire_all_respects_the_recovery_window(app: Flask, world: World) -> None:
+    add_schedule(world.alpha.id, "hourly", datetime(2026, 3, 7, 6, tzinfo=UTC),
+                 misfire_policy="fire_all")
+    run_tick(recovery_window=timedelta(hours=2))  # 10:00 is 2 h 20 s old at 12:00:20
+    assert [(r.scheduled_for.hour, r.status, r.fires_covered) for r in all_runs()] == [
+        (10, "skipped", 5), (11, "queued", 1), (12, "queued", 1),
+    ]
+
+
+def test_skip_records_one_skipped_run_saying_how_many(app: Flask, world: World) -> None:
+    schedule = add_schedule(world.alpha.id, "hourly", datetime(2026, 3, 7, 9, tzinfo=UTC),
+                            misfire_policy="skip")
+    run_tick(now=datetime(2026, 3, 7, 12, 30, tzinfo=UTC))
+    (run,) = all_runs()
+    assert (run.status, run.fires_covered, run.scheduled_for) == (
+        "skipped", 4, datetime(2026, 3, 7, 12, tzinfo=UTC),
+    )
+    assert run.error == "skipped 4 missed fire times (misfire policy: skip)"
+    assert reload(schedule).next_run_at == datetime(2026, 3, 7, 13, tzinfo=UTC)
+
+
+def test_skip_still_fires_the_fire_time_that_is_on_time(app: Flask, world: World) -> None:
+    add_schedule(world.alpha.id, "hourly", datetime(2026, 3, 7, 11, tzinfo=UTC),
+                 misfire_policy="skip")
+    run_tick()
+    assert [(r.scheduled_for.hour, r.status) for r in all_runs()] == [
+        (11, "skipped"), (12, "queued"),
+    ]
+
+
+def test_overlap_skip_records_a_skipped_run_while_an_earlier_one_runs(
+    app: Flask, world: World
+) -> None:
+    schedule = add_schedule(world.alpha.id, "hourly", datetime(2026, 3, 7, 12, tzinfo=UTC),
+                            overlap_policy="skip")
+    add_run(world.alpha.id, NOW - timedelta(hours=1), schedule_id=schedule.id, status="running")
+    run_tick()
+    fired = all_runs()[-1]
+    assert (fired.status, fired.error) == (
+        "skipped", "skipped: an earlier run of this schedule is still queued or running",
+    )
+
+
+def test_overlap_allow_queues_beside_a_running_run(app: Flask, world: World) -> None:
+    schedule = add_schedule(world.alpha.id, "hourly", datetime(2026, 3, 7, 12, tzinfo=UTC))
+    add_run(world.alpha.id, NOW - timedelta(hours=1), schedule_id=schedule.id, status="running")
+    run_tick()
+    assert all_runs()[-1].status == "queued"
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({"cron": "61 * * * *"}, "schedule deactivated: minute 61 is out of range 0-59"),
+        ({"job": "os.system"}, "schedule deactivated: job 'os.system' is not in the catalog"),
+        ({"time_zone": "Mars/Olympus"}, "schedule deactivated: unknown time zone 'Mars/Olympus'"),
+    ],
+)
+def test_a_tampered_schedule_fails_once_is_deactivated_and_others_still_fire(
+    app: Flask, world: World, fields: dict[str, str], reason: str
+) -> None:
+    bad = add_schedule(world.alpha.id, "bad", datetime(2026, 3, 7, 11, tzinfo=UTC), **fields)
+    add_schedule(world.alpha.id, "good", datetime(2026, 3, 7, 12, tzinfo=UTC))
+    result = run_tick()
+    assert (result.failed, result.queued) == (1, 1)  # type: ignore[attr-defined]
+    failed = next(r for r in all_runs() if r.schedule_id == bad.id)
+    assert (failed.status, failed.error) == ("failed", reason)
+    fresh = reload(bad)
+    assert (fresh.active, fresh.inactive_reason) == (False, reason)
+    assert run_tick(now=NOW + timedelta(days=1)).failed == 0  # type: ignore[attr-defined]
+
+
+def test_a_system_job_in_a_tenant_schedule_is_deactivated(app: Flask, world: World) -> None:
+    bad = add_schedule(world.alpha.id, "prune", datetime(2026, 3, 7, 12, tzinfo=UTC),
+                       job="maintenance.prune_runs", args={})
+    run_tick()
+    assert reload(bad).inactive_reason == (
+        "schedule deactivated: job 'maintenance.prune_runs' is a system job, "
+        "not allowed in a tenant schedule"
+    )
+
+
+def test_batches_repeat_until_nothing_is_due(app: Flask, world: World) -> None:
+    for n in range(7):
+        add_schedule(world.alpha.id, f"s{n}", datetime(2026, 3, 7, 12, tzinfo=UTC))
+    first = tick_once(db.session(), catalog(), settings(batch_size=3), NOW)
+    assert first.claimed == 3
+    rest = run_tick(batch_size=3)
+    assert rest.claimed == 4  # type: ignore[attr-defined]
+    assert len(all_runs()) == 7
+
+
+def test_the_next_fire_follows_debian_dst_rules(app: Flask, world: World) -> None:
+    schedule = add_schedule(world.alpha.id, "night", datetime(2026, 3, 7, 7, 30, tzinfo=UTC),
+                            cron="30 2 * * *", time_zone="America/New_York")
+    run_tick(now=datetime(2026, 3, 7, 7, 30, 5, tzinfo=UTC))
+    # 02:30 does not exist on 2026-03-08 in New York: Debian cron runs it at 03:00 EDT.
+    assert reload(schedule).next_run_at == datetime(2026, 3, 8, 7, 0, tzinfo=UTC)
+
+
+def test_system_schedules_fire_without_a_tenant(app: Flask) -> None:
+    add_schedule(None, "prune", datetime(2026, 3, 7, 12, tzinfo=UTC),
+                 job="maintenance.prune_runs", args={})
+    run_tick()
+    (run,) = all_runs()
+    assert (run.tenant_id, run.job, run.status) == (None, "maintenance.prune_runs", "queued")
+    assert db.session.scalar(select(Schedule.active)) is True

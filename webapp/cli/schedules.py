@@ -1,0 +1,123 @@
+"""`flask schedule ...`, `flask catalog list` and `flask tenant set`: schedules as data."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import IO
+
+import click
+from flask.cli import AppGroup
+
+from webapp import accounts
+from webapp.cli import reports_errors
+from webapp.cli.accounts import tenant_cli
+from webapp.database import utcnow
+from webapp.scheduler import cron
+from webapp.services.audit import Actor
+from webapp.services.catalog import current_catalog
+from webapp.services.schedules import find_schedule, run_now
+from webapp.services.transfer import ImportProblems, export_schedules, import_schedules
+
+schedule_cli = AppGroup("schedule", help="Import, export and run schedules.")
+catalog_cli = AppGroup("catalog", help="The jobs that schedules may use.")
+
+
+@schedule_cli.command("import")
+@click.argument("file", type=click.File("r", encoding="utf-8"))
+@click.option("--tenant", "tenant_slug", required=True)
+@reports_errors
+def import_command(file: IO[str], tenant_slug: str) -> None:
+    """Create or update (by key) the schedules of a JSON file; all or nothing."""
+    tenant = accounts.find_tenant(tenant_slug)
+    try:
+        result = import_schedules(tenant, file.read(), Actor.cli(), utcnow())
+    except ImportProblems as problems:
+        for line in problems.problems:
+            click.echo(line, err=True)
+        click.echo("nothing was imported", err=True)
+        raise click.exceptions.Exit(1) from None
+    click.echo(
+        f"imported into {tenant.slug}: {result.created} created, {result.updated} updated, "
+        f"{result.unchanged} unchanged"
+    )
+
+
+@schedule_cli.command("export")
+@click.option("--tenant", "tenant_slug", required=True)
+@reports_errors
+def export_command(tenant_slug: str) -> None:
+    """Write the tenant's schedules as JSON to stdout (the import format)."""
+    click.echo(export_schedules(accounts.find_tenant(tenant_slug)), nl=False)
+
+
+@schedule_cli.command("run")
+@click.argument("key")
+@click.option("--tenant", "tenant_slug", required=True)
+@click.option("--at", "at_text", help="When to start: ISO 8601; without an offset, schedule time.")
+@reports_errors
+def run_command(key: str, tenant_slug: str, at_text: str | None) -> None:
+    """Queue a run of a schedule now, or once at a given time."""
+    tenant = accounts.find_tenant(tenant_slug)
+    schedule = find_schedule(tenant, key)
+    at = parse_at(at_text, schedule.time_zone) if at_text else None
+    run = run_now(schedule, Actor.cli(), utcnow(), at)
+    click.echo(f"run {run.id} {run.status} for {run.scheduled_for:%Y-%m-%dT%H:%M:%SZ}")
+
+
+def parse_at(text: str, time_zone: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        message = f"{text!r} is not an ISO 8601 date and time"
+        raise click.BadParameter(message, param_hint="--at") from None
+    return cron.wall_time_to_utc(moment, time_zone)
+
+
+@catalog_cli.command("list")
+@reports_errors
+def list_catalog() -> None:
+    """List the jobs with their scope and parameters."""
+    for spec in current_catalog().jobs():
+        click.echo(f"{spec.name}  [{spec.scope}]  {spec.title}")
+        for field in spec.form_fields():
+            required = "required" if field.required else f"default {field.default!r}"
+            choices = f", one of {', '.join(field.choices)}" if field.choices else ""
+            bounds = "".join(
+                f", {label} {value:g}"
+                for label, value in (("min", field.min), ("max", field.max))
+                if value is not None
+            )
+            click.echo(
+                f"    {field.name} ({field.kind}, {required}{choices}{bounds}): {field.help}"
+            )
+
+
+@tenant_cli.command("set")
+@click.argument("slug")
+@click.option("--max-schedules", help="Most schedules the tenant may have; 'default' to clear.")
+@click.option("--min-interval", help="Fewest seconds between fires; 'default' to clear.")
+@reports_errors
+def set_tenant(slug: str, max_schedules: str | None, min_interval: str | None) -> None:
+    """Set a tenant's quotas (unset options keep their value)."""
+    tenant = accounts.find_tenant(slug)
+    limits = {
+        "--max-schedules": tenant.max_schedules,
+        "--min-interval": tenant.min_interval_seconds,
+    }
+    for label, given in (("--max-schedules", max_schedules), ("--min-interval", min_interval)):
+        if given is None:
+            continue
+        if given == "default":
+            limits[label] = None
+        elif given.isdigit():
+            limits[label] = int(given)
+        else:
+            raise click.BadParameter(
+                f"{given!r} is not a whole number or 'default'", param_hint=label
+            )
+    tenant = accounts.set_limits(slug, limits["--max-schedules"], limits["--min-interval"])
+    shown = {k: "default" if v is None else v for k, v in limits.items()}
+    click.echo(
+        f"tenant {tenant.slug}: max schedules {shown['--max-schedules']}, "
+        f"min interval {shown['--min-interval']}"
+    )

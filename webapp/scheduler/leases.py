@@ -1,0 +1,165 @@
+"""Leases on runs: take queued runs, keep them alive, take back those of dead workers."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from webapp.database import write_transaction
+from webapp.models import Run, Schedule, Tenant
+from webapp.scheduler import claims
+
+log = logging.getLogger("webapp.scheduler")
+
+
+@dataclass(frozen=True)
+class LeasedRun:
+    id: int
+    tenant_id: int | None
+    tenant_slug: str | None
+    schedule_id: int | None
+    schedule_key: str | None
+    job: str
+    args: dict[str, Any]
+    trigger: str
+    scheduled_for: datetime
+    idempotency_key: str
+    attempt: int
+    max_attempts: int
+    started_at: datetime
+
+
+def lease_once(
+    session: Session, worker_id: int, now: datetime, lock_ttl: timedelta, limit: int
+) -> list[LeasedRun]:
+    """Takes up to `limit` queued runs whose start time has come, in one transaction."""
+    if limit <= 0:
+        return []
+    with write_transaction(session):
+        rows = claims.lease_runs(session, worker_id, now, now + lock_ttl, limit)
+        if not rows:
+            return []
+        names = {
+            run_id: (slug, key)
+            for run_id, slug, key in session.execute(
+                select(Run.id, Tenant.slug, Schedule.key)
+                .outerjoin(Tenant, Tenant.id == Run.tenant_id)
+                .outerjoin(Schedule, Schedule.id == Run.schedule_id)
+                .where(Run.id.in_([row.id for row in rows]))
+            )
+        }
+    leased = [
+        LeasedRun(
+            id=row.id,
+            tenant_id=row.tenant_id,
+            tenant_slug=names[row.id][0],
+            schedule_id=row.schedule_id,
+            schedule_key=names[row.id][1],
+            job=row.job,
+            args=row.args,
+            trigger=row.trigger,
+            scheduled_for=row.scheduled_for,
+            idempotency_key=row.idempotency_key,
+            attempt=row.attempt,
+            max_attempts=row.max_attempts,
+            started_at=row.started_at,
+        )
+        for row in sorted(rows, key=lambda r: r.id)
+    ]
+    for run in leased:
+        log.info(
+            "run_started",
+            extra={
+                "action": "run_started",
+                "run_id": run.id,
+                "attempt": run.attempt,
+                "worker_id": worker_id,
+            },
+        )
+    return leased
+
+
+def renew_leases(
+    session: Session, worker_id: int, run_ids: list[int], now: datetime, lock_ttl: timedelta
+) -> None:
+    """The worker's heartbeat for the jobs it runs: a lease that is renewed never expires."""
+    if run_ids:
+        with write_transaction(session):
+            claims.extend_leases(session, worker_id, run_ids, now + lock_ttl)
+
+
+def reap_once(session: Session, now: datetime) -> int:
+    """Takes back runs whose lease expired: queued again, or failed when attempts are spent."""
+    expired = (Run.status == "running", Run.locked_until < now)
+    with write_transaction(session):
+        requeued = (
+            session.execute(
+                update(Run)
+                .where(*expired, Run.attempt < Run.max_attempts)
+                .values(
+                    status="queued",
+                    worker_id=None,
+                    locked_until=None,
+                    available_at=now,
+                    error="the worker running this attempt was lost; retrying",
+                )
+                .returning(Run.id)
+                .execution_options(synchronize_session=False)
+            )
+            .scalars()
+            .all()
+        )
+        failed = (
+            session.execute(
+                update(Run)
+                .where(*expired, Run.attempt >= Run.max_attempts)
+                .values(
+                    status="failed",
+                    locked_until=None,
+                    finished_at=now,
+                    error="worker lost: the worker running it stopped renewing its lease",
+                )
+                .returning(Run.id)
+                .execution_options(synchronize_session=False)
+            )
+            .scalars()
+            .all()
+        )
+    for run_id in [*requeued, *failed]:
+        log.warning(
+            "run_lease_expired",
+            extra={"action": "run_lease_expired", "run_id": run_id, "requeued": run_id in requeued},
+        )
+    return len(requeued) + len(failed)
+
+
+def release_leases(session: Session, worker_id: int, run_ids: list[int], now: datetime) -> int:
+    """On shutdown: unfinished runs go back to the queue, and the attempt does not count."""
+    if not run_ids:
+        return 0
+    with write_transaction(session):
+        released = (
+            session.execute(
+                update(Run)
+                .where(Run.id.in_(run_ids), Run.worker_id == worker_id, Run.status == "running")
+                .values(
+                    status="queued",
+                    worker_id=None,
+                    locked_until=None,
+                    available_at=now,
+                    attempt=Run.attempt - 1,
+                )
+                .returning(Run.id)
+                .execution_options(synchronize_session=False)
+            )
+            .scalars()
+            .all()
+        )
+    for run_id in released:
+        log.info("run_released", extra={"action": "run_released", "run_id": run_id})
+    return len(released)

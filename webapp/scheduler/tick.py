@@ -1,0 +1,198 @@
+"""The tick: claim due schedules, record exactly one run per fire time, advance, in one transaction.
+
+A crash anywhere before the commit rolls everything back and frees the rows at once; the unique
+index on runs (schedule_id, scheduled_for) refuses a fire that another worker already recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.engine import Row
+from sqlalchemy.orm import Session
+
+from webapp.catalog import Catalog, UnknownJobError
+from webapp.database import write_transaction
+from webapp.scheduler import claims, cron
+from webapp.scheduler.misfire import PlannedRun, plan_fires
+
+log = logging.getLogger("webapp.scheduler")
+
+OVERLAP_REASON = "skipped: an earlier run of this schedule is still queued or running"
+
+
+@dataclass
+class TickResult:
+    claimed: int = 0
+    queued: int = 0
+    skipped: int = 0
+    failed: int = 0
+    already_recorded: int = 0
+
+    def add(self, other: TickResult) -> None:
+        self.claimed += other.claimed
+        self.queued += other.queued
+        self.skipped += other.skipped
+        self.failed += other.failed
+        self.already_recorded += other.already_recorded
+
+
+@dataclass(frozen=True)
+class TickSettings:
+    batch_size: int
+    grace: timedelta
+    recovery_window: timedelta
+    max_catchup: int
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> TickSettings:
+        return cls(
+            batch_size=int(config["SCHEDULER_BATCH_SIZE"]),
+            grace=timedelta(seconds=float(config["SCHEDULER_MISFIRE_GRACE"])),
+            recovery_window=timedelta(seconds=float(config["SCHEDULER_RECOVERY_WINDOW"])),
+            max_catchup=int(config["SCHEDULER_MAX_CATCHUP"]),
+        )
+
+
+class BadSchedule(Exception):
+    """A schedule whose stored data cannot be evaluated (tampered cron, job gone)."""
+
+
+def fire_key(schedule_id: int, fire: datetime) -> str:
+    """The idempotency key of a scheduled fire: the same for every attempt of that run."""
+    return f"schedule:{schedule_id}:{fire:%Y-%m-%dT%H:%M:%SZ}"
+
+
+def run_row(
+    schedule: Row[Any], planned: PlannedRun, now: datetime, max_attempts: int, reason: str | None
+) -> dict[str, Any]:
+    finished = planned.status != "queued"
+    return {
+        "tenant_id": schedule.tenant_id,
+        "schedule_id": schedule.id,
+        "job": schedule.job,
+        "args": schedule.args,
+        "trigger": planned.trigger,
+        "scheduled_for": planned.scheduled_for,
+        "idempotency_key": fire_key(schedule.id, planned.scheduled_for),
+        "status": planned.status,
+        "attempt": 0,
+        "max_attempts": max_attempts,
+        "fires_covered": planned.fires_covered,
+        "queued_at": now,
+        "available_at": now,
+        "finished_at": now if finished else None,
+        "error": reason,
+    }
+
+
+def resolve(schedule: Row[Any], catalog: Catalog) -> tuple[cron.CronSpec, int]:
+    """The compiled expression and the job's max attempts, or BadSchedule with the reason."""
+    try:
+        spec = cron.validate(schedule.cron, schedule.time_zone)
+        job = catalog.get(schedule.job)
+    except (cron.CronError, UnknownJobError) as error:
+        raise BadSchedule(str(error)) from None
+    scope = "tenant" if schedule.tenant_id is not None else "system"
+    if job.scope != scope:
+        raise BadSchedule(
+            f"job '{job.name}' is a {job.scope} job, not allowed in a {scope} schedule"
+        )
+    return spec, job.max_attempts
+
+
+def tick_once(
+    session: Session, catalog: Catalog, settings: TickSettings, now: datetime | None = None
+) -> TickResult:
+    """One batch: claims up to `batch_size` due schedules and commits their runs and advance."""
+    result = TickResult()
+    with write_transaction(session):
+        now = now or claims.database_now(session)
+        due = claims.claim_due_schedules(session, now, settings.batch_size)
+        if not due:
+            return result
+        result.claimed = len(due)
+        busy = claims.schedules_with_unfinished_runs(
+            session, (s.id for s in due if s.overlap_policy == "skip")
+        )
+        runs: list[dict[str, Any]] = []
+        advances: list[dict[str, Any]] = []
+        deactivations: list[dict[str, Any]] = []
+        for schedule in due:
+            try:
+                spec, max_attempts = resolve(schedule, catalog)
+            except BadSchedule as error:
+                why = f"schedule deactivated: {error}"
+                failed = PlannedRun(schedule.next_run_at, "schedule", "failed")
+                runs.append(run_row(schedule, failed, now, 1, why))
+                deactivations.append({"id": schedule.id, "active": False, "inactive_reason": why})
+                log.warning(
+                    "schedule_deactivated",
+                    extra={
+                        "action": "schedule_deactivated",
+                        "schedule_id": schedule.id,
+                        "reason": why,
+                    },
+                )
+                continue
+            plan = plan_fires(
+                spec,
+                schedule.next_run_at,
+                now,
+                schedule.misfire_policy,
+                settings.grace,
+                settings.recovery_window,
+                settings.max_catchup,
+            )
+            running = schedule.id in busy
+            for planned in plan.runs:
+                reason: str | None = planned.reason
+                if planned.status == "queued" and schedule.overlap_policy == "skip":
+                    if running:
+                        planned = PlannedRun(
+                            planned.scheduled_for, planned.trigger, "skipped", planned.fires_covered
+                        )
+                        reason = OVERLAP_REASON
+                    running = True
+                runs.append(run_row(schedule, planned, now, max_attempts, reason))
+            advances.append(
+                {"id": schedule.id, "next_run_at": plan.next_run_at, "last_run_at": plan.last_fire}
+            )
+        inserted = claims.insert_runs(session, runs)
+        for row in runs:
+            recorded = (row["schedule_id"], row["scheduled_for"]) in inserted
+            count_run(result, row, recorded)
+        claims.advance_schedules(session, advances)
+        claims.advance_schedules(session, deactivations)
+    return result
+
+
+def count_run(result: TickResult, row: dict[str, Any], recorded: bool) -> None:
+    fields = {"schedule_id": row["schedule_id"], "scheduled_for": row["scheduled_for"].isoformat()}
+    if not recorded:
+        result.already_recorded += 1
+        log.info("fire_already_recorded", extra={"action": "fire_already_recorded", **fields})
+    elif row["status"] == "queued":
+        result.queued += 1
+        log.info("schedule_fired", extra={"action": "schedule_fired", **fields})
+    elif row["status"] == "skipped":
+        result.skipped += 1
+        log.info("fire_skipped", extra={"action": "fire_skipped", "reason": row["error"], **fields})
+    else:
+        result.failed += 1
+
+
+def tick(
+    session: Session, catalog: Catalog, settings: TickSettings, now: datetime | None = None
+) -> TickResult:
+    """Repeats batches until nothing is due."""
+    total = TickResult()
+    while True:
+        batch = tick_once(session, catalog, settings, now)
+        total.add(batch)
+        if batch.claimed < settings.batch_size:
+            return total

@@ -1,0 +1,82 @@
+"""Who did what: every change writes an audit event in the same transaction as the change."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from webapp.database import utcnow
+from webapp.models import AuditEvent, Schedule, User
+
+
+@dataclass(frozen=True)
+class Actor:
+    """The person or process behind a change, as the audit log shows it."""
+
+    user_id: int | None
+    label: str
+
+    @classmethod
+    def for_user(cls, user: User) -> Actor:
+        return cls(user_id=user.id, label=user.email)
+
+    @classmethod
+    def cli(cls) -> Actor:
+        return cls(user_id=None, label="cli")
+
+
+SCHEDULER = Actor(user_id=None, label="scheduler")
+DEFAULTS = Actor(user_id=None, label="defaults")
+
+AUDITED_FIELDS = (
+    "key",
+    "name",
+    "job",
+    "args",
+    "cron",
+    "time_zone",
+    "active",
+    "misfire_policy",
+    "overlap_policy",
+)
+
+
+def schedule_snapshot(schedule: Schedule) -> dict[str, Any]:
+    return {name: getattr(schedule, name) for name in AUDITED_FIELDS}
+
+
+def changed_fields(
+    before: dict[str, Any], after: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Only what changed, so the audit page shows the difference rather than two copies."""
+    names = [name for name in after if before.get(name) != after[name]]
+    return {name: before.get(name) for name in names}, {name: after[name] for name in names}
+
+
+def audit_row(
+    actor: Actor,
+    action: str,
+    schedule: Schedule | dict[str, Any],
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """An audit_events row as a dict, for bulk inserts and single ones alike."""
+    get = schedule.get if isinstance(schedule, dict) else lambda name: getattr(schedule, name)
+    return {
+        "tenant_id": get("tenant_id"),
+        "actor_id": actor.user_id,
+        "actor_label": actor.label,
+        "action": action,
+        "object_type": "schedule",
+        "object_id": get("id"),
+        "object_label": get("name"),
+        "before": before,
+        "after": after,
+        "created_at": utcnow(),
+    }
+
+
+def record(session: Session, row: dict[str, Any]) -> None:
+    session.add(AuditEvent(**row))
