@@ -85,7 +85,8 @@ def test_a_job_outside_the_catalog_is_refused(app: Flask, world: World, job: str
 def test_a_system_job_cannot_be_scheduled_by_a_tenant(app: Flask, world: World) -> None:
     errors = refused(world, job="maintenance.prune_runs", args={})
     assert errors == {
-        "job": "job 'maintenance.prune_runs' is a system job and cannot be used in a tenant schedule"
+        "job": "job 'maintenance.prune_runs' is a system job "
+        "and cannot be used in a tenant schedule"
     }
 
 

@@ -35,10 +35,17 @@ def test_a_due_schedule_fires_once_and_advances(app: Flask, world: World) -> Non
     assert (result.claimed, result.queued) == (1, 1)  # type: ignore[attr-defined]
     (run,) = all_runs()
     assert (run.status, run.trigger, run.scheduled_for, run.fires_covered) == (
-        "queued", "schedule", datetime(2026, 3, 7, 12, tzinfo=UTC), 1,
+        "queued",
+        "schedule",
+        datetime(2026, 3, 7, 12, tzinfo=UTC),
+        1,
     )
     assert run.idempotency_key == f"schedule:{schedule.id}:2026-03-07T12:00:00Z"
-    assert (run.job, run.args, run.tenant_id) == ("demo.echo", {"message": "hourly"}, world.alpha.id)
+    assert (run.job, run.args, run.tenant_id) == (
+        "demo.echo",
+        {"message": "hourly"},
+        world.alpha.id,
+    )
     fresh = reload(schedule)
     assert fresh.next_run_at == datetime(2026, 3, 7, 13, tzinfo=UTC)
     assert fresh.last_run_at == datetime(2026, 3, 7, 12, tzinfo=UTC)
@@ -58,8 +65,13 @@ def test_it_skips_a_fire_already_recorded(
 ) -> None:
     fire = datetime(2026, 3, 7, 12, tzinfo=UTC)
     schedule = add_schedule(world.alpha.id, "hourly", fire)
-    add_run(world.alpha.id, fire, schedule_id=schedule.id, trigger="schedule",
-            idempotency_key="recorded-by-another-worker")
+    add_run(
+        world.alpha.id,
+        fire,
+        schedule_id=schedule.id,
+        trigger="schedule",
+        idempotency_key="recorded-by-another-worker",
+    )
     with caplog.at_level(logging.INFO, logger="webapp.scheduler"):
         result = run_tick()
     assert (result.queued, result.already_recorded) == (0, 1)  # type: ignore[attr-defined]
@@ -73,14 +85,18 @@ def test_fire_once_coalesces_missed_fires_into_one_run(app: Flask, world: World)
     run_tick()
     (run,) = all_runs()
     assert (run.trigger, run.scheduled_for, run.fires_covered, run.status) == (
-        "catchup", datetime(2026, 3, 7, 12, tzinfo=UTC), 5, "queued",
+        "catchup",
+        datetime(2026, 3, 7, 12, tzinfo=UTC),
+        5,
+        "queued",
     )
     assert reload(schedule).next_run_at == datetime(2026, 3, 7, 13, tzinfo=UTC)
 
 
 def test_fire_all_queues_every_missed_fire_within_the_bounds(app: Flask, world: World) -> None:
-    add_schedule(world.alpha.id, "hourly", datetime(2026, 3, 7, 6, tzinfo=UTC),
-                 misfire_policy="fire_all")
+    add_schedule(
+        world.alpha.id, "hourly", datetime(2026, 3, 7, 6, tzinfo=UTC), misfire_policy="fire_all"
+    )
     run_tick(max_catchup=3)
     runs = all_runs()
     assert [(r.scheduled_for.hour, r.status, r.trigger, r.fires_covered) for r in runs] == [
@@ -96,45 +112,55 @@ def test_fire_all_queues_every_missed_fire_within_the_bounds(app: Flask, world: 
 
 
 def test_fire_all_respects_the_recovery_window(app: Flask, world: World) -> None:
-    add_schedule(world.alpha.id, "hourly", datetime(2026, 3, 7, 6, tzinfo=UTC),
-                 misfire_policy="fire_all")
+    add_schedule(
+        world.alpha.id, "hourly", datetime(2026, 3, 7, 6, tzinfo=UTC), misfire_policy="fire_all"
+    )
     run_tick(recovery_window=timedelta(hours=2))  # 10:00 is 2 h 20 s old at 12:00:20
     assert [(r.scheduled_for.hour, r.status, r.fires_covered) for r in all_runs()] == [
-        (10, "skipped", 5), (11, "queued", 1), (12, "queued", 1),
+        (10, "skipped", 5),
+        (11, "queued", 1),
+        (12, "queued", 1),
     ]
 
 
 def test_skip_records_one_skipped_run_saying_how_many(app: Flask, world: World) -> None:
-    schedule = add_schedule(world.alpha.id, "hourly", datetime(2026, 3, 7, 9, tzinfo=UTC),
-                            misfire_policy="skip")
+    schedule = add_schedule(
+        world.alpha.id, "hourly", datetime(2026, 3, 7, 9, tzinfo=UTC), misfire_policy="skip"
+    )
     run_tick(now=datetime(2026, 3, 7, 12, 30, tzinfo=UTC))
     (run,) = all_runs()
     assert (run.status, run.fires_covered, run.scheduled_for) == (
-        "skipped", 4, datetime(2026, 3, 7, 12, tzinfo=UTC),
+        "skipped",
+        4,
+        datetime(2026, 3, 7, 12, tzinfo=UTC),
     )
     assert run.error == "skipped 4 missed fire times (misfire policy: skip)"
     assert reload(schedule).next_run_at == datetime(2026, 3, 7, 13, tzinfo=UTC)
 
 
 def test_skip_still_fires_the_fire_time_that_is_on_time(app: Flask, world: World) -> None:
-    add_schedule(world.alpha.id, "hourly", datetime(2026, 3, 7, 11, tzinfo=UTC),
-                 misfire_policy="skip")
+    add_schedule(
+        world.alpha.id, "hourly", datetime(2026, 3, 7, 11, tzinfo=UTC), misfire_policy="skip"
+    )
     run_tick()
     assert [(r.scheduled_for.hour, r.status) for r in all_runs()] == [
-        (11, "skipped"), (12, "queued"),
+        (11, "skipped"),
+        (12, "queued"),
     ]
 
 
 def test_overlap_skip_records_a_skipped_run_while_an_earlier_one_runs(
     app: Flask, world: World
 ) -> None:
-    schedule = add_schedule(world.alpha.id, "hourly", datetime(2026, 3, 7, 12, tzinfo=UTC),
-                            overlap_policy="skip")
+    schedule = add_schedule(
+        world.alpha.id, "hourly", datetime(2026, 3, 7, 12, tzinfo=UTC), overlap_policy="skip"
+    )
     add_run(world.alpha.id, NOW - timedelta(hours=1), schedule_id=schedule.id, status="running")
     run_tick()
     fired = all_runs()[-1]
     assert (fired.status, fired.error) == (
-        "skipped", "skipped: an earlier run of this schedule is still queued or running",
+        "skipped",
+        "skipped: an earlier run of this schedule is still queued or running",
     )
 
 
@@ -168,8 +194,13 @@ def test_a_tampered_schedule_fails_once_is_deactivated_and_others_still_fire(
 
 
 def test_a_system_job_in_a_tenant_schedule_is_deactivated(app: Flask, world: World) -> None:
-    bad = add_schedule(world.alpha.id, "prune", datetime(2026, 3, 7, 12, tzinfo=UTC),
-                       job="maintenance.prune_runs", args={})
+    bad = add_schedule(
+        world.alpha.id,
+        "prune",
+        datetime(2026, 3, 7, 12, tzinfo=UTC),
+        job="maintenance.prune_runs",
+        args={},
+    )
     run_tick()
     assert reload(bad).inactive_reason == (
         "schedule deactivated: job 'maintenance.prune_runs' is a system job, "
@@ -188,16 +219,22 @@ def test_batches_repeat_until_nothing_is_due(app: Flask, world: World) -> None:
 
 
 def test_the_next_fire_follows_debian_dst_rules(app: Flask, world: World) -> None:
-    schedule = add_schedule(world.alpha.id, "night", datetime(2026, 3, 7, 7, 30, tzinfo=UTC),
-                            cron="30 2 * * *", time_zone="America/New_York")
+    schedule = add_schedule(
+        world.alpha.id,
+        "night",
+        datetime(2026, 3, 7, 7, 30, tzinfo=UTC),
+        cron="30 2 * * *",
+        time_zone="America/New_York",
+    )
     run_tick(now=datetime(2026, 3, 7, 7, 30, 5, tzinfo=UTC))
     # 02:30 does not exist on 2026-03-08 in New York: Debian cron runs it at 03:00 EDT.
     assert reload(schedule).next_run_at == datetime(2026, 3, 8, 7, 0, tzinfo=UTC)
 
 
 def test_system_schedules_fire_without_a_tenant(app: Flask) -> None:
-    add_schedule(None, "prune", datetime(2026, 3, 7, 12, tzinfo=UTC),
-                 job="maintenance.prune_runs", args={})
+    add_schedule(
+        None, "prune", datetime(2026, 3, 7, 12, tzinfo=UTC), job="maintenance.prune_runs", args={}
+    )
     run_tick()
     (run,) = all_runs()
     assert (run.tenant_id, run.job, run.status) == (None, "maintenance.prune_runs", "queued")

@@ -1,0 +1,191 @@
+"""Leasing, executing and reaping runs, step by step with an explicit now, on both databases."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from flask import Flask, current_app
+from sqlalchemy import select
+
+from tests.conftest import World
+from tests.scheduler_helpers import add_run, add_schedule, all_runs, catalog
+from webapp.database import utcnow
+from webapp.extensions import db
+from webapp.models import Run, Worker
+from webapp.scheduler.execution import execute
+from webapp.scheduler.leases import lease_once, reap_once, release_leases, renew_leases
+
+NOW = datetime(2026, 3, 7, 12, 0, tzinfo=UTC)
+TTL = timedelta(seconds=60)
+
+
+def worker_id() -> int:
+    worker = Worker(hostname="test", pid=1, concurrency=2)
+    db.session.add(worker)
+    db.session.commit()
+    return worker.id
+
+
+def lease(worker: int, now: datetime = NOW, limit: int = 10) -> list[int]:
+    return [run.id for run in lease_once(db.session(), worker, now, TTL, limit)]
+
+
+def run_leased(worker: int, now: datetime = NOW) -> list[Run]:
+    for run in lease_once(db.session(), worker, now, TTL, 10):
+        execute(run, catalog(), current_app.config, db.session(), worker)
+    return all_runs()
+
+
+def test_lease_takes_available_runs_only(app: Flask, world: World) -> None:
+    worker = worker_id()
+    ready = add_run(world.alpha.id, NOW - timedelta(seconds=1))
+    add_run(world.alpha.id, NOW + timedelta(minutes=5))  # a run requested for later
+    assert lease(worker) == [ready.id]
+    run = db.session.get(Run, ready.id)
+    assert run is not None
+    db.session.refresh(run)
+    assert (run.status, run.worker_id, run.attempt, run.started_at, run.locked_until) == (
+        "running",
+        worker,
+        1,
+        NOW,
+        NOW + TTL,
+    )
+    assert lease(worker) == []
+
+
+def test_lease_respects_the_limit_oldest_first(app: Flask, world: World) -> None:
+    worker = worker_id()
+    runs = [add_run(world.alpha.id, NOW - timedelta(minutes=n)) for n in range(3)]
+    assert lease(worker, limit=2) == sorted([runs[2].id, runs[1].id])
+
+
+def test_a_run_succeeds_with_its_output(app: Flask, world: World) -> None:
+    worker = worker_id()
+    add_run(world.alpha.id, NOW, args={"message": "<b>hello</b>"})
+    (run,) = run_leased(worker)
+    assert (run.status, run.output, run.error, run.locked_until) == (
+        "succeeded",
+        "<b>hello</b>\n",
+        None,
+        None,
+    )
+    assert run.finished_at is not None and run.finished_at >= run.started_at  # type: ignore[operator]
+
+
+def test_a_failing_job_records_its_error_and_traceback(app: Flask, world: World) -> None:
+    worker = worker_id()
+    add_run(world.alpha.id, NOW, job="demo.fail", args={"message": "disk full"})
+    (run,) = run_leased(worker)
+    assert run.status == "failed"
+    assert run.error is not None and run.error.startswith("RuntimeError: disk full\n")
+    assert "Traceback" in run.error
+
+
+def test_a_failed_attempt_is_retried_with_backoff(app: Flask, world: World) -> None:
+    worker = worker_id()
+    add_run(world.alpha.id, NOW, job="demo.fail", args={"message": "flaky"}, max_attempts=3)
+    before = utcnow()
+    (run,) = run_leased(worker)
+    assert (run.status, run.attempt, run.worker_id) == ("queued", 1, None)
+    assert run.error is not None and run.error.startswith("attempt 1 failed: RuntimeError: flaky")
+    # demo.fail keeps the catalog's default backoff of 30 s for the first retry.
+    assert run.available_at >= before + timedelta(seconds=29)
+
+
+def test_one_failing_job_does_not_stop_the_others(app: Flask, world: World) -> None:
+    worker = worker_id()
+    add_run(world.alpha.id, NOW, job="demo.fail", args={"message": "boom"})
+    add_run(world.alpha.id, NOW, args={"message": "still here"})
+    assert sorted(run.status for run in run_leased(worker)) == ["failed", "succeeded"]
+
+
+def test_a_job_name_outside_the_catalog_fails_the_run(app: Flask, world: World) -> None:
+    worker = worker_id()
+    add_run(world.alpha.id, NOW, job="os.system", args={"command": "rm -rf /"})
+    (run,) = run_leased(worker)
+    assert (run.status, run.error) == ("failed", "job 'os.system' is not in the catalog")
+
+
+def test_args_are_validated_again_before_execution(app: Flask, world: World) -> None:
+    worker = worker_id()
+    add_run(world.alpha.id, NOW, args={"message": 42})
+    (run,) = run_leased(worker)
+    assert run.status == "failed"
+    assert run.error is not None and "args.message: Input should be a valid string" in run.error
+
+
+def test_the_reaper_requeues_an_expired_lease_and_fails_a_spent_one(
+    app: Flask, world: World
+) -> None:
+    worker = worker_id()
+    retryable = add_run(world.alpha.id, NOW, job="demo.sleep", args={"seconds": 1}, max_attempts=2)
+    spent = add_run(world.alpha.id, NOW, job="demo.sleep", args={"seconds": 1})
+    lease(worker)
+    assert reap_once(db.session(), NOW + TTL - timedelta(seconds=1)) == 0
+    assert reap_once(db.session(), NOW + TTL + timedelta(seconds=1)) == 2
+    by_id = {run.id: run for run in all_runs()}
+    assert (by_id[retryable.id].status, by_id[retryable.id].worker_id) == ("queued", None)
+    assert (by_id[spent.id].status, by_id[spent.id].error) == (
+        "failed",
+        "worker lost: the worker running it stopped renewing its lease",
+    )
+    # Another worker takes the run over as its second attempt; still one row for it.
+    other = worker_id()
+    assert lease(other, NOW + TTL + timedelta(seconds=2)) == [retryable.id]
+    assert db.session.get(Run, retryable.id).attempt == 2  # type: ignore[union-attr]
+
+
+def test_a_renewed_lease_does_not_expire(app: Flask, world: World) -> None:
+    worker = worker_id()
+    run = add_run(world.alpha.id, NOW, job="demo.sleep", args={"seconds": 1})
+    lease(worker)
+    renew_leases(db.session(), worker, [run.id], NOW + timedelta(seconds=50), TTL)
+    assert reap_once(db.session(), NOW + TTL + timedelta(seconds=1)) == 0
+
+
+def test_shutdown_returns_unfinished_runs_without_spending_an_attempt(
+    app: Flask, world: World
+) -> None:
+    worker = worker_id()
+    run = add_run(world.alpha.id, NOW, job="demo.sleep", args={"seconds": 1})
+    lease(worker)
+    assert release_leases(db.session(), worker, [run.id], NOW) == 1
+    (released,) = all_runs()
+    assert (released.status, released.attempt, released.worker_id) == ("queued", 0, None)
+
+
+def test_an_outcome_is_dropped_once_another_worker_holds_the_run(app: Flask, world: World) -> None:
+    first = worker_id()
+    add_run(world.alpha.id, NOW, args={"message": "late"}, max_attempts=2)
+    (leased,) = lease_once(db.session(), first, NOW, TTL, 1)
+    reap_once(db.session(), NOW + TTL * 2)
+    second = worker_id()
+    lease(second, NOW + TTL * 2)
+    execute(leased, catalog(), current_app.config, db.session(), first)  # the lost worker wakes up
+    (run,) = all_runs()
+    assert (run.status, run.worker_id, run.attempt) == ("running", second, 2)
+
+
+def test_a_system_job_gets_the_database(app: Flask, world: World) -> None:
+    worker = worker_id()
+    old = utcnow() - timedelta(days=400)
+    add_run(world.alpha.id, old, status="succeeded", finished_at=old, idempotency_key="old")
+    add_run(None, NOW, job="maintenance.prune_runs", args={}, idempotency_key="prune")
+    run_leased(worker)
+    runs = all_runs()
+    assert [r.idempotency_key for r in runs] == ["prune"]
+    assert runs[0].output == "deleted 1 runs that finished more than 90 days ago\n"
+
+
+def test_a_scheduled_run_tells_the_job_its_fire_time(app: Flask, world: World) -> None:
+    worker = worker_id()
+    schedule = add_schedule(world.alpha.id, "hourly", NOW)
+    from tests.test_tick import run_tick
+
+    run_tick(NOW + timedelta(seconds=1))
+    (run,) = run_leased(worker, NOW + timedelta(seconds=2))
+    assert run.status == "succeeded" and run.schedule_id == schedule.id
+    assert db.session.scalar(select(Run.idempotency_key)) == (
+        f"schedule:{schedule.id}:2026-03-07T12:00:00Z"
+    )

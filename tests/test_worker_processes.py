@@ -1,0 +1,210 @@
+"""Acceptance: real worker processes against one database, counting rows."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO
+
+import pytest
+from flask import Flask
+from sqlalchemy import func, select
+
+from tests.conftest import World
+from tests.scheduler_helpers import add_run
+from webapp.extensions import db
+from webapp.models import Run, Schedule, Worker
+from webapp.services.audit import Actor
+from webapp.services.transfer import import_schedules
+
+pytestmark = pytest.mark.slow
+PROJECT = Path(__file__).resolve().parent.parent
+
+
+class Workers:
+    """Starts `flask scheduler worker` processes and stops whatever is left at the end."""
+
+    def __init__(self, database_url: str, log_dir: Path) -> None:
+        self.database_url = database_url
+        self.log_dir = log_dir
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.log_files: list[IO[bytes]] = []
+
+    def start(self, *args: str, **settings: str) -> subprocess.Popen[bytes]:
+        env = {
+            **os.environ,
+            "DATABASE_URL": self.database_url,
+            "SECRET_KEY": "test",
+            "SCHEDULER_DEMO_JOBS": "1",
+            "SCHEDULER_POLL_INTERVAL": "0.2",
+            **settings,
+        }
+        log = open(self.log_dir / f"worker-{len(self.processes)}.log", "wb")
+        self.log_files.append(log)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "flask", "--app", "webapp", "scheduler", "worker", *args],
+            cwd=PROJECT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.processes.append(process)
+        return process
+
+    def logs(self) -> str:
+        return "\n".join(path.read_text() for path in sorted(self.log_dir.glob("worker-*.log")))
+
+    def stop_all(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
+        for log in self.log_files:
+            log.close()
+
+
+@pytest.fixture
+def workers(app: Flask, database_url: str, tmp_path: Path) -> Iterator[Workers]:
+    started = Workers(database_url, tmp_path)
+    yield started
+    started.stop_all()
+
+
+def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        db.session.rollback()  # a fresh snapshot each time
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def test_workers_in_burst_fire_every_due_schedule_exactly_once(
+    app: Flask, world: World, workers: Workers, database_url: str
+) -> None:
+    """4 processes on PostgreSQL (SKIP LOCKED), 2 on SQLite (BEGIN IMMEDIATE)."""
+    items = [
+        {
+            "key": f"s{n:03d}",
+            "name": f"S{n}",
+            "job": "demo.echo",
+            "args": {"message": str(n)},
+            "cron": "0 0 1 1 *",
+            "time_zone": "UTC",
+        }
+        for n in range(300)
+    ]
+    import_schedules(
+        world.alpha, json.dumps(items), Actor.cli(), datetime(2025, 12, 31, tzinfo=UTC)
+    )
+    count = 4 if database_url.startswith("postgresql") else 2
+    processes = [workers.start("--burst", "--concurrency", "4") for _ in range(count)]
+    for process in processes:
+        assert process.wait(timeout=180) == 0, workers.logs()
+    db.session.rollback()
+    runs = db.session.execute(select(Run.schedule_id, Run.scheduled_for, Run.status)).all()
+    assert len(runs) == 300
+    assert len({(sid, at) for sid, at, _ in runs}) == 300
+    assert {status for _, _, status in runs} == {"succeeded"}
+    assert {at for _, at, _ in runs} == {datetime(2026, 1, 1, tzinfo=UTC)}
+    due = (
+        select(func.count())
+        .select_from(Schedule)
+        .where(Schedule.next_run_at <= datetime(2026, 12, 31, tzinfo=UTC))
+    )
+    assert db.session.scalar(due) == 0
+    stopped = db.session.scalars(select(Worker.stopped_at)).all()
+    assert len(stopped) == count and all(stopped)
+
+
+def test_a_run_of_a_killed_worker_is_finished_by_another(
+    app: Flask, world: World, workers: Workers
+) -> None:
+    # demo.sleep allows 2 attempts, which run_now and the tick copy from the catalog.
+    run = add_run(
+        world.alpha.id,
+        datetime(2026, 1, 1, tzinfo=UTC),
+        job="demo.sleep",
+        args={"seconds": 2},
+        max_attempts=2,
+    )
+    first = workers.start(SCHEDULER_LOCK_TTL="2")
+    wait_for(
+        lambda: db.session.get(Run, run.id).status == "running",  # type: ignore[union-attr]
+        30,
+        "the first worker to start the run",
+    )
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    second = workers.start(SCHEDULER_LOCK_TTL="2")
+    wait_for(
+        lambda: db.session.get(Run, run.id).status == "succeeded",  # type: ignore[union-attr]
+        60,
+        "the second worker to finish the run",
+    )
+    finished = db.session.get(Run, run.id)
+    assert finished is not None and finished.attempt == 2
+    _first_id, second_id = db.session.scalars(select(Worker.id).order_by(Worker.id)).all()
+    assert finished.worker_id == second_id
+    assert db.session.scalar(select(func.count()).select_from(Run)) == 1
+    assert "run_lease_expired" in workers.logs()
+    second.send_signal(signal.SIGTERM)
+    assert second.wait(15) == 0
+
+
+def test_sigterm_stops_an_idle_worker_at_once(app: Flask, world: World, workers: Workers) -> None:
+    process = workers.start(SCHEDULER_POLL_INTERVAL="30")
+    wait_for(lambda: db.session.scalar(select(Worker.id)), 30, "the worker to register")
+    time.sleep(0.5)  # let it fall asleep in its 30 s poll
+    sent = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=10) == 0
+    assert time.monotonic() - sent < 5
+    db.session.rollback()
+    assert db.session.scalar(select(Worker.stopped_at)) is not None
+
+
+def test_sigterm_lets_a_running_job_finish_within_the_grace(
+    app: Flask, world: World, workers: Workers
+) -> None:
+    run = add_run(
+        world.alpha.id, datetime(2026, 1, 1, tzinfo=UTC), job="demo.sleep", args={"seconds": 1}
+    )
+    process = workers.start(SCHEDULER_SHUTDOWN_GRACE="20")
+    wait_for(
+        lambda: db.session.get(Run, run.id).status == "running",  # type: ignore[union-attr]
+        30,
+        "the run to start",
+    )
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 0
+    db.session.rollback()
+    assert db.session.get(Run, run.id).status == "succeeded"  # type: ignore[union-attr]
+
+
+def test_sigterm_returns_a_job_that_outlasts_the_grace_to_the_queue(
+    app: Flask, world: World, workers: Workers
+) -> None:
+    run = add_run(
+        world.alpha.id, datetime(2026, 1, 1, tzinfo=UTC), job="demo.sleep", args={"seconds": 30}
+    )
+    process = workers.start(SCHEDULER_SHUTDOWN_GRACE="0.5")
+    wait_for(
+        lambda: db.session.get(Run, run.id).status == "running",  # type: ignore[union-attr]
+        30,
+        "the run to start",
+    )
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=15) == 0
+    db.session.rollback()
+    returned = db.session.get(Run, run.id)
+    assert returned is not None
+    assert (returned.status, returned.attempt, returned.worker_id) == ("queued", 0, None)
