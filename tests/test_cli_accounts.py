@@ -197,3 +197,15 @@ def test_an_unreachable_database_is_one_line_not_a_traceback() -> None:
     assert result.output.startswith("Error: cannot use the database: ")
     assert result.output.count("\n") == 1
     assert "Traceback" not in result.output
+
+
+def test_demo_seeds_a_tenant_with_schedules_and_history_once(cli: FlaskCliRunner) -> None:
+    from webapp.models import Run, Schedule
+
+    for _ in range(2):
+        result = cli.invoke(args=["demo"])
+        assert result.exit_code == 0, result.output
+    assert "log in as admin@demo.example / demo-password" in result.output
+    assert [t.slug for t in db.session.scalars(select(Tenant))] == ["demo"]
+    assert count(User) == 2 and count(Schedule) == 4
+    assert count(Run) > 0

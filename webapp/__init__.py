@@ -63,6 +63,9 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     login_manager.user_loader(models.load_user)
     login_manager.login_view = "auth.login"
     app.register_blueprint(auth.bp)
+    from webapp.web import register_panel
+
+    register_panel(app)
     security.install_headers(app)
     register_commands(app)
     return app

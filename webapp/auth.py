@@ -6,8 +6,8 @@ import functools
 import secrets
 from urllib.parse import urlsplit
 
-from flask import Blueprint, flash, redirect, render_template, request, url_for
-from flask_login import current_user, login_required, login_user, logout_user
+from flask import Blueprint, flash, redirect, render_template, request, session, url_for
+from flask_login import login_required, login_user, logout_user
 from flask_wtf import FlaskForm
 from sqlalchemy import select
 from werkzeug.security import check_password_hash
@@ -15,6 +15,7 @@ from werkzeug.wrappers import Response
 from wtforms import EmailField, PasswordField
 from wtforms.validators import DataRequired
 
+from webapp import login_limiter
 from webapp.accounts import hash_password
 from webapp.database import utcnow, write_transaction
 from webapp.extensions import db
@@ -43,21 +44,37 @@ def is_own_path(target: str | None) -> bool:
 
 
 @bp.route("/login", methods=["GET", "POST"])
-def login() -> str | Response | tuple[str, int]:
+def login() -> str | Response | tuple[str, int, dict[str, str]] | tuple[str, int]:
     """Show the login form and log the user in."""
     form = LoginForm()
     if form.validate_on_submit():
         email = (form.email.data or "").strip().lower()
+        now = utcnow()
+        subjects = login_limiter.Subjects.of(request.remote_addr, email)
+        wait = login_limiter.retry_after(subjects, now)
+        if wait is not None:
+            minutes = max(1, round(wait / 60))
+            flash(
+                "Too many failed attempts. Wait "
+                f"{minutes} minute{'s' if minutes != 1 else ''} before trying again.",
+                "error",
+            )
+            page = render_template("auth/login.html", form=form)
+            return page, 429, {"Retry-After": str(wait)}
         user = db.session.scalar(select(User).where(User.email == email))
         password_hash = user.password_hash if user else unknown_user_hash()
         if check_password_hash(password_hash, form.password.data or "") and user is not None:
             with write_transaction(db.session):
-                user.last_login_at = utcnow()
-            login_user(user)
+                user.last_login_at = now
+                login_limiter.forget_account_failures(subjects)
             target = request.args.get("next")
             if target is None or not is_own_path(target):
-                target = url_for("auth.home")
+                target = url_for("schedules.index")
+            # A new session: nothing of the anonymous one (its CSRF token) outlives the login.
+            session.clear()
+            login_user(user)
             return redirect(target, 303)
+        login_limiter.record_failure(subjects, now)
         flash("Wrong email or password.", "error")
         return render_template("auth/login.html", form=form), 401
     return render_template("auth/login.html", form=form)
@@ -68,13 +85,6 @@ def login() -> str | Response | tuple[str, int]:
 def logout() -> Response:
     """Log out."""
     logout_user()
+    session.clear()
     flash("You are logged out.", "info")
     return redirect(url_for("auth.login"), 303)
-
-
-@bp.get("/")
-@login_required
-def home() -> str:
-    """The landing page after login."""
-    memberships = sorted(current_user.memberships, key=lambda m: m.tenant.slug)
-    return render_template("auth/home.html", memberships=memberships)

@@ -7,6 +7,8 @@ from sqlalchemy import select
 
 from webapp import accounts
 from webapp.cli import reports_errors
+from webapp.database import utcnow
+from webapp.demo_panel import seed_demo_schedules
 from webapp.extensions import db
 from webapp.models import Tenant
 
@@ -17,17 +19,18 @@ DEMO_PASSWORD = "demo-password"
 
 
 def seed_demo() -> None:
-    """Creates the demo tenant and its users; running it again changes nothing."""
+    """Creates the demo tenant, its users, schedules and history; running it again adds nothing."""
     if db.session.scalar(select(Tenant.id).where(Tenant.slug == DEMO_TENANT)) is None:
         accounts.create_tenant(DEMO_TENANT, "Demo Company", "Europe/Berlin")
-    for email, role in ((DEMO_ADMIN, "admin"), (DEMO_VIEWER, "viewer")):
-        accounts.add_user(email, DEMO_TENANT, role, DEMO_PASSWORD)
+    admin = accounts.add_user(DEMO_ADMIN, DEMO_TENANT, "admin", DEMO_PASSWORD).user
+    accounts.add_user(DEMO_VIEWER, DEMO_TENANT, "viewer", DEMO_PASSWORD)
+    seed_demo_schedules(accounts.find_tenant(DEMO_TENANT), admin, utcnow())
 
 
 @click.command("demo")
 @reports_errors
 def demo_command() -> None:
-    """Create the demo tenant with an admin and a viewer (idempotent)."""
+    """Create the demo tenant with an admin, a viewer, schedules and history (idempotent)."""
     seed_demo()
     click.echo(f"demo tenant '{DEMO_TENANT}': log in as {DEMO_ADMIN} / {DEMO_PASSWORD}")
     click.echo(f"read-only viewer: {DEMO_VIEWER} / {DEMO_PASSWORD}")

@@ -1,0 +1,83 @@
+"""The browser tests' server and Chromium: the real app on a free port, Debian's Chromium."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from flask import Flask
+from werkzeug.serving import make_server
+
+from tests.conftest import IN_CI, migrated_app
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def require_chromium() -> None:
+    if not os.path.exists(CHROMIUM):
+        if IN_CI:
+            pytest.fail(f"CI=true needs Chromium at {CHROMIUM}")
+        pytest.skip(f"Chromium is not installed at {CHROMIUM}")
+
+
+@dataclass
+class LiveServer:
+    app: Flask
+    url: str
+    database_url: str
+    database_path: str
+
+
+@contextmanager
+def live_server(sqlite_template: str, directory: str) -> Iterator[LiveServer]:
+    """The app served by werkzeug in a thread, on a copy of the migrated SQLite template."""
+    path = os.path.join(directory, "browser.db")
+    shutil.copyfile(sqlite_template, path)
+    database_url = f"sqlite:///{path}"
+    app = migrated_app(database_url)
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield LiveServer(app, f"http://127.0.0.1:{server.server_port}", database_url, path)
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
+
+
+# Chromium logs every 4xx fetch; a 422 is how the forms answer invalid input, on purpose.
+EXPECTED_CONSOLE_ERRORS = ("the server responded with a status of 422",)
+
+
+@dataclass
+class PageErrors:
+    """JavaScript errors and console errors (CSP violations among them) seen by a page."""
+
+    messages: list[str] = field(default_factory=list)
+
+    def watch(self, page: Any) -> None:
+        page.on("pageerror", lambda error: self.messages.append(f"pageerror: {error}"))
+        page.on("console", self.on_console)
+
+    def on_console(self, message: Any) -> None:
+        if message.type != "error":
+            return
+        if any(expected in message.text for expected in EXPECTED_CONSOLE_ERRORS):
+            return
+        self.messages.append(f"console: {message.text} at {message.location.get('url')}")

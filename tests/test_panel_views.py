@@ -1,0 +1,434 @@
+"""The tenant admin panel's views: alice (admin) can, bob (viewer) reads only, charlie (another
+tenant) gets 404 and never alpha's data; every write needs the CSRF token."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from flask import Flask
+from sqlalchemy import func, select
+
+from tests.conftest import World
+from tests.panel_helpers import ALPHA_SECRETS, Panel, Seeded, make_run, seed
+from webapp.extensions import db
+from webapp.models import AuditEvent, Run, Schedule
+from webapp.web.formatting import dom_id
+
+
+@pytest.fixture
+def data(world: World) -> Seeded:
+    return seed(world)
+
+
+def pages(d: Seeded) -> list[str]:
+    """Every GET route of the panel, with alpha's ids."""
+    r, p = d.report.id, d.paused.id
+    return [
+        "/",
+        "/?q=nightly&job=demo.echo&status=active",
+        f"/schedules/{r}",
+        "/schedules/form/params?job=demo.sleep",
+        "/schedules/form/preview?cron=*/7+*+*+*+*&time_zone=Europe/Berlin",
+        "/upcoming",
+        "/runs",
+        f"/runs?schedule={r}&status=succeeded&trigger=schedule",
+        f"/runs/{d.succeeded.id}",
+        f"/runs/{d.queued.id}/status",
+        "/audit",
+        f"/schedules/{p}/resume",  # admin only
+        "/schedules/new",  # admin only
+        f"/schedules/{r}/edit",  # admin only
+    ]
+
+
+ADMIN_ONLY_PAGES = 3
+
+
+def writes(d: Seeded) -> list[tuple[str, dict[str, str]]]:
+    r, p = d.report.id, d.paused.id
+    form = {
+        "name": "Changed",
+        "job": "demo.echo",
+        "args.message": "hello",
+        "cron": "*/7 * * * *",
+        "time_zone": "UTC",
+        "misfire_policy": "fire_once",
+        "overlap_policy": "allow",
+        "active": "on",
+    }
+    return [
+        ("/schedules/new", form),
+        (f"/schedules/{r}/edit", form),
+        (f"/schedules/{r}/run", {}),
+        (f"/schedules/{r}/pause", {}),
+        (f"/schedules/{p}/resume", {"missed": "skip"}),
+        (f"/schedules/{r}/delete", {}),
+    ]
+
+
+def test_alice_sees_every_page_and_every_fragment(app: Flask, world: World, data: Seeded) -> None:
+    alice = Panel(app, world.alice)
+    for url in pages(data):
+        for htmx in (False, True):
+            response = alice.get(url, htmx=htmx)
+            assert response.status_code == 200, (url, htmx)
+            assert "HX-Request" in response.headers["Vary"], url
+            page = response.get_data(as_text=True)
+            assert ("<html" in page) is not htmx, (url, htmx)
+
+
+def test_the_schedule_list_shows_what_an_admin_needs(
+    app: Flask, world: World, data: Seeded
+) -> None:
+    page = Panel(app, world.alice).get("/").get_data(as_text=True)
+    row = page[page.index(f'id="{dom_id(data.report)}"') :]
+    row = row[: row.index("</tr>")]
+    assert "Alpha nightly report" in row and "Echo a message" in row
+    assert "0 2 * * *" in row and "At 02:00" in row and "Europe/Berlin" in row
+    assert "queued" in row  # the last run, polling itself
+    assert 'hx-trigger="every 1s"' in row
+    for button in ("Run now", "Pause", "Edit", "Delete"):
+        assert f">{button}<" in row
+    assert "hx-confirm=" in row
+    assert ">Resume<" in page and "New schedule" in page
+    assert "Alpha Corp" in page  # the current tenant, always visible
+
+
+def test_search_and_filters_narrow_the_list(app: Flask, world: World, data: Seeded) -> None:
+    alice = Panel(app, world.alice)
+    found = alice.get("/?q=NIGHTLY", htmx=True).get_data(as_text=True)
+    assert "Alpha nightly report" in found and "Alpha paused cleanup" not in found
+    paused = alice.get("/?status=paused").get_data(as_text=True)
+    assert "Alpha paused cleanup" in paused and "Alpha nightly report" not in paused
+    by_job = alice.get("/?job=demo.sleep").get_data(as_text=True)
+    assert "Alpha paused cleanup" in by_job and "Alpha nightly report" not in by_job
+    none = alice.get("/?q=zzz").get_data(as_text=True)
+    assert "No schedule matches" in none
+
+
+def test_an_empty_tenant_explains_what_to_do(app: Flask, world: World) -> None:
+    assert "Create the first schedule" in Panel(app, world.alice).get("/").get_data(as_text=True)
+    viewer_page = Panel(app, world.bob).get("/").get_data(as_text=True)
+    assert "ask an admin" in viewer_page and "Create the first schedule" not in viewer_page
+
+
+def test_bob_the_viewer_reads_everything_and_sees_no_action_controls(
+    app: Flask, world: World, data: Seeded
+) -> None:
+    bob = Panel(app, world.bob)
+    for url in pages(data)[:-ADMIN_ONLY_PAGES]:
+        response = bob.get(url)
+        assert response.status_code == 200, url
+        page = response.get_data(as_text=True)
+        for control in ("Run now", ">Pause<", ">Edit<", ">Delete<", "New schedule", ">Resume<"):
+            assert control not in page, (url, control)
+    for url in pages(data)[-ADMIN_ONLY_PAGES:]:
+        assert bob.get(url).status_code == 403, url
+
+
+def test_bob_the_viewer_gets_403_on_every_write(app: Flask, world: World, data: Seeded) -> None:
+    bob = Panel(app, world.bob)
+    before = db.session.scalar(select(func.count()).select_from(AuditEvent))
+    for url, form in writes(data):
+        for htmx in (True, False):
+            assert bob.post(url, form, htmx=htmx).status_code == 403, url
+    assert db.session.scalar(select(func.count()).select_from(AuditEvent)) == before
+
+
+def test_charlie_gets_404_for_alpha_ids_and_never_sees_alpha_data(
+    app: Flask, world: World, data: Seeded
+) -> None:
+    charlie = Panel(app, world.charlie)
+    ids = (data.report.id, data.paused.id, data.succeeded.id, data.queued.id)
+    for url in pages(data):
+        response = charlie.get(url)
+        page = response.get_data(as_text=True)
+        if any(str(i) in url for i in ids) and "/schedules/new" not in url:
+            assert response.status_code == 404, url
+        else:
+            assert response.status_code == 200, url
+        for secret in ALPHA_SECRETS:
+            assert secret not in page, (url, secret)
+    for url, form in writes(data)[1:]:
+        response = charlie.post(url, form)
+        assert response.status_code == 404, url
+        assert "Alpha" not in response.get_data(as_text=True)
+    assert db.session.get(Schedule, data.report.id) is not None
+    # charlie's own data is there
+    assert "Beta hourly ping" in charlie.get("/").get_data(as_text=True)
+
+
+@pytest.mark.parametrize("htmx", [True, False])
+def test_a_write_without_the_csrf_token_is_refused(
+    app: Flask, world: World, data: Seeded, htmx: bool
+) -> None:
+    alice = Panel(app, world.alice)
+    for url, form in writes(data):
+        assert alice.post(url, form, htmx=htmx, csrf=False).status_code == 400, url
+    assert db.session.get(Schedule, data.report.id) is not None
+
+
+def form_data(**changes: str) -> dict[str, str]:
+    values = {
+        "name": "Every seven",
+        "job": "demo.echo",
+        "args.message": "hello <world>",
+        "cron": "*/7 * * * *",
+        "time_zone": "Europe/Berlin",
+        "misfire_policy": "fire_once",
+        "overlap_policy": "allow",
+        "active": "on",
+    }
+    values.update(changes)
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def test_the_new_schedule_form_is_generated_from_the_catalog(app: Flask, world: World) -> None:
+    page = Panel(app, world.alice).get("/schedules/new").get_data(as_text=True)
+    for label in ("Name", "Job", "Message", "Cron expression", "Time zone"):
+        assert f">{label}" in page, label
+    assert "Echo a message (demo.echo)" in page
+    assert 'value="Europe/Berlin"' in page  # the tenant's zone by default
+    assert 'name="args.message"' in page
+    assert 'hx-get="/schedules/form/params"' in page
+    assert 'hx-get="/schedules/form/preview"' in page
+
+
+def test_changing_the_job_swaps_in_its_typed_fields(app: Flask, world: World) -> None:
+    alice = Panel(app, world.alice)
+    sleep = alice.get("/schedules/form/params?job=demo.sleep", htmx=True).get_data(as_text=True)
+    assert ">Seconds" in sleep and 'type="number"' in sleep and 'min="0' in sleep
+    assert "How long the run lasts." in sleep
+    fail = alice.get("/schedules/form/params?job=demo.fail", htmx=True).get_data(as_text=True)
+    assert 'value="Failed on purpose"' in fail  # the default
+    unknown = alice.get("/schedules/form/params?job=os.system", htmx=True).get_data(as_text=True)
+    assert "takes no parameters" in unknown
+
+
+def test_the_cron_preview_describes_and_lists_fire_times(app: Flask, world: World) -> None:
+    alice = Panel(app, world.alice)
+    ok = alice.get(
+        "/schedules/form/preview?cron=*/7 * * * *&time_zone=Europe/Berlin", htmx=True
+    ).get_data(as_text=True)
+    assert "Every 7 minutes" in ok
+    assert len(re.findall(r"<li>", ok)) == 5
+    never = alice.get(
+        "/schedules/form/preview?cron=0 0 30 2 *&time_zone=UTC", htmx=True
+    ).get_data(as_text=True)
+    assert "would never fire" in never
+    bad_zone = alice.get(
+        "/schedules/form/preview?cron=0 0 * * *&time_zone=Mars/Base", htmx=True
+    ).get_data(as_text=True)
+    assert "unknown time zone" in bad_zone
+
+
+def test_the_preview_notes_daylight_saving_changes(app: Flask, world: World) -> None:
+    page = Panel(app, world.alice).get(
+        "/schedules/form/preview?cron=30 2 25-31 3 *&time_zone=Europe/Berlin", htmx=True
+    )
+    # 02:30 does not exist in Berlin on the last Sunday of March, one of the five days listed:
+    # the preview says what happens instead.
+    assert 'class="dst-note"' in page.get_data(as_text=True)
+
+
+def test_saving_creates_through_the_service_with_an_audit_event(app: Flask, world: World) -> None:
+    response = Panel(app, world.alice).post("/schedules/new", form_data())
+    assert response.status_code == 200
+    schedule = db.session.scalar(select(Schedule).where(Schedule.name == "Every seven"))
+    assert schedule is not None and schedule.tenant_id == world.alpha.id
+    assert schedule.args == {"message": "hello <world>"}
+    assert response.headers["HX-Redirect"] == f"/schedules/{schedule.id}"
+    event = db.session.scalar(select(AuditEvent).where(AuditEvent.object_id == schedule.id))
+    assert event is not None and event.actor_label == "alice@example.com"
+
+
+def test_a_plain_form_post_redirects_with_303(app: Flask, world: World) -> None:
+    response = Panel(app, world.alice).post("/schedules/new", form_data(), htmx=False)
+    assert response.status_code == 303
+    assert response.headers["Location"].startswith("/schedules/")
+
+
+def test_errors_are_shown_next_to_their_fields_with_422_and_values_kept(
+    app: Flask, world: World
+) -> None:
+    alice = Panel(app, world.alice)
+    for htmx in (True, False):
+        response = alice.post(
+            "/schedules/new",
+            form_data(name="Kept <name>", cron="0 0 30 2 *", **{"args.message": ""}),
+            htmx=htmx,
+        )
+        assert response.status_code == 422
+        page = response.get_data(as_text=True)
+        assert 'id="cron-error"' in page and "would never fire" in page
+        assert 'id="args-message-error"' in page and "Field required" in page
+        assert 'value="Kept &lt;name&gt;"' in page
+        assert 'value="0 0 30 2 *"' in page
+    assert db.session.scalar(select(func.count()).select_from(Schedule)) == 0
+
+
+def test_a_typed_parameter_refuses_text(app: Flask, world: World) -> None:
+    response = Panel(app, world.alice).post(
+        "/schedules/new", form_data(job="demo.sleep", **{"args.seconds": "soon"})
+    )
+    assert response.status_code == 422
+    assert 'id="args-seconds-error"' in response.get_data(as_text=True)
+
+
+def test_editing_keeps_the_schedule_and_audits_the_change(
+    app: Flask, world: World, data: Seeded
+) -> None:
+    alice = Panel(app, world.alice)
+    page = alice.get(f"/schedules/{data.report.id}/edit").get_data(as_text=True)
+    assert 'value="alpha-secret-message"' in page and 'value="0 2 * * *"' in page
+    response = alice.post(
+        f"/schedules/{data.report.id}/edit",
+        form_data(name="Alpha nightly report", cron="0 3 * * *"),
+    )
+    assert response.status_code == 200
+    assert db.session.get(Schedule, data.report.id).cron == "0 3 * * *"  # type: ignore[union-attr]
+    audit = alice.get("/audit").get_data(as_text=True)
+    assert "<del>0 2 * * *</del>" in audit and "<ins>0 3 * * *</ins>" in audit
+
+
+def test_run_now_queues_a_manual_run_and_shows_its_status_in_place(
+    app: Flask, world: World, data: Seeded
+) -> None:
+    alice = Panel(app, world.alice)
+    response = alice.post(f"/schedules/{data.report.id}/run")
+    assert response.status_code == 200
+    run = db.session.scalar(select(Run).order_by(Run.id.desc()))
+    assert run is not None and run.trigger == "manual" and run.status == "queued"
+    assert run.requested_by == world.alice.id
+    badge = response.get_data(as_text=True)
+    assert f'id="{dom_id(run, "status")}"' in badge
+    assert f'hx-get="/runs/{run.id}/status"' in badge and 'hx-trigger="every 1s"' in badge
+    assert "hx-swap-oob" in badge  # the message
+    # A worker finishes it: the badge stops polling and shows the duration.
+    run.status, run.started_at = "succeeded", datetime.now(UTC)
+    run.finished_at = run.started_at + timedelta(seconds=2)
+    db.session.commit()
+    done = alice.get(f"/runs/{run.id}/status", htmx=True).get_data(as_text=True)
+    assert "succeeded" in done and "2.0 s" in done and "hx-trigger" not in done
+
+
+def test_pause_and_resume_swap_the_row(app: Flask, world: World, data: Seeded) -> None:
+    alice = Panel(app, world.alice)
+    paused = alice.post(f"/schedules/{data.report.id}/pause").get_data(as_text=True)
+    assert f'<tr id="{dom_id(data.report)}"' in paused and ">Resume<" in paused
+    question = alice.get(f"/schedules/{data.report.id}/resume", htmx=True).get_data(as_text=True)
+    assert "skip missed" in question and "catch up" in question
+    resumed = alice.post(f"/schedules/{data.report.id}/resume", {"missed": "catch_up"})
+    assert ">Pause<" in resumed.get_data(as_text=True)
+    event = db.session.scalar(select(AuditEvent).order_by(AuditEvent.id.desc()))
+    assert event is not None and event.after == {"active": True, "catch_up": True}
+
+
+def test_delete_removes_the_schedule_and_keeps_its_history(
+    app: Flask, world: World, data: Seeded
+) -> None:
+    report_id, run_id, paused_id = data.report.id, data.succeeded.id, data.paused.id
+    alice = Panel(app, world.alice)
+    response = alice.post(f"/schedules/{report_id}/delete")
+    assert response.status_code == 200
+    db.session.expunge_all()
+    assert db.session.get(Schedule, report_id) is None
+    assert db.session.get(Run, run_id) is not None
+    plain = alice.post(f"/schedules/{paused_id}/delete", htmx=False)
+    assert plain.status_code == 303 and plain.headers["Location"] == "/"
+
+
+def test_the_schedule_detail_shows_settings_fires_history_and_audit(
+    app: Flask, world: World, data: Seeded
+) -> None:
+    page = Panel(app, world.alice).get(f"/schedules/{data.report.id}").get_data(as_text=True)
+    assert "At 02:00" in page and "alpha-secret-message" in page
+    assert len(re.findall(r"<li><time", page)) == 10
+    assert f'id="{dom_id(data.succeeded)}"' in page and f'id="{dom_id(data.failed)}"' in page
+    assert "created" in page and "alice@example.com" in page
+
+
+def test_run_detail_escapes_output_and_error(app: Flask, world: World, data: Seeded) -> None:
+    alice = Panel(app, world.alice)
+    output = alice.get(f"/runs/{data.succeeded.id}").get_data(as_text=True)
+    assert "alpha-output-line &lt;script&gt;x&lt;/script&gt;" in output
+    assert "<script>x" not in output
+    error = alice.get(f"/runs/{data.failed.id}").get_data(as_text=True)
+    assert "alpha-error-text &lt;b&gt;bold&lt;/b&gt;" in error
+
+
+def test_run_history_filters(app: Flask, world: World, data: Seeded) -> None:
+    alice = Panel(app, world.alice)
+    failed = alice.get("/runs?status=failed").get_data(as_text=True)
+    assert f'id="{dom_id(data.failed)}"' in failed
+    assert f'id="{dom_id(data.succeeded)}"' not in failed
+    manual = alice.get("/runs?trigger=manual").get_data(as_text=True)
+    assert f'id="{dom_id(data.queued)}"' in manual and f'id="{dom_id(data.failed)}"' not in manual
+    today = datetime.now(UTC).date()
+    future = alice.get(f"/runs?from={today + timedelta(days=2)}").get_data(as_text=True)
+    assert "No runs match" in future
+    ranged = alice.get(f"/runs?from={today - timedelta(days=1)}&to={today + timedelta(days=1)}")
+    assert f'id="{dom_id(data.failed)}"' in ranged.get_data(as_text=True)
+
+
+def test_run_history_pages_by_keyset(app: Flask, world: World, data: Seeded) -> None:
+    for minute in range(60):
+        make_run(data.report, "succeeded", 200 + minute)
+    db.session.commit()
+    alice = Panel(app, world.alice)
+    first = alice.get("/runs").get_data(as_text=True)
+    ids = [int(i) for i in re.findall(r'<tr id="run-(\d+)"', first)]
+    assert len(ids) == 50 and ids == sorted(ids, reverse=True)
+    older = re.search(r'hx-get="(/runs\?before=\d+[^"]*)"', first)
+    assert older is not None
+    second = alice.get(older.group(1).replace("&amp;", "&"), htmx=True).get_data(as_text=True)
+    more = [int(i) for i in re.findall(r'<tr id="run-(\d+)"', second)]
+    assert len(more) == 13 and max(more) < min(ids)  # 3 seeded + 60, in alpha only
+    assert "runs-more" not in second and "<html" not in second
+
+
+def test_per_schedule_history_of_another_tenant_is_404(
+    app: Flask, world: World, data: Seeded
+) -> None:
+    assert Panel(app, world.charlie).get(f"/runs?schedule={data.report.id}").status_code == 404
+
+
+def test_next_runs_lists_the_next_24_hours_in_the_tenant_zone(
+    app: Flask, world: World, data: Seeded
+) -> None:
+    page = Panel(app, world.alice).get("/upcoming").get_data(as_text=True)
+    assert page.count("Alpha nightly report") == 1  # daily; the paused one is left out
+    assert "Alpha paused cleanup" not in page
+    assert "CET" in page or "CEST" in page
+
+
+def test_the_tenant_switcher_changes_the_current_tenant(
+    app: Flask, world: World, data: Seeded
+) -> None:
+    from webapp.accounts import add_user
+
+    add_user("alice@example.com", "beta", "viewer", None)
+    alice = Panel(app, world.alice)
+    page = alice.get("/").get_data(as_text=True)
+    assert 'id="tenant-switch"' in page and "Alpha nightly report" in page
+    response = alice.post("/tenant", {"tenant": str(world.beta.id)}, htmx=False)
+    assert response.status_code == 303
+    beta = alice.get("/").get_data(as_text=True)
+    assert "Beta hourly ping" in beta and "Alpha nightly report" not in beta
+    assert "Run now" not in beta  # a viewer there
+    assert alice.get(f"/schedules/{data.report.id}").status_code == 404
+    charlie = Panel(app, world.charlie)
+    assert charlie.post("/tenant", {"tenant": str(world.alpha.id)}, htmx=False).status_code == 404
+
+
+def test_a_user_without_tenant_is_told_what_to_do(app: Flask, world: World) -> None:
+    from webapp.accounts import hash_password
+    from webapp.models import User
+
+    lonely = User(email="lonely@example.com", password_hash=hash_password("x" * 12))
+    db.session.add(lonely)
+    db.session.commit()
+    response = Panel(app, lonely).get("/runs")
+    assert response.status_code == 403 and "No tenant yet" in response.get_data(as_text=True)

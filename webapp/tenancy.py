@@ -1,0 +1,117 @@
+"""Tenant scoping: the one entry point through which views load tenant data.
+
+The current tenant comes from the session and is checked against the user's memberships on
+every request. Objects are loaded by id *and* tenant, so another tenant's id answers 404 (never
+403, which would confirm that the id exists). Writes need the admin role (403 otherwise).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import abort, g, session
+from flask_login import current_user
+from sqlalchemy import Select, select
+
+from webapp.extensions import db
+from webapp.models import AuditEvent, Membership, Run, Schedule, Tenant
+
+SESSION_KEY = "tenant_id"
+
+
+class NoTenant(Exception):
+    """The logged-in user belongs to no tenant: the panel explains, rather than failing."""
+
+
+def memberships() -> list[Membership]:
+    """The current user's memberships, by tenant name."""
+    if "memberships" not in g:
+        rows = db.session.scalars(
+            select(Membership)
+            .join(Tenant, Tenant.id == Membership.tenant_id)
+            .where(Membership.user_id == current_user.id)
+            .order_by(Tenant.name, Tenant.id)
+        )
+        g.memberships = list(rows)
+    result: list[Membership] = g.memberships
+    return result
+
+
+def current_membership() -> Membership:
+    """The membership of the tenant chosen in the session (the first one by default)."""
+    if "membership" not in g:
+        mine = memberships()
+        if not mine:
+            raise NoTenant
+        chosen = session.get(SESSION_KEY)
+        g.membership = next((m for m in mine if m.tenant_id == chosen), mine[0])
+    membership: Membership = g.membership
+    return membership
+
+
+def current_tenant() -> Tenant:
+    return current_membership().tenant
+
+
+def can_write() -> bool:
+    """Whether the current user may change the current tenant's data (templates ask this)."""
+    try:
+        return current_membership().role == "admin"
+    except NoTenant:
+        return False
+
+
+def require_admin() -> Tenant:
+    """The current tenant, or 403 for a viewer."""
+    if not can_write():
+        abort(403)
+    return current_tenant()
+
+
+def switch_tenant(tenant_id: int) -> Tenant:
+    """Makes `tenant_id` current if the user is a member; 404 otherwise."""
+    membership = next((m for m in memberships() if m.tenant_id == tenant_id), None)
+    if membership is None:
+        abort(404)
+    session[SESSION_KEY] = membership.tenant_id
+    g.membership = membership
+    return membership.tenant
+
+
+def schedules() -> Select[Schedule]:
+    """The current tenant's schedules (tenant scope only: system schedules are the operator's)."""
+    return select(Schedule).where(
+        Schedule.tenant_id == current_tenant().id, Schedule.scope == "tenant"
+    )
+
+
+def runs() -> Select[Run]:
+    return select(Run).where(Run.tenant_id == current_tenant().id)
+
+
+def audit_events() -> Select[AuditEvent]:
+    return select(AuditEvent).where(AuditEvent.tenant_id == current_tenant().id)
+
+
+def first_or_404(query: Select[Any]) -> Any:
+    found = db.session.scalar(query)
+    if found is None:
+        abort(404)
+    return found
+
+
+def get_schedule_or_404(schedule_id: int) -> Schedule:
+    schedule: Schedule = first_or_404(schedules().where(Schedule.id == schedule_id))
+    return schedule
+
+
+def get_run_or_404(run_id: int) -> Run:
+    run: Run = first_or_404(runs().where(Run.id == run_id))
+    return run
+
+
+def get_rw_schedule_or_404(schedule_id: int) -> Schedule:
+    """A schedule the current user may change: 404 for another tenant's id, 403 for a viewer."""
+    schedule = get_schedule_or_404(schedule_id)
+    require_admin()
+    return schedule

@@ -1,0 +1,136 @@
+"""Template helpers: DOM ids, times in a zone, relative times, durations, cron descriptions."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from flask import Flask, request
+from markupsafe import Markup
+
+from webapp import tenancy
+from webapp.database import utcnow
+from webapp.scheduler import cron
+
+
+def dom_id(obj: Any, suffix: str | None = None) -> str:
+    """The DOM id of a model row, e.g. `schedule-42` or `schedule-42-last-run`.
+
+    hx-target attributes and the browser tests use these ids, so they come from one place.
+    """
+    base = f"{type(obj).__name__.lower()}-{obj.id}"
+    return f"{base}-{suffix}" if suffix else base
+
+
+def zone(name: str | None) -> ZoneInfo:
+    try:
+        return ZoneInfo(name or "UTC")
+    except (ValueError, KeyError):
+        return ZoneInfo("UTC")
+
+
+def local_time(moment: datetime | None, time_zone: str | None) -> str:
+    """`2026-03-08 03:00 CET` in the given zone."""
+    if moment is None:
+        return "-"
+    local = moment.astimezone(zone(time_zone))
+    return f"{local:%Y-%m-%d %H:%M} {local.tzname()}"
+
+
+def utc_time(moment: datetime | None) -> str:
+    if moment is None:
+        return ""
+    return moment.astimezone(ZoneInfo("UTC")).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def relative_time(moment: datetime | None, now: datetime | None = None) -> str:
+    """`in 5 min`, `3 h ago`, `just now`."""
+    if moment is None:
+        return ""
+    delta = moment - (now or utcnow())
+    seconds = abs(delta.total_seconds())
+    if seconds < 45:
+        return "just now" if delta.total_seconds() <= 0 else "in a few seconds"
+    for size, unit in ((86400, "day"), (3600, "h"), (60, "min")):
+        if seconds >= size:
+            amount = round(seconds / size)
+            if unit == "day":
+                text = f"{amount} day{'s' if amount != 1 else ''}"
+            else:
+                text = f"{amount} {unit}"
+            break
+    return f"in {text}" if delta.total_seconds() > 0 else f"{text} ago"
+
+
+def duration(value: timedelta | None) -> str:
+    """`850 ms`, `4.2 s`, `3 min 4 s`, `1 h 2 min`."""
+    if value is None:
+        return "-"
+    seconds = value.total_seconds()
+    sign = "-" if seconds < 0 else ""
+    seconds = abs(seconds)
+    if seconds < 1:
+        return f"{sign}{round(seconds * 1000)} ms"
+    if seconds < 60:
+        return f"{sign}{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{sign}{int(seconds // 60)} min {int(seconds % 60)} s"
+    return f"{sign}{int(seconds // 3600)} h {int(seconds % 3600 // 60)} min"
+
+
+def moment(value: datetime | None, time_zone: str | None) -> Markup:
+    """A `<time>`: local time, relative time beside it, UTC on hover."""
+    if value is None:
+        return Markup('<span class="muted">-</span>')
+    return Markup(
+        '<time datetime="{iso}" title="{utc}">{local} <span class="muted">{relative}</span></time>'
+    ).format(
+        iso=value.isoformat(),
+        utc=utc_time(value),
+        local=local_time(value, time_zone),
+        relative=relative_time(value),
+    )
+
+
+def describe_cron(expression: str, time_zone: str = "UTC") -> str:
+    try:
+        return cron.describe(cron.validate(expression, time_zone))
+    except (cron.CronError, ValueError):
+        return "not a valid expression"
+
+
+def is_htmx() -> bool:
+    return request.headers.get("HX-Request") == "true"
+
+
+def pretty_value(value: Any) -> str:
+    """An audit value as a user reads it: text as is, the rest as compact JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def install(app: Flask) -> None:
+    app.add_template_global(dom_id)
+    app.add_template_global(tenancy.can_write)
+    app.add_template_global(is_htmx)
+    app.add_template_filter(local_time, "local_time")
+    app.add_template_filter(utc_time, "utc_time")
+    app.add_template_filter(relative_time, "relative_time")
+    app.add_template_filter(duration, "duration")
+    app.add_template_filter(moment, "moment")
+    app.add_template_filter(describe_cron, "describe_cron")
+    app.add_template_filter(pretty_value, "pretty_value")
+
+    @app.context_processor
+    def panel_context() -> dict[str, Any]:
+        def tenant_or_none() -> Any:
+            try:
+                return tenancy.current_membership()
+            except (tenancy.NoTenant, AttributeError):
+                return None
+
+        return {"current_membership": tenant_or_none, "my_memberships": tenancy.memberships}
+

@@ -1,0 +1,164 @@
+"""The schedule form: raw values as typed (kept on errors) and their conversion for the service.
+
+The job's parameter fields are generated from the catalog (`JobSpec.form_fields()`); each is
+posted as `args.<name>`, the same path that the service's errors use, so an error lands next to
+its field. Validation itself is the service layer's: this module only converts types.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from werkzeug.datastructures import MultiDict
+
+from webapp.catalog import Catalog, FormField, JobSpec, UnknownJobError
+from webapp.models import MISFIRE_POLICIES, OVERLAP_POLICIES, Schedule, Tenant
+from webapp.services.schedules import ScheduleInput
+
+MISFIRE_CHOICES = {
+    "fire_once": "Run once for all missed times (default)",
+    "fire_all": "Run once for every missed time",
+    "skip": "Skip missed times",
+}
+OVERLAP_CHOICES = {
+    "allow": "Allow overlapping runs (default)",
+    "skip": "Skip a run while the previous one is unfinished",
+}
+assert set(MISFIRE_CHOICES) == set(MISFIRE_POLICIES)
+assert set(OVERLAP_CHOICES) == set(OVERLAP_POLICIES)
+# Form-level errors: fields without an input of their own.
+GENERAL_ERRORS = ("quota", "key", "args", "active")
+
+
+def arg_name(param: FormField) -> str:
+    return f"args.{param.name}"
+
+
+def shown_default(param: FormField) -> str:
+    if param.default is None:
+        return ""
+    if isinstance(param.default, bool):
+        return "on" if param.default else ""
+    return str(param.default)
+
+
+@dataclass
+class ScheduleForm:
+    """What the form shows: values as strings (args too), and errors by field name."""
+
+    name: str = ""
+    job: str = ""
+    cron: str = ""
+    time_zone: str = "UTC"
+    misfire_policy: str = "fire_once"
+    overlap_policy: str = "allow"
+    active: bool = True
+    args: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def blank(cls, tenant: Tenant, catalog: Catalog) -> ScheduleForm:
+        jobs = catalog.jobs(scope="tenant")
+        job = jobs[0].name if jobs else ""
+        form = cls(job=job, cron="0 * * * *", time_zone=tenant.time_zone)
+        form.args = default_args(catalog, job)
+        return form
+
+    @classmethod
+    def for_schedule(cls, schedule: Schedule) -> ScheduleForm:
+        args = {}
+        for key, value in (schedule.args or {}).items():
+            if isinstance(value, bool):
+                args[key] = "on" if value else ""
+            else:
+                args[key] = "" if value is None else str(value)
+        return cls(
+            name=schedule.name,
+            job=schedule.job,
+            cron=schedule.cron,
+            time_zone=schedule.time_zone,
+            misfire_policy=schedule.misfire_policy,
+            overlap_policy=schedule.overlap_policy,
+            active=schedule.active,
+            args=args,
+        )
+
+    @classmethod
+    def from_post(cls, data: MultiDict[str, str]) -> ScheduleForm:
+        return cls(
+            name=data.get("name", ""),
+            job=data.get("job", ""),
+            cron=data.get("cron", ""),
+            time_zone=data.get("time_zone", "").strip(),
+            misfire_policy=data.get("misfire_policy", "fire_once"),
+            overlap_policy=data.get("overlap_policy", "allow"),
+            active=data.get("active") == "on",
+            args={
+                key.removeprefix("args."): value
+                for key, value in data.items()
+                if key.startswith("args.")
+            },
+        )
+
+    def general_errors(self) -> list[str]:
+        return [self.errors[name] for name in GENERAL_ERRORS if name in self.errors]
+
+    def to_input(self, catalog: Catalog) -> ScheduleInput:
+        spec = job_spec(catalog, self.job)
+        return ScheduleInput(
+            name=self.name,
+            job=self.job,
+            args=convert_args(spec, self.args) if spec else {},
+            cron=self.cron,
+            time_zone=self.time_zone,
+            active=self.active,
+            misfire_policy=self.misfire_policy,
+            overlap_policy=self.overlap_policy,
+        )
+
+
+def job_spec(catalog: Catalog, name: str) -> JobSpec | None:
+    try:
+        spec = catalog.get(name)
+    except UnknownJobError:
+        return None
+    return spec if spec.scope == "tenant" else None
+
+
+def default_args(catalog: Catalog, job: str) -> dict[str, str]:
+    spec = job_spec(catalog, job)
+    if spec is None:
+        return {}
+    return {param.name: shown_default(param) for param in spec.form_fields()}
+
+
+def convert_args(spec: JobSpec, raw: dict[str, str]) -> dict[str, Any]:
+    """Typed arguments from the posted strings.
+
+    An empty field is left out, so the parameter's default applies (or the job reports it
+    missing); text that does not
+    parse is passed on as is, so that the job's own validation explains what is wrong.
+    """
+    args: dict[str, Any] = {}
+    for param in spec.form_fields():
+        value = raw.get(param.name)
+        if param.kind == "checkbox":
+            args[param.name] = value == "on"
+            continue
+        if value is None or value.strip() == "":
+            continue  # the default applies, or the job says the parameter is required
+        if param.kind == "integer":
+            args[param.name] = parse_number(value, int)
+        elif param.kind == "number":
+            args[param.name] = parse_number(value, float)
+        else:
+            args[param.name] = value
+    return args
+
+
+def parse_number(text: str, kind: type[int] | type[float]) -> int | float | str:
+    try:
+        return kind(text.strip())
+    except ValueError:
+        return text

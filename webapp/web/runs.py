@@ -1,0 +1,137 @@
+"""Run history: tenant-wide and per schedule, keyset-paginated; run detail and live status."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from typing import Any
+
+from flask import Blueprint, request
+from flask_login import login_required
+from sqlalchemy import Select
+from werkzeug.wrappers import Response
+
+from webapp import tenancy
+from webapp.extensions import db
+from webapp.models import RUN_STATUSES, TRIGGERS, Run, Schedule
+from webapp.web.common import page_or_partial
+from webapp.web.formatting import zone
+
+bp = Blueprint("runs", __name__)
+bp.before_request(login_required(lambda: None))
+
+PAGE_SIZE = 50
+
+
+@dataclass
+class RunFilters:
+    status: str = ""
+    trigger: str = ""
+    schedule: Schedule | None = None
+    since: date | None = None
+    until: date | None = None
+    before: int | None = None  # keyset: only runs with a smaller id
+
+    @classmethod
+    def from_args(cls) -> RunFilters:
+        args = request.args
+        filters = cls(
+            status=args.get("status", "") if args.get("status") in RUN_STATUSES else "",
+            trigger=args.get("trigger", "") if args.get("trigger") in TRIGGERS else "",
+            since=parse_date(args.get("from")),
+            until=parse_date(args.get("to")),
+            before=int(args["before"]) if args.get("before", "").isdigit() else None,
+        )
+        if args.get("schedule", "").isdigit():
+            filters.schedule = tenancy.get_schedule_or_404(int(args["schedule"]))
+        return filters
+
+    def apply(self, query: Select[Run], time_zone: str) -> Select[Run]:
+        if self.schedule is not None:
+            query = query.where(Run.schedule_id == self.schedule.id)
+        if self.status:
+            query = query.where(Run.status == self.status)
+        if self.trigger:
+            query = query.where(Run.trigger == self.trigger)
+        if self.since:
+            query = query.where(Run.scheduled_for >= local_midnight(self.since, time_zone))
+        if self.until:
+            end = local_midnight(self.until + timedelta(days=1), time_zone)
+            query = query.where(Run.scheduled_for < end)
+        if self.before is not None:
+            query = query.where(Run.id < self.before)
+        return query
+
+    def args(self, **changes: Any) -> dict[str, Any]:
+        """The query string of these filters, for links (the next page, the filter form)."""
+        values: dict[str, Any] = {
+            "status": self.status,
+            "trigger": self.trigger,
+            "schedule": self.schedule.id if self.schedule else "",
+            "from": self.since.isoformat() if self.since else "",
+            "to": self.until.isoformat() if self.until else "",
+        }
+        values.update(changes)
+        return {key: value for key, value in values.items() if value not in ("", None)}
+
+
+def parse_date(text: str | None) -> date | None:
+    try:
+        return date.fromisoformat(text) if text else None
+    except ValueError:
+        return None
+
+
+def local_midnight(day: date, time_zone: str) -> datetime:
+    return datetime.combine(day, time.min, tzinfo=zone(time_zone))
+
+
+def history_page(filters: RunFilters) -> tuple[list[Run], int | None]:
+    """One page, newest first, walking ix_runs_tenant_history or ix_runs_schedule_history
+    backwards from `before`: no OFFSET, no COUNT, the same cost on page 1 and page 10,000."""
+    tenant = tenancy.current_tenant()
+    query = filters.apply(tenancy.runs(), tenant.time_zone)
+    rows = list(db.session.scalars(query.order_by(Run.id.desc()).limit(PAGE_SIZE + 1)))
+    next_before = rows[PAGE_SIZE - 1].id if len(rows) > PAGE_SIZE else None
+    return rows[:PAGE_SIZE], next_before
+
+
+@bp.get("/runs")
+def index() -> Response:
+    """The tenant's run history with filters; htmx loads older pages into the same table."""
+    filters = RunFilters.from_args()
+    runs, next_before = history_page(filters)
+    schedules = db.session.scalars(tenancy.schedules().order_by(Schedule.name)).all()
+    partial = "runs/_rows.html" if request.args.get("before") else "runs/_history.html"
+    return page_or_partial(
+        "runs/index.html",
+        partial,
+        runs=runs,
+        next_before=next_before,
+        filters=filters,
+        schedules=schedules,
+        statuses=RUN_STATUSES,
+        triggers=TRIGGERS,
+        tenant=tenancy.current_tenant(),
+    )
+
+
+@bp.get("/runs/<int:run_id>")
+def detail(run_id: int) -> Response:
+    """One run: timing, arguments, output and error (escaped)."""
+    run = tenancy.get_run_or_404(run_id)
+    schedule = run.schedule if run.schedule and run.schedule.tenant_id == run.tenant_id else None
+    return page_or_partial(
+        "runs/detail.html",
+        "runs/_detail.html",
+        run=run,
+        schedule=schedule,
+        tenant=tenancy.current_tenant(),
+    )
+
+
+@bp.get("/runs/<int:run_id>/status")
+def status(run_id: int) -> Response:
+    """The status badge of a run; it polls itself only while the run is queued or running."""
+    run = tenancy.get_run_or_404(run_id)
+    return page_or_partial("runs/status.html", "runs/_status.html", run=run)

@@ -1,0 +1,332 @@
+"""Schedules: the list, the generated form with its live cron preview, detail and actions."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from flask import Blueprint, abort, request, url_for
+from flask_login import login_required
+from sqlalchemy import func, select
+from werkzeug.wrappers import Response
+
+from webapp import tenancy
+from webapp.auth import is_own_path
+from webapp.database import utcnow
+from webapp.extensions import db
+from webapp.models import AuditEvent, Run, Schedule
+from webapp.services.catalog import current_catalog
+from webapp.services.schedules import (
+    ScheduleError,
+    create_schedule,
+    delete_schedule,
+    pause_schedule,
+    preview_cron,
+    resume_schedule,
+    run_now,
+    update_schedule,
+)
+from webapp.web.common import actor, done, htmx_redirect, page_or_partial
+from webapp.web.forms import MISFIRE_CHOICES, OVERLAP_CHOICES, ScheduleForm, default_args
+from webapp.web.time_zones import time_zone_names
+from webapp.web.upcoming import upcoming_fires
+
+bp = Blueprint("schedules", __name__)
+bp.before_request(login_required(lambda: None))
+
+LIST_LIMIT = 200
+DETAIL_RUNS = 20
+DETAIL_AUDIT = 20
+STATUS_FILTERS = ("active", "paused")
+
+
+def last_runs(schedule_ids: list[int]) -> dict[int, Run]:
+    """The latest run of each schedule (one index probe per schedule)."""
+    if not schedule_ids:
+        return {}
+    latest = (
+        select(func.max(Run.id))
+        .where(Run.tenant_id == tenancy.current_tenant().id, Run.schedule_id.in_(schedule_ids))
+        .group_by(Run.schedule_id)
+    )
+    runs = db.session.scalars(tenancy.runs().where(Run.id.in_(latest)))
+    return {run.schedule_id: run for run in runs if run.schedule_id is not None}
+
+
+def job_titles() -> dict[str, str]:
+    return {spec.name: spec.title for spec in current_catalog().jobs()}
+
+
+def list_context() -> dict[str, Any]:
+    q = request.args.get("q", "").strip()
+    job = request.args.get("job", "")
+    status = request.args.get("status", "")
+    query = tenancy.schedules()
+    if q:
+        query = query.where(func.lower(Schedule.name).contains(q.lower(), autoescape=True))
+    if job:
+        query = query.where(Schedule.job == job)
+    if status in STATUS_FILTERS:
+        query = query.where(Schedule.active.is_(status == "active"))
+    schedules = list(
+        db.session.scalars(query.order_by(Schedule.name, Schedule.id).limit(LIST_LIMIT + 1))
+    )
+    filtered = bool(q or job or status)
+    any_schedules = bool(schedules) or (
+        filtered and db.session.scalar(tenancy.schedules().with_only_columns(Schedule.id).limit(1))
+    )
+    return {
+        "schedules": schedules[:LIST_LIMIT],
+        "truncated": len(schedules) > LIST_LIMIT,
+        "last_runs": last_runs([s.id for s in schedules]),
+        "titles": job_titles(),
+        "jobs": current_catalog().jobs(scope="tenant"),
+        "filters": {"q": q, "job": job, "status": status},
+        "filtered": filtered,
+        "any_schedules": any_schedules,
+        "tenant": tenancy.current_tenant(),
+    }
+
+
+@bp.get("/")
+def index() -> Response:
+    """The tenant's schedules, searchable; htmx gets only the list when filters change."""
+    return page_or_partial("schedules/index.html", "schedules/_list.html", **list_context())
+
+
+def row_context(schedule: Schedule) -> dict[str, Any]:
+    return {
+        "schedule": schedule,
+        "last_run": last_runs([schedule.id]).get(schedule.id),
+        "titles": job_titles(),
+        "tenant": tenancy.current_tenant(),
+    }
+
+
+def form_context(form: ScheduleForm, schedule: Schedule | None) -> dict[str, Any]:
+    catalog = current_catalog()
+    spec = catalog.get(form.job) if form.job in catalog else None
+    return {
+        "form": form,
+        "schedule": schedule,
+        "jobs": catalog.jobs(scope="tenant"),
+        "params": spec.form_fields() if spec and spec.scope == "tenant" else [],
+        "misfire_choices": MISFIRE_CHOICES,
+        "overlap_choices": OVERLAP_CHOICES,
+        "time_zones": time_zone_names(),
+        "preview": cron_preview(form.cron, form.time_zone),
+    }
+
+
+def cron_preview(expression: str, time_zone: str, count: int = 5) -> dict[str, Any]:
+    if not expression.strip():
+        return {"empty": True}
+    try:
+        return {"result": preview_cron(expression, time_zone, utcnow(), count=count)}
+    except ScheduleError as error:
+        return {"errors": error.errors}
+
+
+def save_failed(form: ScheduleForm, schedule: Schedule | None, error: ScheduleError) -> Response:
+    form.errors = error.errors
+    return page_or_partial(
+        "schedules/form.html", "schedules/_form.html", 422, **form_context(form, schedule)
+    )
+
+
+@bp.route("/schedules/new", methods=["GET", "POST"])
+def new() -> Response:
+    """The form for a new schedule; saving goes through the service layer."""
+    tenant = tenancy.require_admin()
+    if request.method == "GET":
+        form = ScheduleForm.blank(tenant, current_catalog())
+        return page_or_partial(
+            "schedules/form.html", "schedules/_form.html", **form_context(form, None)
+        )
+    form = ScheduleForm.from_post(request.form)
+    try:
+        schedule = create_schedule(tenant, form.to_input(current_catalog()), actor(), utcnow())
+    except ScheduleError as error:
+        return save_failed(form, None, error)
+    return htmx_redirect(
+        f"Schedule “{schedule.name}” created.", url_for("schedules.detail", schedule_id=schedule.id)
+    )
+
+
+@bp.route("/schedules/<int:schedule_id>/edit", methods=["GET", "POST"])
+def edit(schedule_id: int) -> Response:
+    """Edit a schedule; the same form, validation and audit as creating one."""
+    schedule = tenancy.get_rw_schedule_or_404(schedule_id)
+    if request.method == "GET":
+        form = ScheduleForm.for_schedule(schedule)
+        return page_or_partial(
+            "schedules/form.html", "schedules/_form.html", **form_context(form, schedule)
+        )
+    form = ScheduleForm.from_post(request.form)
+    try:
+        update_schedule(schedule, form.to_input(current_catalog()), actor(), utcnow())
+    except ScheduleError as error:
+        db.session.rollback()
+        return save_failed(form, schedule, error)
+    return htmx_redirect(
+        f"Schedule “{schedule.name}” saved.", url_for("schedules.detail", schedule_id=schedule.id)
+    )
+
+
+@bp.get("/schedules/form/params")
+def params() -> Response:
+    """The parameter fields of the chosen job, swapped in when the job select changes."""
+    job = request.args.get("job", "")
+    catalog = current_catalog()
+    form = ScheduleForm(job=job, args=default_args(catalog, job))
+    return page_or_partial(
+        "schedules/params.html", "schedules/_params.html", **form_context(form, None)
+    )
+
+
+@bp.get("/schedules/form/preview")
+def preview() -> Response:
+    """The description and next fire times of the cron expression being typed."""
+    form = ScheduleForm(
+        cron=request.args.get("cron", ""), time_zone=request.args.get("time_zone", "").strip()
+    )
+    return page_or_partial(
+        "schedules/preview.html",
+        "schedules/_preview.html",
+        preview=cron_preview(form.cron, form.time_zone),
+        form=form,
+    )
+
+
+@bp.get("/schedules/<int:schedule_id>")
+def detail(schedule_id: int) -> Response:
+    """A schedule's settings, next fire times, run history and audit trail."""
+    schedule = tenancy.get_schedule_or_404(schedule_id)
+    runs = list(
+        db.session.scalars(
+            tenancy.runs()
+            .where(Run.schedule_id == schedule.id)
+            .order_by(Run.id.desc())
+            .limit(DETAIL_RUNS + 1)
+        )
+    )
+    events = list(
+        db.session.scalars(
+            tenancy.audit_events()
+            .where(AuditEvent.object_type == "schedule", AuditEvent.object_id == schedule.id)
+            .order_by(AuditEvent.id.desc())
+            .limit(DETAIL_AUDIT)
+        )
+    )
+    spec = current_catalog().get(schedule.job) if schedule.job in current_catalog() else None
+    return page_or_partial(
+        "schedules/detail.html",
+        "schedules/_detail.html",
+        schedule=schedule,
+        spec=spec,
+        preview=cron_preview(schedule.cron, schedule.time_zone, count=10),
+        runs=runs[:DETAIL_RUNS],
+        more_runs=len(runs) > DETAIL_RUNS,
+        events=events,
+        last_run=runs[0] if runs else None,
+        tenant=tenancy.current_tenant(),
+        titles=job_titles(),
+    )
+
+
+def back_to(schedule: Schedule | None = None) -> str:
+    """Where a plain (non-htmx) form post returns: the page it came from, if it is ours."""
+    target = request.form.get("next")
+    if target and is_own_path(target):
+        return target
+    if schedule is not None:
+        return url_for("schedules.detail", schedule_id=schedule.id)
+    return url_for("schedules.index")
+
+
+@bp.post("/schedules/<int:schedule_id>/run")
+def run(schedule_id: int) -> Response:
+    """Run now: queue a manual run and show its status in place; a worker executes it."""
+    schedule = tenancy.get_rw_schedule_or_404(schedule_id)
+    try:
+        queued = run_now(schedule, actor(), utcnow())
+    except ScheduleError as error:
+        abort(409, "; ".join(error.errors.values()))
+    return done(
+        f"Run #{queued.id} of “{schedule.name}” queued.",
+        back_to(schedule),
+        "runs/_status.html",
+        run=queued,
+        schedule=schedule,
+    )
+
+
+@bp.post("/schedules/<int:schedule_id>/pause")
+def pause(schedule_id: int) -> Response:
+    """Pause a schedule: it stops firing until resumed."""
+    schedule = tenancy.get_rw_schedule_or_404(schedule_id)
+    pause_schedule(schedule, actor())
+    return done(
+        f"Schedule “{schedule.name}” paused.",
+        back_to(schedule),
+        "schedules/_row.html",
+        **row_context(schedule),
+    )
+
+
+@bp.route("/schedules/<int:schedule_id>/resume", methods=["GET", "POST"])
+def resume(schedule_id: int) -> Response:
+    """Resume a schedule, after asking whether to skip or catch up missed fire times."""
+    schedule = tenancy.get_rw_schedule_or_404(schedule_id)
+    if request.method == "GET":
+        missed: list[Any] = []
+        now = utcnow()
+        if schedule.next_run_at is not None and schedule.next_run_at <= now:
+            fires, _ = upcoming_fires(
+                [schedule], schedule.next_run_at - timedelta(seconds=1), now, limit=100
+            )
+            missed = fires
+        return page_or_partial(
+            "schedules/resume.html",
+            "schedules/_resume.html",
+            schedule=schedule,
+            missed=missed,
+            tenant=tenancy.current_tenant(),
+        )
+    catch_up = request.form.get("missed") == "catch_up"
+    resume_schedule(schedule, actor(), utcnow(), catch_up=catch_up)
+    how = "missed fire times will run" if catch_up else "missed fire times skipped"
+    return done(
+        f"Schedule “{schedule.name}” resumed ({how}).",
+        back_to(schedule),
+        "schedules/_row.html",
+        **row_context(schedule),
+    )
+
+
+@bp.post("/schedules/<int:schedule_id>/delete")
+def delete(schedule_id: int) -> Response:
+    """Delete a schedule; its run history stays."""
+    schedule = tenancy.get_rw_schedule_or_404(schedule_id)
+    name = schedule.name
+    delete_schedule(schedule, actor())
+    message = f"Schedule “{name}” deleted."
+    if request.form.get("leave"):  # from the schedule's own page, which is gone now
+        return htmx_redirect(message, url_for("schedules.index"))
+    return done(message, url_for("schedules.index"))
+
+
+@bp.get("/upcoming")
+def upcoming() -> Response:
+    """The tenant's fire times across all active schedules in the next 24 hours."""
+    now = utcnow()
+    active = db.session.scalars(tenancy.schedules().where(Schedule.active.is_(True)))
+    fires, more = upcoming_fires(active, now, now + timedelta(hours=24))
+    return page_or_partial(
+        "schedules/upcoming.html",
+        "schedules/_upcoming.html",
+        fires=fires,
+        more=more,
+        tenant=tenancy.current_tenant(),
+        titles=job_titles(),
+    )
