@@ -28,3 +28,22 @@ catalog.register_default(
     args={"fmt": "csv"},
     name="Nightly report",
 )
+
+
+class SlowParams(BaseModel):
+    seconds: float = Field(default=30, ge=0, le=600)
+
+
+@catalog.job("sample.slow", title="Run past the timeout", params=SlowParams, timeout=0.5)
+def slow(ctx: JobContext, params: SlowParams) -> None:
+    """Sleeps in small steps, as Python code that a timeout can interrupt."""
+    import time
+
+    deadline = time.monotonic() + params.seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+@catalog.job("sample.printer", title="Print to stdout")
+def printer(ctx: JobContext, params: BaseModel) -> None:
+    print("printed by the job")

@@ -208,3 +208,134 @@ def test_sigterm_returns_a_job_that_outlasts_the_grace_to_the_queue(
     returned = db.session.get(Run, run.id)
     assert returned is not None
     assert (returned.status, returned.attempt, returned.worker_id) == ("queued", 0, None)
+
+
+def test_a_job_over_its_timeout_fails_and_frees_its_slot(
+    app: Flask, world: World, workers: Workers
+) -> None:
+    slow = add_run(world.alpha.id, datetime(2026, 1, 1, tzinfo=UTC), job="sample.slow", args={})
+    after = add_run(
+        world.alpha.id,
+        datetime(2026, 1, 1, 0, 0, 1, tzinfo=UTC),
+        job="demo.echo",
+        args={"message": "next"},
+    )
+    process = workers.start(
+        "--burst", "--concurrency", "1", SCHEDULER_JOB_MODULES="tests.sample_jobs"
+    )
+    assert process.wait(timeout=60) == 0, workers.logs()
+    db.session.rollback()
+    timed_out = db.session.get(Run, slow.id)
+    assert timed_out is not None
+    assert (timed_out.status, timed_out.error) == ("failed", "timed out after 0.5 s")
+    assert db.session.get(Run, after.id).status == "succeeded"  # type: ignore[union-attr]
+
+
+def test_what_a_job_prints_lands_in_its_output(app: Flask, world: World, workers: Workers) -> None:
+    run = add_run(world.alpha.id, datetime(2026, 1, 1, tzinfo=UTC), job="sample.printer", args={})
+    process = workers.start("--burst", SCHEDULER_JOB_MODULES="tests.sample_jobs")
+    assert process.wait(timeout=60) == 0, workers.logs()
+    db.session.rollback()
+    printed = db.session.get(Run, run.id)
+    assert printed is not None and printed.output == "printed by the job\n"
+    assert "printed by the job" not in workers.logs()
+
+
+def test_the_console_script_runs_a_worker(app: Flask, world: World, database_url: str) -> None:
+    run = add_run(world.alpha.id, datetime(2026, 1, 1, tzinfo=UTC))
+    script = Path(sys.executable).with_name("scheduler-worker")
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "SECRET_KEY": "test",
+        "SCHEDULER_DEMO_JOBS": "1",
+    }
+    finished = subprocess.run([str(script), "--burst"], env=env, capture_output=True, timeout=60)
+    assert finished.returncode == 0, finished.stderr.decode()
+    db.session.rollback()
+    assert db.session.get(Run, run.id).status == "succeeded"  # type: ignore[union-attr]
+    usage = subprocess.run([str(script), "--concurrency", "0"], env=env, capture_output=True)
+    assert usage.returncode == 2 and b"0 is not in the range 1<=x<=256" in usage.stderr
+
+
+def test_scheduler_tick_prints_what_it_fired(app: Flask, world: World) -> None:
+    import_schedules(
+        world.alpha,
+        json.dumps(
+            [
+                {
+                    "key": "a",
+                    "name": "A",
+                    "job": "demo.echo",
+                    "args": {"message": "a"},
+                    "cron": "0 0 1 1 *",
+                    "time_zone": "UTC",
+                }
+            ]
+        ),
+        Actor.cli(),
+        datetime(2025, 12, 31, tzinfo=UTC),
+    )
+    result = app.test_cli_runner().invoke(args=["scheduler", "tick"])
+    assert result.output == (
+        "fired 1 runs (0 skipped, 0 failed, 0 already recorded) for 1 schedules\n"
+    )
+
+
+# LISTEN/NOTIFY and terminating a backend are PostgreSQL features.
+postgresql_only = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+
+
+@postgresql_only
+def test_run_now_wakes_an_idle_worker_at_once_on_postgresql(
+    app: Flask, world: World, workers: Workers, database_url: str
+) -> None:
+    from webapp.services.schedules import ScheduleInput, create_schedule, run_now
+
+    schedule = create_schedule(
+        world.alpha,
+        ScheduleInput(
+            name="Yearly",
+            job="demo.echo",
+            args={"message": "hi"},
+            cron="0 0 1 1 *",
+            time_zone="UTC",
+        ),
+        Actor.cli(),
+        datetime(2026, 6, 1, tzinfo=UTC),
+    )
+    workers.start(SCHEDULER_POLL_INTERVAL="30")
+    wait_for(lambda: db.session.scalar(select(Worker.id)), 30, "the worker to register")
+    time.sleep(1.0)  # asleep in its 30 s poll, listening
+    run = run_now(schedule, Actor.cli(), datetime.now(UTC))
+    started = time.monotonic()
+    wait_for(
+        lambda: db.session.get(Run, run.id).status == "succeeded",  # type: ignore[union-attr]
+        10,
+        "the notified worker to run it",
+    )
+    assert time.monotonic() - started < 5
+
+
+@postgresql_only
+def test_a_lost_database_connection_is_retried_not_fatal(
+    app: Flask, world: World, workers: Workers, database_url: str
+) -> None:
+    process = workers.start(SCHEDULER_POLL_INTERVAL="0.2")
+    wait_for(lambda: db.session.scalar(select(Worker.id)), 30, "the worker to register")
+    from sqlalchemy import text
+
+    db.session.execute(
+        text(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    )
+    db.session.commit()
+    run = add_run(world.alpha.id, datetime(2026, 1, 1, tzinfo=UTC))
+    wait_for(
+        lambda: db.session.get(Run, run.id).status == "succeeded",  # type: ignore[union-attr]
+        30,
+        "the worker to reconnect and run it",
+    )
+    assert process.poll() is None

@@ -128,11 +128,10 @@ class WorkerProcess:
         self.stop_requested.set()
         self.wake.set()
 
-    def listen_for_notifications(self) -> None:
+    def listen_for_notifications(self, url: str) -> None:
         """PostgreSQL only: wake the loop when a run is queued or a schedule changes."""
         import psycopg
 
-        url = db.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
         delay = 1.0
         while not self.stop_requested.is_set():
             try:
@@ -245,7 +244,12 @@ class WorkerProcess:
         with self.app.app_context():
             self.connect_and_register()
             if db.engine.dialect.name == "postgresql" and not self.stop_requested.is_set():
-                threading.Thread(target=self.listen_for_notifications, daemon=True).start()
+                url = db.engine.url.set(drivername="postgresql")
+                threading.Thread(
+                    target=self.listen_for_notifications,
+                    args=(url.render_as_string(hide_password=False),),
+                    daemon=True,
+                ).start()
             delay = 1.0
             try:
                 while not self.stop_requested.is_set():
