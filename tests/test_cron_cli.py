@@ -134,3 +134,14 @@ def test_preview_allows_a_thousand_fire_times() -> None:
     lines = result.stdout.splitlines()
     assert len(lines) == 1001
     assert lines[-1] == "2026-01-01T16:40:00Z  2026-01-01 16:40 UTC (+00:00)"
+
+
+def test_after_outside_the_supported_years_is_one_line_and_nothing_else() -> None:
+    from click.testing import CliRunner
+
+    from webapp.scheduler.cron_cli import cron_cli
+
+    for after in ("0001-01-01T00:00", "9990-01-01T00:00"):
+        result = CliRunner().invoke(cron_cli, ["preview", "0 0 * * *", "--after", after])
+        assert result.exit_code == 1
+        assert result.output == "Error: --after must be between the years 1970 and 2999\n"

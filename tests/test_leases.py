@@ -189,3 +189,18 @@ def test_a_scheduled_run_tells_the_job_its_fire_time(app: Flask, world: World) -
     assert db.session.scalar(select(Run.idempotency_key)) == (
         f"schedule:{schedule.id}:2026-03-07T12:00:00Z"
     )
+
+
+def test_a_job_whose_scope_does_not_match_its_run_fails(app: Flask, world: World) -> None:
+    worker = worker_id()
+    add_run(world.alpha.id, NOW, job="maintenance.prune_runs", args={}, idempotency_key="t")
+    add_run(None, NOW, job="demo.echo", args={"message": "x"}, idempotency_key="s")
+    runs = {run.idempotency_key: run for run in run_leased(worker)}
+    assert (runs["t"].status, runs["t"].error) == (
+        "failed",
+        "job 'maintenance.prune_runs' is a system job and cannot run for a tenant",
+    )
+    assert (runs["s"].status, runs["s"].error) == (
+        "failed",
+        "job 'demo.echo' is a tenant job and needs a tenant",
+    )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from flask import Flask
@@ -252,3 +252,34 @@ def test_tenants_do_not_share_keys(app: Flask, world: World) -> None:
     create_schedule(world.beta, echo(key="nightly"), Actor.for_user(world.charlie), NOW)
     tenants = db.session.scalars(select(Tenant.slug).join(Schedule).order_by(Tenant.slug)).all()
     assert tenants == ["alpha", "beta"]
+
+
+def test_run_now_refuses_a_job_whose_scope_does_not_match(app: Flask, world: World) -> None:
+    schedule = create_schedule(world.alpha, echo(), alice(world), NOW)
+    schedule.job = "maintenance.prune_runs"  # a tampered row, or a job an operator re-scoped
+    db.session.commit()
+    with pytest.raises(ScheduleError) as caught:
+        run_now(schedule, alice(world), NOW)
+    assert caught.value.errors == {
+        "job": "job 'maintenance.prune_runs' is a system job and cannot be used in a tenant "
+        "schedule"
+    }
+    assert count(Run) == 0
+
+
+def test_an_edit_that_reactivates_skips_the_missed_fires(app: Flask, world: World) -> None:
+    schedule = create_schedule(world.alpha, echo(cron="0 * * * *"), alice(world), NOW)
+    pause_schedule(schedule, alice(world))
+    week_later = NOW + timedelta(days=7, minutes=5)
+    update_schedule(schedule, echo(cron="0 * * * *", active=True), alice(world), week_later)
+    assert schedule.active
+    assert schedule.next_run_at == datetime(2026, 3, 14, 13, 0, tzinfo=UTC)
+
+
+def test_a_tenant_name_with_nul_or_too_long_is_refused(app: Flask) -> None:
+    from webapp.accounts import AccountError, create_tenant
+
+    for name in ("a\x00b", "x" * 201):
+        with pytest.raises(AccountError, match="at most 200 characters, without NUL"):
+            create_tenant("gamma", name)
+    assert count(Tenant) == 0

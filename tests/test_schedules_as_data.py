@@ -192,7 +192,10 @@ def test_the_minimum_interval_quota_names_the_item(
 def test_tenant_set_refuses_a_bad_value(cli: FlaskCliRunner, world: World) -> None:
     result = cli.invoke(args=["tenant", "set", "alpha", "--max-schedules", "many"])
     assert result.exit_code == 2
-    assert "'many' is not a whole number or 'default'" in result.stderr
+    assert "'many' is not a whole number up to 2147483647 or 'default'" in result.stderr
+    for huge in ("99999999999999999999999", "²"):
+        result = cli.invoke(args=["tenant", "set", "alpha", "--max-schedules", huge])
+        assert result.exit_code == 2 and "is not a whole number" in result.stderr
 
 
 def test_ten_thousand_items_import_in_one_transaction(
@@ -257,11 +260,15 @@ def test_sync_materialises_defaults_once_and_never_overwrites(
         select(Schedule).where(Schedule.key == "sample.nightly-report")
     ).first()
     assert edited is not None and edited.args == {"recipients": 1, "fmt": "csv"}
-    edited.cron, edited.active = "0 5 * * *", False
+    edited.cron, edited.active, edited.args = "0 5 * * *", False, {"recipients": 9, "fmt": "pdf"}
     db.session.commit()
     assert cli.invoke(args=["scheduler", "sync"]).stdout == "created 0 default schedules\n"
     db.session.expire_all()
-    assert (edited.cron, edited.active) == ("0 5 * * *", False)
+    assert (edited.cron, edited.active, edited.args) == (
+        "0 5 * * *",
+        False,
+        {"recipients": 9, "fmt": "pdf"},
+    )
     assert count(Schedule) == 3
 
 
@@ -288,3 +295,77 @@ def test_prune_deletes_only_old_finished_runs(app: Flask, world: World) -> None:
 def test_tenant_creation_through_the_service_needs_no_defaults(app: Flask) -> None:
     tenant = accounts.create_tenant("gamma", "Gamma", "UTC")
     assert tenant.id and count(Schedule) == 0
+
+
+def test_schedule_run_at_follows_the_dst_rules_and_refuses_odd_years(
+    cli: FlaskCliRunner, world: World, tmp_path: Path
+) -> None:
+    import_file(cli, write(tmp_path, [item("a", time_zone="Europe/Berlin")]))
+    # 02:30 does not exist in Berlin on 2027-03-28: the run starts at 03:00 CEST.
+    skipped = cli.invoke(
+        args=["schedule", "run", "a", "--tenant", "alpha", "--at", "2027-03-28T02:30"]
+    )
+    assert skipped.stdout.endswith("queued for 2027-03-28T01:00:00Z\n"), skipped.output
+    # 02:30 happens twice on 2027-10-31: the first one (CEST) counts.
+    twice = cli.invoke(
+        args=["schedule", "run", "a", "--tenant", "alpha", "--at", "2027-10-31T02:30"]
+    )
+    assert twice.stdout.endswith("queued for 2027-10-31T00:30:00Z\n"), twice.output
+    aware = cli.invoke(
+        args=["schedule", "run", "a", "--tenant", "alpha", "--at", "2027-01-01T09:00+05:30"]
+    )
+    assert aware.stdout.endswith("queued for 2027-01-01T03:30:00Z\n"), aware.output
+    far = cli.invoke(args=["schedule", "run", "a", "--tenant", "alpha", "--at", "0001-01-01T00:00"])
+    assert far.exit_code == 2 and "outside the years 1970 to 2999" in far.stderr
+
+
+@pytest.mark.parametrize(
+    ("changes", "line"),
+    [
+        ({"name": 123}, "item 0 (key 'a'): name: must be text"),
+        (
+            {"args": {"message": "a\u0000b"}},
+            "item 0 (key 'a'): args.message: must not contain a NUL character",
+        ),
+        ({"name": "a\u0000b"}, "item 0 (key 'a'): name: the name must not contain a NUL character"),
+        (
+            {"cron": "1," * 100 + "2 * * * *"},
+            "item 0 (key 'a'): cron: the cron expression is longer than 200 characters",
+        ),
+        (
+            {"key": "a\n"},
+            "item 0 (key 'a\\n'): key: invalid key 'a\\n': use 1-64 lower-case "
+            "letters, digits, '_', '.', '-'",
+        ),
+        ({"time_zone": "localtime"}, "item 0 (key 'a'): time_zone: unknown time zone 'localtime'"),
+    ],
+)
+def test_values_the_database_could_not_store_are_refused_first(
+    cli: FlaskCliRunner, world: World, tmp_path: Path, changes: dict[str, object], line: str
+) -> None:
+    document = {**item("a"), **changes}
+    code, _, err = import_file(cli, write(tmp_path, [document]))
+    assert code == 1
+    assert err.splitlines()[0] == line
+    assert count(Schedule) == 0
+
+
+def test_deeply_nested_json_is_malformed_not_a_crash(
+    cli: FlaskCliRunner, world: World, tmp_path: Path
+) -> None:
+    code, _, err = import_file(cli, write(tmp_path, "[" * 100_000))
+    assert code == 1 and err.startswith("malformed JSON: nested too deeply")
+
+
+def test_reactivating_through_an_import_skips_the_missed_fires(
+    cli: FlaskCliRunner, world: World, tmp_path: Path
+) -> None:
+    import_file(cli, write(tmp_path, [item("a", active=False)]))
+    db.session.execute(
+        Schedule.__table__.update().values(next_run_at=datetime(2020, 1, 1, tzinfo=UTC))
+    )
+    db.session.commit()
+    import_file(cli, write(tmp_path, [item("a", active=True)]))
+    db.session.expire_all()
+    schedule = db.session.scalars(select(Schedule)).one()
+    assert schedule.active and schedule.next_run_at > datetime.now(UTC)  # type: ignore[operator]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+from zoneinfo import available_timezones
 
 from sqlalchemy import select
 from werkzeug.security import generate_password_hash
@@ -17,6 +17,7 @@ from webapp.models import ROLES, Membership, Tenant, User
 SLUG_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 EMAIL_PATTERN = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 MIN_PASSWORD_LENGTH = 10
+MAX_INTEGER = 2**31 - 1  # PostgreSQL integer columns
 # scrypt is werkzeug's memory-hard default; naming it pins it against a future default change.
 PASSWORD_METHOD = "scrypt"
 
@@ -27,24 +28,27 @@ class AccountError(ValueError):
 
 @functools.cache
 def known_time_zones() -> frozenset[str]:
-    # available_timezones() walks the zone database on disk: read it once.
-    return frozenset(available_timezones())
+    # available_timezones() walks the zone database on disk: read it once. Host-specific and
+    # placeholder entries are not zones a tenant means.
+    return frozenset(
+        zone
+        for zone in available_timezones()
+        if zone not in {"localtime", "Factory", "posixrules"}
+        and not zone.startswith(("posix/", "right/"))
+    )
 
 
-def check_time_zone(name: str) -> str:
-    """Accepts a real IANA zone name only."""
+def check_time_zone(name: object) -> str:
+    """Accepts a real IANA zone name only (not the host's `localtime` or a `posix/` alias)."""
     if not isinstance(name, str):
         raise AccountError(f"time zone {name!r} must be text")
     if name not in known_time_zones():
-        try:
-            ZoneInfo(name)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise AccountError(f"unknown time zone {name!r}") from None
+        raise AccountError(f"unknown time zone {name!r}")
     return name
 
 
 def check_slug(slug: str) -> str:
-    if not SLUG_PATTERN.match(slug):
+    if not SLUG_PATTERN.fullmatch(slug):
         raise AccountError(
             f"invalid slug {slug!r}: use 1-63 lower-case letters, digits and hyphens, "
             "starting and ending with a letter or digit"
@@ -54,7 +58,7 @@ def check_slug(slug: str) -> str:
 
 def normalise_email(email: str) -> str:
     email = email.strip().lower()
-    if len(email) > 254 or not EMAIL_PATTERN.match(email):
+    if len(email) > 254 or not EMAIL_PATTERN.fullmatch(email) or "\x00" in email:
         raise AccountError(f"invalid email address {email!r}")
     return email
 
@@ -75,15 +79,18 @@ def find_tenant(slug: str) -> Tenant:
 def create_tenant(slug: str, name: str, time_zone: str = "UTC") -> Tenant:
     check_slug(slug)
     check_time_zone(time_zone)
-    if not name.strip():
+    name = name.strip()
+    if not name:
         raise AccountError("the tenant name must not be empty")
+    if len(name) > 200 or "\x00" in name:
+        raise AccountError("the tenant name must be at most 200 characters, without NUL")
     from webapp.services.catalog import current_catalog
     from webapp.services.defaults import materialise_defaults
 
     with write_transaction(db.session) as session:
         if session.scalar(select(Tenant.id).where(Tenant.slug == slug)) is not None:
             raise AccountError(f"a tenant with slug {slug!r} already exists")
-        tenant = Tenant(slug=slug, name=name.strip(), time_zone=time_zone)
+        tenant = Tenant(slug=slug, name=name, time_zone=time_zone)
         session.add(tenant)
         session.flush()
         materialise_defaults(session, current_catalog(), utcnow(), [tenant])
@@ -137,8 +144,8 @@ def hash_password(password: str) -> str:
 def set_limits(slug: str, max_schedules: int | None, min_interval: int | None) -> Tenant:
     """Overrides the operator-wide quotas for one tenant; None restores the default."""
     for label, value in (("--max-schedules", max_schedules), ("--min-interval", min_interval)):
-        if value is not None and value < 0:
-            raise AccountError(f"{label} must be 0 or more")
+        if value is not None and not 0 <= value <= MAX_INTEGER:
+            raise AccountError(f"{label} must be between 0 and {MAX_INTEGER}")
     with write_transaction(db.session):
         tenant = find_tenant(slug)
         tenant.max_schedules = max_schedules

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import IO
+from zoneinfo import ZoneInfo
 
 import click
 from flask.cli import AppGroup
@@ -65,12 +66,26 @@ def run_command(key: str, tenant_slug: str, at_text: str | None) -> None:
 
 
 def parse_at(text: str, time_zone: str) -> datetime:
+    """An ISO 8601 time; without an offset, a wall-clock time in the schedule's zone.
+
+    As for fixed-time fires: a wall time skipped by a DST change means the first instant after
+    the gap, one that happens twice means its first occurrence.
+    """
     try:
         moment = datetime.fromisoformat(text)
+        if not 1970 <= moment.year <= 2999:
+            raise OverflowError
+        if moment.tzinfo is not None:
+            return moment.astimezone(UTC)
+        utc = cron.wall_time_to_utc(moment, time_zone)
+        if utc.astimezone(ZoneInfo(time_zone)).replace(tzinfo=None) != moment:
+            utc += timedelta(microseconds=1)  # the last instant before the gap, plus one
+        return utc
     except ValueError:
         message = f"{text!r} is not an ISO 8601 date and time"
-        raise click.BadParameter(message, param_hint="--at") from None
-    return cron.wall_time_to_utc(moment, time_zone)
+    except OverflowError:
+        message = f"{text!r} is outside the years 1970 to 2999"
+    raise click.BadParameter(message, param_hint="--at")
 
 
 @catalog_cli.command("list")
@@ -109,12 +124,11 @@ def set_tenant(slug: str, max_schedules: str | None, min_interval: str | None) -
             continue
         if given == "default":
             limits[label] = None
-        elif given.isdigit():
+        elif given.isascii() and given.isdigit() and int(given) <= accounts.MAX_INTEGER:
             limits[label] = int(given)
         else:
-            raise click.BadParameter(
-                f"{given!r} is not a whole number or 'default'", param_hint=label
-            )
+            message = f"{given!r} is not a whole number up to {accounts.MAX_INTEGER} or 'default'"
+            raise click.BadParameter(message, param_hint=label)
     tenant = accounts.set_limits(slug, limits["--max-schedules"], limits["--min-interval"])
     shown = {k: "default" if v is None else v for k, v in limits.items()}
     click.echo(

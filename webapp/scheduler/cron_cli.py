@@ -13,6 +13,7 @@ import click
 from webapp.scheduler.cron import CronError, CronSpec, describe, validate, wall_time_to_utc
 
 MAX_COUNT = 1000
+FIRST_YEAR, LAST_YEAR = 1970, 2999
 
 
 @click.group("cron")
@@ -46,20 +47,26 @@ def preview(expression: tuple[str, ...], tz: str, after: str | None, count: int)
     try:
         spec = validate(" ".join(expression), tz)
         start = datetime.now(UTC) if after is None else wall_time_to_utc(_parse_after(after), tz)
-        click.echo(describe(spec))
-        for fire in islice(spec.iter_fire_times(start), count):
-            click.echo(format_fire(spec, fire))
-    except CronError as error:
-        raise click.ClickException(str(error)) from None
+        # All lines first: an error half-way must not leave a partial listing behind.
+        lines = [format_fire(spec, fire) for fire in islice(spec.iter_fire_times(start), count)]
+    except (CronError, OverflowError) as error:
+        message = str(error) if isinstance(error, CronError) else "fire times beyond year 9999"
+        raise click.ClickException(message) from None
+    click.echo(describe(spec))
+    for line in lines:
+        click.echo(line)
 
 
 def _parse_after(text: str) -> datetime:
     try:
-        return datetime.fromisoformat(text)
+        moment = datetime.fromisoformat(text)
     except ValueError:
         raise CronError(
             f"--after '{text}' is not an ISO 8601 date-time, e.g. 2026-03-08T00:00"
         ) from None
+    if not FIRST_YEAR <= moment.year <= LAST_YEAR:
+        raise CronError(f"--after must be between the years {FIRST_YEAR} and {LAST_YEAR}")
+    return moment
 
 
 def format_fire(spec: CronSpec, fire: datetime) -> str:

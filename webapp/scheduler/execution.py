@@ -145,6 +145,10 @@ def run_job(
         spec = catalog.get(run.job)
     except UnknownJobError as error:
         return str(error), output, 0.0
+    if spec.scope == "system" and run.tenant_id is not None:
+        return f"job '{spec.name}' is a system job and cannot run for a tenant", output, 0.0
+    if spec.scope == "tenant" and run.tenant_id is None:
+        return f"job '{spec.name}' is a tenant job and needs a tenant", output, 0.0
     ctx = JobContext(
         run_id=run.id,
         idempotency_key=run.idempotency_key,

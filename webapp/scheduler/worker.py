@@ -87,6 +87,8 @@ class WorkerProcess:
         self.poll_interval = float(self.config["SCHEDULER_POLL_INTERVAL"])
         self.settings = TickSettings.from_config(self.config)
         self.last_renewal = 0.0
+        # Leases are renewed three times per TTL, so one late round never lets them lapse.
+        self.renewal_interval = self.lock_ttl.total_seconds() / 3
 
     # --- registration ------------------------------------------------------------------------
 
@@ -212,9 +214,11 @@ class WorkerProcess:
         for run in leased:
             self.start_job(run, catalog)
         self.enforce_timeouts()
-        if time.monotonic() - self.last_renewal >= self.lock_ttl.total_seconds() / 3:
-            renew_leases(session, self.worker_id, self.running_ids(), utcnow(), self.lock_ttl)
-            self.heartbeat(utcnow())
+        if time.monotonic() - self.last_renewal >= self.renewal_interval:
+            # The database's clock, the one the reapers compare leases with.
+            renewed_at = claims.database_now(session)
+            renew_leases(session, self.worker_id, self.running_ids(), renewed_at, self.lock_ttl)
+            self.heartbeat(renewed_at)
             self.last_renewal = time.monotonic()
         session.commit()
         return bool(fired.claimed or leased)
@@ -229,12 +233,16 @@ class WorkerProcess:
         return idle and not self.running_ids()
 
     def seconds_to_sleep(self) -> float:
+        """Until the earliest fire, the next lease renewal or job deadline, or the poll interval."""
         session = db.session()
         earliest = claims.earliest_next_run(session)
         session.commit()
-        if earliest is None:
-            return self.poll_interval
-        return max(0.0, min(self.poll_interval, (earliest - utcnow()).total_seconds()))
+        limits = [self.poll_interval, self.renewal_interval]
+        if earliest is not None:
+            limits.append((earliest - utcnow()).total_seconds())
+        with self.lock:
+            limits += [job.deadline - time.monotonic() for job in self.active.values()]
+        return max(0.0, min(limits))
 
     # --- the loop ----------------------------------------------------------------------------
 

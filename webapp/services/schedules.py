@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo
 
 from flask import current_app
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from webapp.accounts import AccountError, check_time_zone
 from webapp.catalog import ArgsError, Catalog, JobSpec, UnknownJobError
@@ -31,6 +32,7 @@ from webapp.services.catalog import current_catalog
 
 KEY_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 MAX_NAME_LENGTH = 200
+MAX_CRON_LENGTH = 200  # the width of schedules.cron
 # Fires looked at to find a schedule's shortest gap for the minimum-interval quota.
 INTERVAL_SAMPLE = 500
 
@@ -97,6 +99,15 @@ def clean_job(catalog: Catalog, job: str, scope: str) -> JobSpec:
     return spec
 
 
+def nul_errors(args: dict[str, Any]) -> dict[str, str]:
+    """PostgreSQL cannot store NUL in text: refuse it here rather than fail in the database."""
+    return {
+        f"args.{name}": "must not contain a NUL character"
+        for name, value in args.items()
+        if isinstance(value, str) and "\x00" in value
+    }
+
+
 def clean(
     data: ScheduleInput,
     limits: Limits,
@@ -107,26 +118,34 @@ def clean(
     """Validates one schedule: (normalised fields, errors by field). Reads nothing else."""
     errors: dict[str, str] = {}
     values: dict[str, Any] = {}
-    name = (data.name or "").strip()
+    for field_name in ("name", "job", "cron", "time_zone"):
+        if not isinstance(getattr(data, field_name), str):
+            errors[field_name] = "must be text"
+    if errors:
+        return values, errors
+    name = data.name.strip()
     if not name:
         errors["name"] = "a name is required"
     elif len(name) > MAX_NAME_LENGTH:
         errors["name"] = f"the name is longer than {MAX_NAME_LENGTH} characters"
+    elif "\x00" in name:
+        errors["name"] = "the name must not contain a NUL character"
     values["name"] = name
     if data.key is not None:
-        if not isinstance(data.key, str) or not KEY_PATTERN.match(data.key):
+        if not isinstance(data.key, str) or not KEY_PATTERN.fullmatch(data.key):
             errors["key"] = (
                 f"invalid key {data.key!r}: use 1-64 lower-case letters, digits, '_', '.', '-'"
             )
         values["key"] = data.key
     try:
-        spec = clean_job(catalog, data.job if isinstance(data.job, str) else repr(data.job), scope)
+        spec = clean_job(catalog, data.job, scope)
     except (UnknownJobError, ScheduleError) as error:
         errors["job"] = error.errors["job"] if isinstance(error, ScheduleError) else str(error)
     else:
         values["job"] = spec.name
         try:
             values["args"] = spec.validate_args(data.args)
+            errors.update(nul_errors(values["args"]))
         except ArgsError as error:
             for path, message in error.errors:
                 errors[f"args.{path}" if path else "args"] = message
@@ -136,6 +155,10 @@ def clean(
         errors["time_zone"] = str(error)
     else:
         try:
+            if len(data.cron) > MAX_CRON_LENGTH:
+                raise cron.CronError(
+                    f"the cron expression is longer than {MAX_CRON_LENGTH} characters"
+                )
             compiled = cron.validate(data.cron, data.time_zone)
         except cron.CronError as error:
             errors["cron"] = str(error)
@@ -183,6 +206,12 @@ def free_key(tenant: Tenant, name: str) -> str:
     return key
 
 
+def lock_tenant(session: Session, tenant: Tenant) -> None:
+    """Serialises the tenant's schedule changes, so that two creations cannot both pass the quota
+    or take the same key (PostgreSQL row lock; SQLite's write lock is already exclusive)."""
+    session.execute(select(Tenant.id).where(Tenant.id == tenant.id).with_for_update())
+
+
 def key_taken(tenant: Tenant, key: str) -> bool:
     query = select(Schedule.id).where(Schedule.tenant_id == tenant.id, Schedule.key == key)
     return db.session.scalar(query) is not None
@@ -209,6 +238,7 @@ def check_quota(tenant: Tenant, limits: Limits, adding: int) -> None:
 def create_schedule(tenant: Tenant, data: ScheduleInput, actor: Actor, now: datetime) -> Schedule:
     """Validates and stores a new schedule in the tenant, with its audit event."""
     with write_transaction(db.session) as session:
+        lock_tenant(session, tenant)
         limits = tenant_limits(tenant)
         values, errors = clean(data, limits, current_catalog(), now)
         if errors:
@@ -235,6 +265,7 @@ def update_schedule(
     with write_transaction(db.session) as session:
         tenant = schedule.tenant
         assert tenant is not None
+        lock_tenant(session, tenant)
         values, errors = clean(data, tenant_limits(tenant), current_catalog(), now)
         if errors:
             raise ScheduleError(errors)
@@ -242,9 +273,13 @@ def update_schedule(
         if values["key"] != schedule.key and key_taken(tenant, values["key"]):
             raise ScheduleError({"key": f"a schedule with key '{values['key']}' already exists"})
         before = schedule_snapshot(schedule)
-        if values["cron"] == schedule.cron and values["time_zone"] == schedule.time_zone:
-            del values["next_run_at"]
-        if values["active"] and not schedule.active:
+        reactivated = values["active"] and not schedule.active
+        if not reactivated and (values["cron"], values["time_zone"]) == (
+            schedule.cron,
+            schedule.time_zone,
+        ):
+            del values["next_run_at"]  # the cadence goes on; a re-activated one restarts from now
+        if reactivated:
             schedule.inactive_reason = None
         for name, value in values.items():
             setattr(schedule, name, value)
@@ -315,7 +350,7 @@ def run_now(schedule: Schedule, actor: Actor, now: datetime, at: datetime | None
     """
     with write_transaction(db.session) as session:
         try:
-            spec = current_catalog().get(schedule.job)
+            spec = clean_job(current_catalog(), schedule.job, schedule.scope)
         except UnknownJobError as error:
             raise ScheduleError({"job": str(error)}) from None
         start = at or now

@@ -22,6 +22,7 @@ from webapp.services.schedules import (
     ScheduleInput,
     clean,
     format_error,
+    lock_tenant,
     tenant_limits,
 )
 
@@ -50,6 +51,8 @@ def parse_items(text: str) -> list[Any]:
         document = json.loads(text)
     except json.JSONDecodeError as error:
         raise ImportProblems([f"malformed JSON: {error}"]) from None
+    except RecursionError:
+        raise ImportProblems(["malformed JSON: nested too deeply"]) from None
     if not isinstance(document, list):
         raise ImportProblems(["the file must hold a JSON list of schedule objects"])
     return document
@@ -106,6 +109,7 @@ def import_schedules(tenant: Tenant, text: str, actor: Actor, now: datetime) -> 
         raise ImportProblems(problems)
 
     with write_transaction(db.session) as session:
+        lock_tenant(session, tenant)
         existing = {
             schedule.key: schedule
             for schedule in session.scalars(select(Schedule).where(Schedule.tenant_id == tenant.id))
@@ -130,8 +134,11 @@ def import_schedules(tenant: Tenant, text: str, actor: Actor, now: datetime) -> 
             row = {name: values[name] for name in EXPORTED_FIELDS}
             row["id"] = schedule.id
             row["updated_at"] = now
-            if "cron" in changed or "time_zone" in changed:
-                row["next_run_at"] = values["next_run_at"]
+            reactivated = values["active"] and not schedule.active
+            if reactivated or "cron" in changed or "time_zone" in changed:
+                row["next_run_at"] = values["next_run_at"]  # re-activated: missed fires skipped
+            if reactivated:
+                row["inactive_reason"] = None
             changes.append(row)
             audits.append(
                 audit_row(actor, "schedule.updated", {**row, "tenant_id": tenant.id}, old, changed)
