@@ -33,6 +33,9 @@ run: $(VENV)/.runtime instance/secret_key
 test: $(VENV)/.dev
 	$(BIN)/python -m pytest
 
+bench: $(VENV)/.dev
+	$(BIN)/python -m bench.all
+
 lint: $(VENV)/.dev
 	$(BIN)/ruff check webapp tests
 	$(BIN)/mypy
