@@ -51,11 +51,14 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         app, db, directory=os.path.join(PROJECT_ROOT, "migrations"), render_as_batch=True
     )
     login_manager.init_app(app)
+    from webapp import security
+
+    security.install_request_guard(app)  # first: before the CSRF check reads the form
     csrf.init_app(app)
     with app.app_context():
         install_engine_hooks(db.engine)
 
-    from webapp import auth, models, security
+    from webapp import auth, models
     from webapp.cli import register_commands
     from webapp.services.catalog import install_catalog
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from flask import Flask, render_template
+from werkzeug.exceptions import HTTPException
 
 from webapp import tenancy
-from webapp.web import formatting
+from webapp.web import formatting, params
 
 
 def register_panel(app: Flask) -> None:
@@ -15,6 +16,7 @@ def register_panel(app: Flask) -> None:
 
     if EXTENSION_KEY not in app.extensions:
         install_catalog(app)
+    params.install(app)  # the `<id:...>` converter, before the rules that use it
     for blueprint in (schedules.bp, runs.bp, audit.bp, tenants.bp):
         app.register_blueprint(blueprint)
     formatting.install(app)
@@ -22,6 +24,11 @@ def register_panel(app: Flask) -> None:
     @app.errorhandler(tenancy.NoTenant)
     def no_tenant(_error: tenancy.NoTenant) -> tuple[str, int]:
         return render_template("errors/no_tenant.html"), 403
+
+    @app.errorhandler(400)
+    def bad_request(error: HTTPException) -> tuple[str, int]:
+        text = error.description or "The request could not be understood."
+        return render_template("errors/error.html", title="Bad request", text=text), 400
 
     for status, title, text in (
         (403, "Not allowed", "Your role in this tenant can look but not change things."),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, request
+from flask import Blueprint
 from flask_login import login_required
 from werkzeug.wrappers import Response
 
@@ -10,6 +10,7 @@ from webapp import tenancy
 from webapp.extensions import db
 from webapp.models import AuditEvent
 from webapp.web.common import page_or_partial
+from webapp.web.params import id_arg
 
 bp = Blueprint("audit", __name__)
 bp.before_request(login_required(lambda: None))
@@ -20,15 +21,15 @@ PAGE_SIZE = 50
 @bp.get("/audit")
 def index() -> Response:
     """The tenant's audit events, newest first, keyset-paginated by id."""
-    before = request.args.get("before", "")
+    before = id_arg("before")
     query = tenancy.audit_events()
-    if before.isdigit():
-        query = query.where(AuditEvent.id < int(before))
+    if before is not None:
+        query = query.where(AuditEvent.id < before)
     rows = list(db.session.scalars(query.order_by(AuditEvent.id.desc()).limit(PAGE_SIZE + 1)))
     next_before = rows[PAGE_SIZE - 1].id if len(rows) > PAGE_SIZE else None
     return page_or_partial(
         "audit/index.html",
-        "audit/_rows.html" if before else "audit/_log.html",
+        "audit/_rows.html" if before is not None else "audit/_log.html",
         events=rows[:PAGE_SIZE],
         next_before=next_before,
         tenant=tenancy.current_tenant(),

@@ -53,14 +53,14 @@ def relative_time(moment: datetime | None, now: datetime | None = None) -> str:
     seconds = abs(delta.total_seconds())
     if seconds < 45:
         return "just now" if delta.total_seconds() <= 0 else "in a few seconds"
-    for size, unit in ((86400, "day"), (3600, "h"), (60, "min")):
-        if seconds >= size:
-            amount = round(seconds / size)
-            if unit == "day":
-                text = f"{amount} day{'s' if amount != 1 else ''}"
-            else:
-                text = f"{amount} {unit}"
-            break
+    # From 45 s on, minutes (at least 1: 45-89 s is "1 min"), then hours, then days.
+    if seconds >= 86400:
+        amount = round(seconds / 86400)
+        text = f"{amount} day{'s' if amount != 1 else ''}"
+    elif seconds >= 3600:
+        text = f"{round(seconds / 3600)} h"
+    else:
+        text = f"{max(1, round(seconds / 60))} min"
     return f"in {text}" if delta.total_seconds() > 0 else f"{text} ago"
 
 

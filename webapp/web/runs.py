@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from typing import Any
 
-from flask import Blueprint, request
+from flask import Blueprint
 from flask_login import login_required
 from sqlalchemy import Select
 from werkzeug.wrappers import Response
@@ -16,11 +16,15 @@ from webapp.extensions import db
 from webapp.models import RUN_STATUSES, TRIGGERS, Run, Schedule
 from webapp.web.common import page_or_partial
 from webapp.web.formatting import zone
+from webapp.web.params import choice_arg, date_arg, id_arg
 
 bp = Blueprint("runs", __name__)
 bp.before_request(login_required(lambda: None))
 
 PAGE_SIZE = 50
+# Where else a status badge may stand (its DOM id says where): a schedule's page shows its last
+# run twice, as the last run (`run-N-status`) and in its history (`run-N-history-status`).
+STATUS_PLACES = ("history",)
 
 
 @dataclass
@@ -34,16 +38,17 @@ class RunFilters:
 
     @classmethod
     def from_args(cls) -> RunFilters:
-        args = request.args
+        """The filters in the query string; an invalid value answers 400 with a message."""
         filters = cls(
-            status=args.get("status", "") if args.get("status") in RUN_STATUSES else "",
-            trigger=args.get("trigger", "") if args.get("trigger") in TRIGGERS else "",
-            since=parse_date(args.get("from")),
-            until=parse_date(args.get("to")),
-            before=int(args["before"]) if args.get("before", "").isdigit() else None,
+            status=choice_arg("status", RUN_STATUSES),
+            trigger=choice_arg("trigger", TRIGGERS),
+            since=date_arg("from"),
+            until=date_arg("to"),
+            before=id_arg("before"),
         )
-        if args.get("schedule", "").isdigit():
-            filters.schedule = tenancy.get_schedule_or_404(int(args["schedule"]))
+        schedule_id = id_arg("schedule")
+        if schedule_id is not None:
+            filters.schedule = tenancy.get_schedule_or_404(schedule_id)
         return filters
 
     def apply(self, query: Select[Run], time_zone: str) -> Select[Run]:
@@ -75,13 +80,6 @@ class RunFilters:
         return {key: value for key, value in values.items() if value not in ("", None)}
 
 
-def parse_date(text: str | None) -> date | None:
-    try:
-        return date.fromisoformat(text) if text else None
-    except ValueError:
-        return None
-
-
 def local_midnight(day: date, time_zone: str) -> datetime:
     return datetime.combine(day, time.min, tzinfo=zone(time_zone))
 
@@ -102,7 +100,7 @@ def index() -> Response:
     filters = RunFilters.from_args()
     runs, next_before = history_page(filters)
     schedules = db.session.scalars(tenancy.schedules().order_by(Schedule.name)).all()
-    partial = "runs/_rows.html" if request.args.get("before") else "runs/_history.html"
+    partial = "runs/_rows.html" if filters.before is not None else "runs/_history.html"
     return page_or_partial(
         "runs/index.html",
         partial,
@@ -116,7 +114,7 @@ def index() -> Response:
     )
 
 
-@bp.get("/runs/<int:run_id>")
+@bp.get("/runs/<id:run_id>")
 def detail(run_id: int) -> Response:
     """One run: timing, arguments, output and error (escaped)."""
     run = tenancy.get_run_or_404(run_id)
@@ -130,8 +128,9 @@ def detail(run_id: int) -> Response:
     )
 
 
-@bp.get("/runs/<int:run_id>/status")
+@bp.get("/runs/<id:run_id>/status")
 def status(run_id: int) -> Response:
     """The status badge of a run; it polls itself only while the run is queued or running."""
     run = tenancy.get_run_or_404(run_id)
-    return page_or_partial("runs/status.html", "runs/_status.html", run=run)
+    place = choice_arg("place", STATUS_PLACES)
+    return page_or_partial("runs/status.html", "runs/_status.html", run=run, status_place=place)

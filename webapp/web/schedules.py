@@ -7,7 +7,7 @@ from typing import Any
 
 from flask import Blueprint, abort, request, url_for
 from flask_login import login_required
-from sqlalchemy import func, select
+from sqlalchemy import and_, func, or_, select
 from werkzeug.wrappers import Response
 
 from webapp import tenancy
@@ -28,6 +28,7 @@ from webapp.services.schedules import (
 )
 from webapp.web.common import actor, done, htmx_redirect, page_or_partial
 from webapp.web.forms import MISFIRE_CHOICES, OVERLAP_CHOICES, ScheduleForm, default_args
+from webapp.web.params import bad_request, choice_arg, id_arg
 from webapp.web.time_zones import time_zone_names
 from webapp.web.upcoming import upcoming_fires
 
@@ -58,30 +59,53 @@ def job_titles() -> dict[str, str]:
 
 
 def list_context() -> dict[str, Any]:
+    """One page of the list, by name then id; the next page starts after the last row's
+    (name, id), as the run history's pages start before an id: no OFFSET, no COUNT."""
     q = request.args.get("q", "").strip()
     job = request.args.get("job", "")
-    status = request.args.get("status", "")
+    status = choice_arg("status", STATUS_FILTERS)
+    after = id_arg("after")
+    after_name = request.args.get("after_name")
+    if (after is None) != (after_name is None):
+        bad_request("“after” and “after_name” go together: the last schedule of a page.")
     query = tenancy.schedules()
     if q:
         query = query.where(func.lower(Schedule.name).contains(q.lower(), autoescape=True))
     if job:
         query = query.where(Schedule.job == job)
-    if status in STATUS_FILTERS:
+    if status:
         query = query.where(Schedule.active.is_(status == "active"))
-    schedules = list(
+    if after is not None:
+        query = query.where(
+            or_(
+                Schedule.name > after_name,
+                and_(Schedule.name == after_name, Schedule.id > after),
+            )
+        )
+    rows = list(
         db.session.scalars(query.order_by(Schedule.name, Schedule.id).limit(LIST_LIMIT + 1))
     )
+    schedules = rows[:LIST_LIMIT]
+    filters = {"q": q, "job": job, "status": status}
+    first_page = {key: value for key, value in filters.items() if value}
+    next_page = None
+    if len(rows) > LIST_LIMIT:
+        last = schedules[-1]
+        next_page = {**first_page, "after": str(last.id), "after_name": last.name}
     filtered = bool(q or job or status)
-    any_schedules = bool(schedules) or (
-        filtered and db.session.scalar(tenancy.schedules().with_only_columns(Schedule.id).limit(1))
+    any_schedules = bool(schedules) or bool(
+        (filtered or after is not None)
+        and db.session.scalar(tenancy.schedules().with_only_columns(Schedule.id).limit(1))
     )
     return {
-        "schedules": schedules[:LIST_LIMIT],
-        "truncated": len(schedules) > LIST_LIMIT,
+        "schedules": schedules,
+        "first_page": first_page,
+        "next_page": next_page,
+        "later_page": after is not None,
         "last_runs": last_runs([s.id for s in schedules]),
         "titles": job_titles(),
         "jobs": current_catalog().jobs(scope="tenant"),
-        "filters": {"q": q, "job": job, "status": status},
+        "filters": filters,
         "filtered": filtered,
         "any_schedules": any_schedules,
         "tenant": tenancy.current_tenant(),
@@ -91,7 +115,10 @@ def list_context() -> dict[str, Any]:
 @bp.get("/")
 def index() -> Response:
     """The tenant's schedules, searchable; htmx gets only the list when filters change."""
-    return page_or_partial("schedules/index.html", "schedules/_list.html", **list_context())
+    context = list_context()
+    # htmx: the whole list when the filters change; more rows for "Load more schedules".
+    partial = "schedules/_rows.html" if context["later_page"] else "schedules/_list.html"
+    return page_or_partial("schedules/index.html", partial, **context)
 
 
 def row_context(schedule: Schedule) -> dict[str, Any]:
@@ -153,7 +180,7 @@ def new() -> Response:
     )
 
 
-@bp.route("/schedules/<int:schedule_id>/edit", methods=["GET", "POST"])
+@bp.route("/schedules/<id:schedule_id>/edit", methods=["GET", "POST"])
 def edit(schedule_id: int) -> Response:
     """Edit a schedule; the same form, validation and audit as creating one."""
     schedule = tenancy.get_rw_schedule_or_404(schedule_id)
@@ -198,7 +225,7 @@ def preview() -> Response:
     )
 
 
-@bp.get("/schedules/<int:schedule_id>")
+@bp.get("/schedules/<id:schedule_id>")
 def detail(schedule_id: int) -> Response:
     """A schedule's settings, next fire times, run history and audit trail."""
     schedule = tenancy.get_schedule_or_404(schedule_id)
@@ -244,7 +271,7 @@ def back_to(schedule: Schedule | None = None) -> str:
     return url_for("schedules.index")
 
 
-@bp.post("/schedules/<int:schedule_id>/run")
+@bp.post("/schedules/<id:schedule_id>/run")
 def run(schedule_id: int) -> Response:
     """Run now: queue a manual run and show its status in place; a worker executes it."""
     schedule = tenancy.get_rw_schedule_or_404(schedule_id)
@@ -261,7 +288,7 @@ def run(schedule_id: int) -> Response:
     )
 
 
-@bp.post("/schedules/<int:schedule_id>/pause")
+@bp.post("/schedules/<id:schedule_id>/pause")
 def pause(schedule_id: int) -> Response:
     """Pause a schedule: it stops firing until resumed."""
     schedule = tenancy.get_rw_schedule_or_404(schedule_id)
@@ -274,7 +301,7 @@ def pause(schedule_id: int) -> Response:
     )
 
 
-@bp.route("/schedules/<int:schedule_id>/resume", methods=["GET", "POST"])
+@bp.route("/schedules/<id:schedule_id>/resume", methods=["GET", "POST"])
 def resume(schedule_id: int) -> Response:
     """Resume a schedule, after asking whether to skip or catch up missed fire times."""
     schedule = tenancy.get_rw_schedule_or_404(schedule_id)
@@ -304,7 +331,7 @@ def resume(schedule_id: int) -> Response:
     )
 
 
-@bp.post("/schedules/<int:schedule_id>/delete")
+@bp.post("/schedules/<id:schedule_id>/delete")
 def delete(schedule_id: int) -> Response:
     """Delete a schedule; its run history stays."""
     schedule = tenancy.get_rw_schedule_or_404(schedule_id)
