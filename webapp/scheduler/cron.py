@@ -16,7 +16,7 @@ import calendar
 import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 from itertools import pairwise
@@ -63,6 +63,7 @@ DAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 # Longest possible month, January first; February has 29 days in leap years.
 MAX_MONTH_LENGTH = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 _NUMBER = re.compile(r"[0-9]{1,9}")
+_UTC_ZONE = ZoneInfo("UTC")
 
 
 class CronError(ValueError):
@@ -287,6 +288,15 @@ def validate(expr: str, tz: str) -> CronSpec:
 
 @lru_cache(maxsize=4096)
 def _compile(expression: str, tz: str) -> CronSpec:
+    # The fields are checked once per expression, whatever the zone; the zone is checked after
+    # them, so that an expression's own errors are reported first, as before.
+    fields = _compile_fields(expression)
+    return replace(fields, tz=tz, zone=_zone(tz))
+
+
+@lru_cache(maxsize=4096)
+def _compile_fields(expression: str) -> CronSpec:
+    """Parses and checks the five fields; the zone of the spec returned is a placeholder."""
     if not expression:
         raise CronError("cron expression is empty")
     if len(expression) > MAX_EXPRESSION_LENGTH:
@@ -312,10 +322,9 @@ def _compile(expression: str, tz: str) -> CronSpec:
     days_and = fields[2].startswith("*") or fields[4].startswith("*")
     month_days = _month_day_table(days, weekdays, days_and)
     _check_fires_often_enough(days, months, month_days)
-    zone = _zone(tz)
     return CronSpec(
         expression=expression,
-        tz=tz,
+        tz="UTC",
         fields=tuple(fields),
         minutes=tuple(sorted(minutes)),
         hours=tuple(sorted(hours)),
@@ -324,7 +333,7 @@ def _compile(expression: str, tz: str) -> CronSpec:
         weekdays=weekdays,
         days_and=days_and,
         wildcard=fields[0].startswith("*") or fields[1].startswith("*"),
-        zone=zone,
+        zone=_UTC_ZONE,
         day_minutes=tuple(h * 60 + m for h in sorted(hours) for m in sorted(minutes)),
         month_days=month_days,
     )
@@ -389,23 +398,41 @@ def _value(text: str, kind: _FieldKind) -> int:
     raise CronError(f"{kind.name} '{text}' is not a number")
 
 
+@lru_cache(maxsize=1024)
 def _month_day_table(
     days: frozenset[int], weekdays: frozenset[int], days_and: bool
 ) -> tuple[tuple[tuple[int, ...], ...], ...]:
-    """Matching days of a month for each (weekday of the 1st, month length) combination."""
+    """Matching days of a month for each (weekday of the 1st, month length) combination.
+
+    Cached: many expressions share their day fields (a tick may meet thousands of distinct
+    expressions, and compiles each).
+    """
     table = []
     for first_weekday in range(7):
-        by_length = []
-        for length in range(28, 32):
-            matching = []
-            for day in range(1, length + 1):
-                on_weekday = (first_weekday + day - 1) % 7 in weekdays
-                # Vixie cron: if either day field starts with '*' both must match, else either.
-                if (day in days and on_weekday) if days_and else (day in days or on_weekday):
-                    matching.append(day)
-            by_length.append(tuple(matching))
-        table.append(tuple(by_length))
+        on_weekday: set[int] = set()
+        for weekday in weekdays:
+            on_weekday |= _DAYS_ON_WEEKDAY[first_weekday][weekday]
+        # Vixie cron: if either day field starts with '*' both must match, else either.
+        full = tuple(sorted(days & on_weekday if days_and else days | on_weekday))
+        table.append(
+            (
+                full[: bisect_right(full, 28)],
+                full[: bisect_right(full, 29)],
+                full[: bisect_right(full, 30)],
+                full,
+            )
+        )
     return tuple(table)
+
+
+# The days 1-31 of a month whose 1st is on weekday `first` (0 = Sunday) that fall on `weekday`.
+_DAYS_ON_WEEKDAY = tuple(
+    tuple(
+        frozenset(day for day in range(1, 32) if (first + day - 1) % 7 == weekday)
+        for weekday in range(7)
+    )
+    for first in range(7)
+)
 
 
 def _check_fires_often_enough(
@@ -421,6 +448,11 @@ def _check_fires_often_enough(
     every day, and "fires within the next five years" holds from any date up to 2099 (Feb 29
     skips 2100: `0 0 29 2 *` then waits eight years, which we accept).
     """
+    if all(all(by_length) for by_length in month_days):
+        # Every possible month (each weekday of the 1st, each length) has a matching day, so
+        # every chosen month of every year fires: gaps stay under 13 months. Skips the scan
+        # below, which costs about a millisecond.
+        return
     fire_days = [
         before_first + day
         for month, first_weekday, length, before_first in _CYCLE_MONTHS

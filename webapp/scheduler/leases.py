@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, case, update
 from sqlalchemy.orm import Session
 
-from webapp.database import write_transaction
-from webapp.models import Run, Schedule, Tenant
+from webapp.database import UTCDateTime, write_transaction
+from webapp.models import Run
 from webapp.scheduler import claims
 
 log = logging.getLogger("webapp.scheduler")
@@ -44,22 +44,13 @@ def lease_once(
         rows = claims.lease_runs(session, worker_id, now, now + lock_ttl, limit)
         if not rows:
             return []
-        names = {
-            run_id: (slug, key)
-            for run_id, slug, key in session.execute(
-                select(Run.id, Tenant.slug, Schedule.key)
-                .outerjoin(Tenant, Tenant.id == Run.tenant_id)
-                .outerjoin(Schedule, Schedule.id == Run.schedule_id)
-                .where(Run.id.in_([row.id for row in rows]))
-            )
-        }
     leased = [
         LeasedRun(
             id=row.id,
             tenant_id=row.tenant_id,
-            tenant_slug=names[row.id][0],
+            tenant_slug=row.tenant_slug,
             schedule_id=row.schedule_id,
-            schedule_key=names[row.id][1],
+            schedule_key=row.schedule_key,
             job=row.job,
             args=row.args,
             trigger=row.trigger,
@@ -93,49 +84,44 @@ def renew_leases(
             claims.extend_leases(session, worker_id, run_ids, now + lock_ttl)
 
 
+REQUEUE_ERROR = "the worker running this attempt was lost; retrying"
+LOST_ERROR = "worker lost: the worker running it stopped renewing its lease"
+
+
+def reap_statement() -> Any:
+    """One UPDATE for both outcomes (the worker runs it every round: one round trip, not two):
+    queued again while attempts remain, failed otherwise."""
+    now = bindparam("now", type_=UTCDateTime)
+    retry = Run.attempt < Run.max_attempts
+    return (
+        update(Run)
+        .where(Run.status == "running", Run.locked_until < now)
+        .values(
+            status=case((retry, "queued"), else_="failed"),
+            worker_id=case((retry, None), else_=Run.worker_id),
+            locked_until=None,
+            available_at=case((retry, now), else_=Run.available_at),
+            finished_at=case((retry, Run.finished_at), else_=now),
+            error=case((retry, REQUEUE_ERROR), else_=LOST_ERROR),
+        )
+        .returning(Run.id, Run.status)
+        .execution_options(synchronize_session=False)
+    )
+
+
+REAP = reap_statement()
+
+
 def reap_once(session: Session, now: datetime) -> int:
     """Takes back runs whose lease expired: queued again, or failed when attempts are spent."""
-    expired = (Run.status == "running", Run.locked_until < now)
     with write_transaction(session):
-        requeued = (
-            session.execute(
-                update(Run)
-                .where(*expired, Run.attempt < Run.max_attempts)
-                .values(
-                    status="queued",
-                    worker_id=None,
-                    locked_until=None,
-                    available_at=now,
-                    error="the worker running this attempt was lost; retrying",
-                )
-                .returning(Run.id)
-                .execution_options(synchronize_session=False)
-            )
-            .scalars()
-            .all()
-        )
-        failed = (
-            session.execute(
-                update(Run)
-                .where(*expired, Run.attempt >= Run.max_attempts)
-                .values(
-                    status="failed",
-                    locked_until=None,
-                    finished_at=now,
-                    error="worker lost: the worker running it stopped renewing its lease",
-                )
-                .returning(Run.id)
-                .execution_options(synchronize_session=False)
-            )
-            .scalars()
-            .all()
-        )
-    for run_id in [*requeued, *failed]:
+        reaped = session.connection().execute(REAP, {"now": now}).all()
+    for run_id, status in reaped:
         log.warning(
             "run_lease_expired",
-            extra={"action": "run_lease_expired", "run_id": run_id, "requeued": run_id in requeued},
+            extra={"action": "run_lease_expired", "run_id": run_id, "requeued": status == "queued"},
         )
-    return len(requeued) + len(failed)
+    return len(reaped)
 
 
 def release_leases(session: Session, worker_id: int, run_ids: list[int], now: datetime) -> int:

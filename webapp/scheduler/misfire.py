@@ -28,11 +28,22 @@ class FirePlan:
     last_fire: datetime
 
 
-def due_fire_times(spec: CronSpec, first_due: datetime, now: datetime) -> list[datetime]:
-    """The fire times from `first_due` (inclusive) up to `now`, at most MAX_COUNTED_FIRES."""
+def due_fire_times(
+    spec: CronSpec, first_due: datetime, now: datetime
+) -> tuple[list[datetime], datetime | None]:
+    """The fire times from `first_due` (inclusive) up to `now`, at most MAX_COUNTED_FIRES, and
+    the first fire time after them when they are all counted (the search for the end of the
+    list finds it anyway: computing it again was half the tick's cron work)."""
     if first_due > now:
-        return []
-    return [first_due, *spec.fire_times_between(first_due, now, MAX_COUNTED_FIRES - 1)]
+        return [], None
+    due = [first_due]
+    for fire in spec.iter_fire_times(first_due):
+        if fire > now:
+            return due, fire
+        if len(due) == MAX_COUNTED_FIRES:
+            return due, None
+        due.append(fire)
+    raise AssertionError("iter_fire_times never ends")
 
 
 def plan_fires(
@@ -53,10 +64,10 @@ def plan_fires(
     - skip: no run for missed fire times, one skipped run that says how many there were.
     The next fire time is computed from the last fire time, so the cadence never drifts.
     """
-    due = due_fire_times(spec, first_due, now)
+    due, following = due_fire_times(spec, first_due, now)
     assert due, "plan_fires needs a schedule that is due"
-    counted_all = len(due) < MAX_COUNTED_FIRES
-    next_run_at = spec.next_fire_after(due[-1] if counted_all else now)
+    counted_all = following is not None
+    next_run_at = following if following is not None else spec.next_fire_after(now)
     missed = [fire for fire in due if now - fire > grace]
     on_time = due[len(missed) :]
     runs: list[PlannedRun]

@@ -111,10 +111,10 @@ def tick_once(
     """One batch: claims up to `batch_size` due schedules and commits their runs and advance."""
     result = TickResult()
     with write_transaction(session):
-        now = now or claims.database_now(session)
-        due = claims.claim_due_schedules(session, now, settings.batch_size)
-        if not due:
+        claimed_at, due = claims.claim_due_schedules(session, now, settings.batch_size)
+        if claimed_at is None or not due:
             return result
+        now = claimed_at
         result.claimed = len(due)
         busy = claims.schedules_with_unfinished_runs(
             session, (s.id for s in due if s.overlap_policy == "skip")

@@ -1,0 +1,147 @@
+"""Runs every benchmark (`make bench`), then writes the table of the latest figures into
+bench/README.md. Exits 1 if any benchmark's verification failed (a missed target does not).
+
+    python -m bench.all [--quick] [--only fire,idle_tick,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+from bench.common import PROJECT_ROOT, RESULTS_DIR
+
+BENCHMARKS = ("fire", "idle_tick", "bulk_import", "panel", "run_now", "execution")
+README = os.path.join(PROJECT_ROOT, "bench", "README.md")
+BEGIN, END = "<!-- figures:begin -->", "<!-- figures:end -->"
+
+
+def latest(bench: str) -> list[dict[str, Any]]:
+    """The rows of the most recent run of `bench` (they share its date)."""
+    path = os.path.join(RESULTS_DIR, f"{bench}.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as results:
+        rows = [json.loads(line) for line in results if line.strip()]
+    if not rows:
+        return []
+    return [row for row in rows if row["date"] == rows[-1]["date"]]
+
+
+def figures_table() -> str:
+    lines = ["| Benchmark | Result | Same-run baseline | Ratio | Target |", "|---|---|---|---|---|"]
+    info: dict[str, Any] = {}
+    dates = []
+    for row in latest("fire"):
+        info, dates = row["machine"], [*dates, row["date"]]
+        floor = 0.25 if row["workload"] == "realistic" else 0.15
+        target = (
+            f">= {floor}x, <= 0.01 commits/fire" if row["database"] == "postgresql" else "(none)"
+        )
+        lines.append(
+            f"| Fire, {row['workload']}, {row['database']}, {row['processes']} proc., "
+            f"{row['n']:,} due | {row['fires_per_s']:,.0f} fires/s, "
+            f"{row['commits_per_fire']:.4f} commits/fire, split {row['split']} | "
+            f"raw SQL {row['ceiling_fires_per_s']:,.0f} fires/s | {row['ratio']:.2f}x | {target} |"
+        )
+    rows = latest("idle_tick")
+    if len(rows) == 2:
+        large, small = rows
+        dates.append(large["date"])
+        lines.append(
+            f"| Idle tick, {large['schedules']:,} schedules | {large['tick_median_ms']:.3f} ms "
+            f"median (p95 {large['tick_p95_ms']:.2f}) | {small['schedules']:,} schedules: "
+            f"{small['tick_median_ms']:.3f} ms; raw probe {large['raw_floor_median_ms']:.3f} ms | "
+            f"{large['ratio_to_small']:.2f}x | <= 1 ms, <= 1.5x |"
+        )
+    for row in latest("bulk_import"):
+        dates.append(row["date"])
+        lines.append(
+            f"| Bulk import, {row['n']:,} schedules, {row['database']} | create "
+            f"{row['create_s_per_1000_net']:.2f} s/1,000, unchanged "
+            f"{row['unchanged_s_per_1000_net']:.2f}, update {row['update_s_per_1000_net']:.2f} | "
+            f"command start-up {row['startup_s']:.2f} s | | (none) |"
+        )
+    for row in latest("panel"):
+        dates.append(row["date"])
+        target = "p95 <= 20 ms" if row["target"] else "(none)"
+        lines.append(
+            f"| Panel: {row['page']} | p50 {row['p50_ms']:.1f} ms, p95 {row['p95_ms']:.1f} ms, "
+            f"{row['statements']} SQL ({row['statements_small_tenant']} for a small tenant) | "
+            f"bare route p50 {row['bare_p50_ms']:.2f} ms | {row['ratio_p50_to_bare']:.0f}x | "
+            f"{target}, fixed SQL count |"
+        )
+    for row in latest("run_now"):
+        dates.append(row["date"])
+        if row["database"] == "postgresql":
+            lines.append(
+                f"| Run now, PostgreSQL (LISTEN/NOTIFY) | median {row['median_ms']:.2f} ms, "
+                f"p95 {row['p95_ms']:.2f} ms | raw LISTEN/NOTIFY floor {row['floor_median_ms']:.2f}"
+                f" ms | {row['ratio_to_floor']:.1f}x | median <= 5 ms, p95 <= 15 ms |"
+            )
+        else:
+            lines.append(
+                f"| Run now, SQLite (polling 1 s) | median {row['median_ms']:.0f} ms, "
+                f"p95 {row['p95_ms']:.0f} ms | | | (none) |"
+            )
+    for row in latest("execution"):
+        dates.append(row["date"])
+        lines.append(
+            f"| Execution, {row['n']:,} no-op runs, 2 workers | {row['runs_per_s']:,.0f} runs/s, "
+            f"{row['commits_per_run']:.2f} commits/run | raw batch lease "
+            f"{row['floor_runs_per_s']:,.0f} runs/s, {row['floor_commits_per_run']:.3f} "
+            f"commits/run | {row['ratio_to_floor']:.3f}x | >= 5,000/s, >= 0.1x, <= 0.05 |"
+        )
+    machine = (
+        f"{info.get('nproc', '?')} CPUs ({info.get('cpu', '?')}), PostgreSQL "
+        f"{info.get('postgresql', '?')}, Python {info.get('python', '?')}"
+    )
+    when = max(dates)[:10] if dates else "never"
+    return f"Latest figures, {when}, on {machine}:\n\n" + "\n".join(lines) + "\n"
+
+
+def write_readme() -> None:
+    with open(README) as readme:
+        text = readme.read()
+    if BEGIN not in text or END not in text:
+        return
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    with open(README, "w") as readme:
+        readme.write(f"{head}{BEGIN}\n{figures_table()}{END}{tail}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, one round")
+    parser.add_argument("--only", default=",".join(BENCHMARKS))
+    options = parser.parse_args(argv)
+    failed = []
+    for bench in options.only.split(","):
+        started = time.monotonic()
+        print(f"\n=== bench.{bench} ===", flush=True)
+        args = ["--quick"] if options.quick else []
+        done = subprocess.run(
+            [sys.executable, "-m", f"bench.{bench}", *args], cwd=PROJECT_ROOT, check=False
+        )
+        print(
+            f"=== bench.{bench}: exit {done.returncode} in {time.monotonic() - started:.0f} s",
+            flush=True,
+        )
+        if done.returncode != 0:
+            failed.append(bench)
+    write_readme()
+    print(f"\nfigures written to {os.path.relpath(README, PROJECT_ROOT)}")
+    if failed:
+        print(f"verification failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

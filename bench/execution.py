@@ -1,0 +1,246 @@
+"""Execution throughput: N queued no-op runs, 2 real worker processes, runs/s and commits/run.
+
+The workers are `flask scheduler worker --burst --concurrency 8` (they exit once nothing is
+left); commits are pg_stat_database.xact_commit deltas of the benchmark database. The same-run
+floor: 2 raw psycopg processes leasing 100 runs at a time and marking them succeeded in one
+statement each (0.02 commits per run). Verified: every run succeeded exactly once.
+
+    python -m bench.execution [--n 10000] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from typing import Any
+
+import psycopg
+
+from bench.common import (
+    PROJECT_ROOT,
+    Server,
+    check,
+    commit_count,
+    finish,
+    machine,
+    postgres_server,
+    print_table,
+    worker_env,
+    write_results,
+)
+
+SEED = """
+INSERT INTO runs (tenant_id, job, args, "trigger", scheduled_for, idempotency_key, status,
+                  attempt, max_attempts, fires_covered, queued_at, available_at)
+SELECT %(tenant)s, 'bench.noop', '{}'::jsonb, 'manual', now(), 'exec:' || i, 'queued', 0, 1, 1,
+       now(), now()
+FROM generate_series(1, %(n)s) AS i
+"""
+
+FLOOR_LEASE = """
+WITH leased AS (
+    UPDATE runs SET status = 'running', started_at = now(), attempt = attempt + 1,
+                    locked_until = now() + interval '60 seconds'
+    WHERE id IN (SELECT id FROM runs WHERE status = 'queued' AND available_at <= now()
+                 ORDER BY available_at, id LIMIT 100 FOR UPDATE SKIP LOCKED)
+    RETURNING id
+)
+SELECT array_agg(id) FROM leased
+"""
+FLOOR_FINISH = """
+UPDATE runs SET status = 'succeeded', finished_at = now(), locked_until = NULL, output = ''
+WHERE id = ANY(%s)
+"""
+
+
+def floor_worker(conninfo: str) -> None:
+    with psycopg.connect(conninfo, autocommit=True) as connection:
+        print("ready", flush=True)
+        sys.stdin.readline()
+        while True:
+            row = connection.execute(FLOOR_LEASE).fetchone()
+            ids = row[0] if row else None
+            if not ids:
+                break
+            connection.execute(FLOOR_FINISH, (ids,))
+
+
+def seed(server: Server, database: str, n: int) -> None:
+    with psycopg.connect(server.conninfo(database), autocommit=True) as connection:
+        connection.execute("DELETE FROM runs")
+        row = connection.execute("SELECT id FROM tenants").fetchone()
+        if row is None:
+            row = connection.execute(
+                "INSERT INTO tenants (slug, name, time_zone, created_at) "
+                "VALUES ('bench', 'Bench', 'UTC', now()) RETURNING id"
+            ).fetchone()
+        assert row is not None
+        connection.execute(SEED, {"tenant": row[0], "n": n})  # type: ignore[arg-type]
+        connection.execute("VACUUM ANALYZE runs")
+
+
+def states(server: Server, database: str) -> dict[str, int]:
+    with psycopg.connect(server.conninfo(database), autocommit=True) as connection:
+        rows = connection.execute(
+            "SELECT status || '/' || attempt, count(*) FROM runs GROUP BY 1"
+        ).fetchall()
+    return {key: count for key, count in rows}
+
+
+def run_project(server: Server, database: str, concurrency: int) -> float:
+    env = worker_env(server.url(database))
+    command = [
+        sys.executable,
+        "-m",
+        "flask",
+        "--app",
+        "webapp",
+        "scheduler",
+        "worker",
+        "--burst",
+        "--concurrency",
+        str(concurrency),
+    ]
+    start = time.perf_counter()
+    workers = [
+        subprocess.Popen(
+            command,
+            cwd=PROJECT_ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    for worker in workers:
+        _, err = worker.communicate()
+        if worker.returncode != 0:
+            raise RuntimeError(f"worker exited {worker.returncode}: {err[-2000:]}")
+    return time.perf_counter() - start
+
+
+def startup_time(server: Server, database: str) -> float:
+    """A burst worker with nothing to do: the process start-up included in run_project."""
+    env = worker_env(server.url(database))
+    start = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "flask", "--app", "webapp", "scheduler", "worker", "--burst"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        check=True,
+    )
+    return time.perf_counter() - start
+
+
+def run_floor(server: Server, database: str) -> float:
+    conninfo = server.conninfo(database)
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "bench.execution", "--floor-worker", conninfo],
+            cwd=PROJECT_ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    for worker in workers:
+        assert worker.stdout is not None
+        worker.stdout.readline()
+    start = time.perf_counter()
+    for worker in workers:
+        assert worker.stdin is not None
+        worker.stdin.write("go\n")
+        worker.stdin.flush()
+    for worker in workers:
+        worker.wait()
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=10_000)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--quick", action="store_true", help="2,000 runs")
+    parser.add_argument("--floor-worker", metavar="CONNINFO")
+    options = parser.parse_args(argv)
+    if options.floor_worker:
+        floor_worker(options.floor_worker)
+        return 0
+    n = 2_000 if options.quick else options.n
+    problems: list[str] = []
+    with postgres_server() as server:
+        version = server.version()
+        database = server.create_database()
+        seed(server, database, 0)
+        startup = startup_time(server, database)
+
+        seed(server, database, n)
+        before = commit_count(server, database)
+        floor_seconds = run_floor(server, database)
+        floor_commits = commit_count(server, database) - before
+        check(
+            states(server, database) == {"succeeded/1": n},
+            f"floor: runs afterwards {states(server, database)}",
+            problems,
+        )
+
+        seed(server, database, n)
+        before = commit_count(server, database)
+        seconds = run_project(server, database, options.concurrency)
+        commits = commit_count(server, database) - before
+        check(
+            states(server, database) == {"succeeded/1": n},
+            f"project: runs afterwards {states(server, database)}",
+            problems,
+        )
+    net = max(seconds - startup, 1e-9)
+    row: dict[str, Any] = {
+        "n": n,
+        "workers": 2,
+        "concurrency": options.concurrency,
+        "seconds": seconds,
+        "startup_s": startup,
+        "runs_per_s": n / net,
+        "commits_per_run": commits / n,
+        "floor_runs_per_s": n / floor_seconds,
+        "floor_commits_per_run": floor_commits / n,
+        "ratio_to_floor": (n / net) / (n / floor_seconds),
+    }
+    info = machine(version)
+    write_results("execution", [row], info)
+    print_table(
+        f"Execution: {n:,} queued no-op runs, 2 worker processes ({info['nproc']} CPUs, "
+        f"PostgreSQL {version}); runs/s net of one worker's start-up",
+        [row],
+        (
+            "n",
+            "concurrency",
+            "runs_per_s",
+            "commits_per_run",
+            "floor_runs_per_s",
+            "floor_commits_per_run",
+            "ratio_to_floor",
+            "startup_s",
+        ),
+    )
+    targets = [
+        (f"execution {row['runs_per_s']:.0f} runs/s >= 5,000", row["runs_per_s"] >= 5000),
+        (
+            f"execution ratio to floor {row['ratio_to_floor']:.3f} >= 0.1",
+            row["ratio_to_floor"] >= 0.1,
+        ),
+        (
+            f"execution {row['commits_per_run']:.3f} commits/run <= 0.05",
+            row["commits_per_run"] <= 0.05,
+        ),
+    ]
+    return finish("execution", problems, targets)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

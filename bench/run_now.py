@@ -1,0 +1,321 @@
+"""Run-now latency: from the request to the job running, with an idle worker.
+
+The request is the panel's real `POST /schedules/<id>/run` (test client, in this process); the
+worker is the real `flask scheduler worker` process; the job (bench.mark) sends its start time
+over UDP as its first statement. Measured from the commit of the request's transaction (and
+from the start of the request) to that moment, median and p95 of 50, on PostgreSQL (LISTEN/
+NOTIFY wakes the worker) and on SQLite (polling, SCHEDULER_POLL_INTERVAL=1 s). The same-run
+floor on PostgreSQL: a raw psycopg listener process that leases the run and reports at once.
+
+    python -m bench.run_now [--samples 50] [--quick] [--no-sqlite]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import socket
+import sys
+import tempfile
+import time
+from typing import Any
+
+import psycopg
+from flask import Flask
+from sqlalchemy import event, select, text
+from sqlalchemy.orm import Session
+
+from bench.common import (
+    PROJECT_ROOT,
+    check,
+    finish,
+    machine,
+    make_app,
+    median,
+    migrate,
+    percentile,
+    postgres_server,
+    print_table,
+    sqlite_url,
+    worker_env,
+    write_results,
+)
+
+LEASE_ONE = """
+UPDATE runs SET status = 'running', started_at = now(), attempt = attempt + 1
+WHERE id = (SELECT id FROM runs WHERE status = 'queued' AND available_at <= now()
+            ORDER BY available_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+RETURNING id
+"""
+
+
+def floor_listener(conninfo: str, port: int) -> None:
+    """The raw floor: LISTEN, and on each notification lease one run and report it."""
+    with (
+        psycopg.connect(conninfo, autocommit=True) as listener,
+        psycopg.connect(conninfo, autocommit=True) as worker,
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender,
+    ):
+        listener.execute("LISTEN scheduler_wake")
+        print("ready", flush=True)
+        for _ in listener.notifies():
+            row = worker.execute(LEASE_ONE).fetchone()
+            if row is not None:
+                sender.sendto(f"{row[0]} {time.time()!r}".encode(), ("127.0.0.1", port))
+
+
+class Receiver:
+    def __init__(self) -> None:
+        self.socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.socket.bind(("127.0.0.1", 0))
+        self.port: int = self.socket.getsockname()[1]
+
+    def wait_for(self, run_id: int, timeout: float) -> float | None:
+        self.socket.settimeout(timeout)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                data = self.socket.recv(200).decode().split()
+            except TimeoutError:
+                return None
+            if int(data[0]) == run_id:
+                return float(data[1])
+        return None
+
+
+def seed(app: Flask, port: int) -> tuple[int, int]:
+    from webapp.extensions import db
+    from webapp.models import Membership, Schedule, Tenant, User
+
+    with app.app_context():
+        tenant = Tenant(slug="bench", name="Bench", time_zone="UTC")
+        user = User(email="admin@bench.example", password_hash="x")
+        db.session.add_all([tenant, user])
+        db.session.flush()
+        db.session.add(Membership(user_id=user.id, tenant_id=tenant.id, role="admin"))
+        schedule = Schedule(
+            tenant_id=tenant.id,
+            key="mark",
+            name="Mark",
+            job="bench.mark",
+            args={"port": port},
+            cron="0 0 1 1 *",
+            time_zone="UTC",
+            next_run_at=None,
+            active=False,
+        )
+        db.session.add(schedule)
+        db.session.commit()
+        return user.id, schedule.id
+
+
+def wait_for_worker(app: Flask, timeout: float = 30.0) -> None:
+    from webapp.extensions import db
+
+    deadline = time.monotonic() + timeout
+    with app.app_context():
+        while time.monotonic() < deadline:
+            if db.session.scalar(text("SELECT count(*) FROM workers")):
+                db.session.remove()
+                return
+            db.session.rollback()
+            time.sleep(0.1)
+    raise RuntimeError("the worker did not register")
+
+
+def through_panel(url: str, samples: int, poll: bool, problems: list[str]) -> dict[str, Any]:
+    """Real worker process + the panel's run-now route; returns latency figures."""
+    from webapp.extensions import db
+    from webapp.models import Run
+
+    receiver = Receiver()
+    app = make_app(url, WTF_CSRF_ENABLED=False)
+    user_id, schedule_id = seed(app, receiver.port)
+    env = worker_env(url, SCHEDULER_POLL_INTERVAL="1.0")
+    worker = __import__("subprocess").Popen(
+        [
+            sys.executable,
+            "-m",
+            "flask",
+            "--app",
+            "webapp",
+            "scheduler",
+            "worker",
+            "--concurrency",
+            "2",
+        ],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=__import__("subprocess").DEVNULL,
+        stderr=__import__("subprocess").PIPE,
+        text=True,
+    )
+    commits: list[float] = []
+    event.listen(Session, "after_commit", lambda _s: commits.append(time.time()))
+    client = app.test_client()
+    with client.session_transaction() as session:
+        session["_user_id"] = str(user_id)
+        session["_fresh"] = True
+    from_commit: list[float] = []
+    from_request: list[float] = []
+    to_round: list[float] = []
+    try:
+        wait_for_worker(app)
+        time.sleep(1.5)
+        for _ in range(samples):
+            time.sleep(random.uniform(0.15, 0.3) if not poll else random.uniform(0.2, 1.2))
+            commits.clear()
+            requested = time.time()
+            response = client.post(f"/schedules/{schedule_id}/run", headers={"HX-Request": "true"})
+            if response.status_code != 200:
+                problems.append(f"run now answered {response.status_code}")
+                break
+            committed = commits[-1]
+            with app.app_context():
+                run_id = db.session.scalar(text("SELECT max(id) FROM runs"))
+                db.session.remove()
+            started = receiver.wait_for(run_id, timeout=10.0)
+            if started is None:
+                problems.append(f"run {run_id} did not start within 10 s")
+                break
+            from_commit.append(started - committed)
+            from_request.append(started - requested)
+            with app.app_context():
+                round_start = db.session.scalar(select(Run.started_at).where(Run.id == run_id))
+                db.session.remove()
+            # started_at is the worker's round start (database clock): commit -> round is the
+            # wake-up, round -> job the round's own work and the job thread's start.
+            to_round.append(round_start.timestamp() - committed)
+        time.sleep(0.5)
+        with app.app_context():
+            states = dict(
+                db.session.execute(text("SELECT status, count(*) FROM runs GROUP BY status")).all()
+            )
+            db.session.remove()
+        check(states == {"succeeded": samples}, f"runs afterwards: {states}", problems)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+        with app.app_context():
+            db.engine.dispose()
+        receiver.socket.close()
+    return {
+        "samples": len(from_commit),
+        "median_ms": median(from_commit) * 1000 if from_commit else float("nan"),
+        "p95_ms": percentile(from_commit, 0.95) * 1000,
+        "from_request_median_ms": median(from_request) * 1000 if from_request else float("nan"),
+        "to_round_start_median_ms": median(to_round) * 1000 if to_round else float("nan"),
+    }
+
+
+def raw_floor(server: Any, database: str, samples: int, problems: list[str]) -> dict[str, Any]:
+    import subprocess
+
+    receiver = Receiver()
+    conninfo = server.conninfo(database)
+    listener = subprocess.Popen(
+        [sys.executable, "-m", "bench.run_now", "--floor-listener", conninfo, str(receiver.port)],
+        cwd=PROJECT_ROOT,
+        env=worker_env(server.url(database)),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert listener.stdout is not None
+    listener.stdout.readline()
+    latencies = []
+    try:
+        with psycopg.connect(conninfo) as connection:
+            tenant = connection.execute("SELECT id FROM tenants LIMIT 1").fetchone()
+            connection.commit()
+            for index in range(samples):
+                time.sleep(random.uniform(0.15, 0.3))
+                with connection.transaction():
+                    row = connection.execute(
+                        'INSERT INTO runs (tenant_id, job, args, "trigger", scheduled_for, '
+                        "idempotency_key, status, attempt, max_attempts, fires_covered, "
+                        "queued_at, available_at) VALUES (%s, 'bench.noop', '{}', 'manual', "
+                        "now(), %s, 'queued', 0, 1, 1, now(), now()) RETURNING id",
+                        (tenant[0] if tenant else None, f"floor:{index}"),
+                    ).fetchone()
+                    connection.execute("SELECT pg_notify('scheduler_wake', '')")
+                committed = time.time()
+                assert row is not None
+                started = receiver.wait_for(row[0], timeout=5.0)
+                if started is None:
+                    problems.append(f"floor: run {row[0]} not leased")
+                    break
+                latencies.append(started - committed)
+    finally:
+        listener.terminate()
+        listener.wait()
+        receiver.socket.close()
+    return {
+        "samples": len(latencies),
+        "median_ms": median(latencies) * 1000,
+        "p95_ms": percentile(latencies, 0.95) * 1000,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=50)
+    parser.add_argument("--quick", action="store_true", help="20 samples, 10 on SQLite")
+    parser.add_argument("--no-sqlite", action="store_true")
+    parser.add_argument("--floor-listener", nargs=2, metavar=("CONNINFO", "PORT"))
+    options = parser.parse_args(argv)
+    if options.floor_listener:
+        floor_listener(options.floor_listener[0], int(options.floor_listener[1]))
+        return 0
+    samples = 20 if options.quick else options.samples
+    problems: list[str] = []
+    rows: list[dict[str, Any]] = []
+    with postgres_server() as server:
+        version = server.version()
+        database = server.create_database()
+        figures = through_panel(server.url(database), samples, False, problems)
+        floor = raw_floor(server, database, samples, problems)
+        rows.append(
+            {
+                "database": "postgresql",
+                "wake": "LISTEN/NOTIFY",
+                **figures,
+                "floor_median_ms": floor["median_ms"],
+                "floor_p95_ms": floor["p95_ms"],
+                "ratio_to_floor": figures["median_ms"] / floor["median_ms"],
+            }
+        )
+    if not options.no_sqlite:
+        with tempfile.TemporaryDirectory(prefix="bench-run-now-") as directory:
+            url = sqlite_url(directory)
+            migrate(url)
+            figures = through_panel(url, max(10, samples // 3), True, problems)
+            rows.append({"database": "sqlite", "wake": "polling (1 s)", **figures})
+    info = machine(version)
+    write_results("run_now", rows, info)
+    print_table(
+        f"Run now: request committed -> job running, idle worker ({info['nproc']} CPUs, "
+        f"PostgreSQL {version})",
+        rows,
+        (
+            "database",
+            "wake",
+            "samples",
+            "median_ms",
+            "p95_ms",
+            "from_request_median_ms",
+            "to_round_start_median_ms",
+            "floor_median_ms",
+            "floor_p95_ms",
+            "ratio_to_floor",
+        ),
+    )
+    postgres = rows[0]
+    targets = [
+        (f"run now median {postgres['median_ms']:.2f} ms <= 5 ms", postgres["median_ms"] <= 5),
+        (f"run now p95 {postgres['p95_ms']:.2f} ms <= 15 ms", postgres["p95_ms"] <= 15),
+    ]
+    return finish("run_now", problems, targets)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
