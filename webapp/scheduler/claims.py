@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Integer, Select, bindparam, func, select, text, update
+from sqlalchemy import Integer, Interval, Select, bindparam, func, select, text, update
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session
@@ -183,9 +183,7 @@ def record_type(session: Session, model: Any, columns: list[str]) -> str:
     """The column definition list of jsonb_to_recordset: `"id" INTEGER, "args" JSONB, ...`."""
     dialect = session.get_bind().dialect
     table = model.__table__
-    return ", ".join(
-        f'"{name}" {table.c[name].type.compile(dialect=dialect)}' for name in columns
-    )
+    return ", ".join(f'"{name}" {table.c[name].type.compile(dialect=dialect)}' for name in columns)
 
 
 def json_rows(rows: list[dict[str, Any]]) -> str:
@@ -219,10 +217,20 @@ def lease_query(now: Any, limit: Any, skip_locked: bool) -> Any:
     return candidates.scalar_subquery()
 
 
-def lease_statement(skip_locked: bool) -> Any:
+def lease_statement(skip_locked: bool, database_clock: bool = False) -> Any:
     """The lease UPDATE, built once per dialect; it returns the tenant slug and schedule key
-    too (correlated subqueries), which spares the lease a second query."""
-    now = bindparam("now", type_=UTCDateTime)
+    too (correlated subqueries), which spares the lease a second query. With `database_clock`
+    it reads PostgreSQL's clock itself (one round trip less for a Run now)."""
+    now: Any = (
+        func.statement_timestamp(type_=UTCDateTime)
+        if database_clock
+        else bindparam("now", type_=UTCDateTime)
+    )
+    locked_until: Any = (
+        now + bindparam("lock_ttl", type_=Interval)
+        if database_clock
+        else bindparam("locked_until", type_=UTCDateTime)
+    )
     tenant_slug = select(Tenant.slug).where(Tenant.id == Run.tenant_id).scalar_subquery()
     schedule_key = select(Schedule.key).where(Schedule.id == Run.schedule_id).scalar_subquery()
     return (
@@ -232,7 +240,7 @@ def lease_statement(skip_locked: bool) -> Any:
             status="running",
             worker_id=bindparam("worker_id", type_=Integer),
             started_at=now,
-            locked_until=bindparam("locked_until", type_=UTCDateTime),
+            locked_until=locked_until,
             attempt=Run.attempt + 1,
             finished_at=None,
         )
@@ -244,15 +252,25 @@ def lease_statement(skip_locked: bool) -> Any:
 
 
 LEASE_SKIP_LOCKED = lease_statement(skip_locked=True)
+LEASE_BY_DATABASE_CLOCK = lease_statement(skip_locked=True, database_clock=True)
 LEASE = lease_statement(skip_locked=False)
 
 
 def lease_runs(
-    session: Session, worker_id: int, now: datetime, locked_until: datetime, limit: int
+    session: Session, worker_id: int, now: datetime | None, lock_ttl: timedelta, limit: int
 ) -> Sequence[Row[Any]]:
-    """Marks up to `limit` available queued runs as running for this worker, in one statement."""
-    statement = LEASE_SKIP_LOCKED if is_postgresql(session) else LEASE
-    parameters = {"now": now, "limit": limit, "worker_id": worker_id, "locked_until": locked_until}
+    """Marks up to `limit` available queued runs as running for this worker, in one statement.
+
+    `now=None`: the database's clock on PostgreSQL, the host's on SQLite.
+    """
+    parameters: dict[str, Any] = {"limit": limit, "worker_id": worker_id}
+    if is_postgresql(session) and now is None:
+        statement = LEASE_BY_DATABASE_CLOCK
+        parameters["lock_ttl"] = lock_ttl
+    else:
+        statement = LEASE_SKIP_LOCKED if is_postgresql(session) else LEASE
+        now = now or utcnow()
+        parameters.update(now=now, locked_until=now + lock_ttl)
     return session.connection().execute(statement, parameters).all()
 
 
@@ -272,3 +290,63 @@ def extend_leases(
 def any_run_available(session: Session, now: datetime) -> bool:
     query = select(Run.id).where(Run.status == "queued", Run.available_at <= now).limit(1)
     return session.scalar(query) is not None
+
+
+OUTCOME_COLUMNS = (
+    "id",
+    "attempt",
+    "status",
+    "output",
+    "error",
+    "started_at",
+    "finished_at",
+    "available_at",
+)
+
+
+def record_outcomes(session: Session, worker_id: int, rows: list[dict[str, Any]]) -> set[int]:
+    """Stores finished attempts, each only if this worker still holds that attempt's lease.
+
+    A retry (`status` queued) leaves the worker and gets its `available_at`; the others keep
+    theirs. Returns the ids stored; the rest belong to another worker by now.
+    """
+    if not rows:
+        return set()
+    if is_postgresql(session):
+        return record_outcomes_postgresql(session, worker_id, rows)
+    stored: set[int] = set()
+    for row in rows:  # SQLite: statements are in-process calls; one commit for all of them
+        values = {k: row[k] for k in ("status", "output", "error", "started_at", "finished_at")}
+        if row["status"] == "queued":
+            values.update(available_at=row["available_at"], worker_id=None)
+        statement = (
+            update(Run)
+            .where(
+                Run.id == row["id"],
+                Run.worker_id == worker_id,
+                Run.status == "running",
+                Run.attempt == row["attempt"],
+            )
+            .values(locked_until=None, **values)
+            .returning(Run.id)
+            .execution_options(synchronize_session=False)
+        )
+        stored.update(session.execute(statement).scalars())
+    return stored
+
+
+def record_outcomes_postgresql(
+    session: Session, worker_id: int, rows: list[dict[str, Any]]
+) -> set[int]:
+    columns = list(OUTCOME_COLUMNS)
+    statement = text(
+        "UPDATE runs AS r SET status = v.status, output = v.output, error = v.error, "
+        "started_at = v.started_at, finished_at = v.finished_at, locked_until = NULL, "
+        "available_at = COALESCE(v.available_at, r.available_at), "
+        "worker_id = CASE WHEN v.status = 'queued' THEN NULL ELSE r.worker_id END "
+        f"FROM jsonb_to_recordset(CAST(:rows AS JSONB)) AS v({record_type(session, Run, columns)}) "
+        "WHERE r.id = v.id AND r.worker_id = :worker_id AND r.status = 'running' "
+        "AND r.attempt = v.attempt RETURNING r.id"
+    )
+    payload = json_rows([{name: row[name] for name in columns} for row in rows])
+    return set(session.execute(statement, {"rows": payload, "worker_id": worker_id}).scalars())

@@ -16,13 +16,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TextIO
 
-from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from webapp.catalog import Catalog, UnknownJobError
 from webapp.catalog.context import JobContext
 from webapp.database import utcnow, write_transaction
-from webapp.models import Run
+from webapp.scheduler import claims
 from webapp.scheduler.leases import LeasedRun
 
 log = logging.getLogger("webapp.scheduler")
@@ -184,46 +183,55 @@ def decide(
     return Outcome("failed", output, error)
 
 
-def record_outcome(session: Session, run: LeasedRun, worker_id: int, outcome: Outcome) -> bool:
-    """Stores the outcome if this worker still holds the lease (a reaper may have taken it)."""
-    now = utcnow()
-    values: dict[str, Any] = {
-        "status": outcome.status,
-        "output": outcome.output,
-        "error": outcome.error,
-        "locked_until": None,
-    }
-    if outcome.status == "queued":
-        values.update(available_at=outcome.retry_at, worker_id=None)
-    else:
-        values["finished_at"] = now
+@dataclass(frozen=True)
+class FinishedRun:
+    """An attempt that has ended, waiting to be stored with others in one transaction."""
+
+    run: LeasedRun
+    outcome: Outcome
+    started_at: datetime
+    finished_at: datetime
+
+
+ACTIONS = {"succeeded": "run_succeeded", "failed": "run_failed", "queued": "run_retrying"}
+
+
+def store_outcomes(session: Session, worker_id: int, finished: list[FinishedRun]) -> set[int]:
+    """Stores the outcomes in one transaction, each if this worker still holds the attempt."""
+    rows = [
+        {
+            "id": done.run.id,
+            "attempt": done.run.attempt,
+            "status": done.outcome.status,
+            "output": done.outcome.output,
+            "error": done.outcome.error,
+            "started_at": done.started_at,
+            "finished_at": None if done.outcome.status == "queued" else done.finished_at,
+            "available_at": done.outcome.retry_at,
+        }
+        for done in finished
+    ]
     with write_transaction(session):
-        stored = (
-            session.execute(
-                update(Run)
-                .where(
-                    Run.id == run.id,
-                    Run.worker_id == worker_id,
-                    Run.status == "running",
-                    Run.attempt == run.attempt,
-                )
-                .values(**values)
-                .returning(Run.id)
-                .execution_options(synchronize_session=False)
-            ).scalar_one_or_none()
-            is not None
+        stored = claims.record_outcomes(session, worker_id, rows)
+    for done in finished:
+        kept = done.run.id in stored
+        log.info(
+            "run_finished",
+            extra={
+                "action": ACTIONS[done.outcome.status] if kept else "run_outcome_dropped",
+                "run_id": done.run.id,
+                "attempt": done.run.attempt,
+                "duration_ms": int((done.finished_at - done.started_at).total_seconds() * 1000),
+            },
         )
-    action = {"succeeded": "run_succeeded", "failed": "run_failed", "queued": "run_retrying"}
-    log.info(
-        action[outcome.status],
-        extra={
-            "action": action[outcome.status] if stored else "run_outcome_dropped",
-            "run_id": run.id,
-            "attempt": run.attempt,
-            "duration_ms": int((now - run.started_at).total_seconds() * 1000),
-        },
-    )
-    return bool(stored)
+    return stored
+
+
+def record_outcome(session: Session, run: LeasedRun, worker_id: int, outcome: Outcome) -> bool:
+    """Stores one outcome if this worker still holds the lease (a reaper may have taken it)."""
+    now = utcnow()
+    done = FinishedRun(run, outcome, run.started_at, now)
+    return run.id in store_outcomes(session, worker_id, [done])
 
 
 def execute(

@@ -35,13 +35,16 @@ class LeasedRun:
 
 
 def lease_once(
-    session: Session, worker_id: int, now: datetime, lock_ttl: timedelta, limit: int
+    session: Session, worker_id: int, now: datetime | None, lock_ttl: timedelta, limit: int
 ) -> list[LeasedRun]:
-    """Takes up to `limit` queued runs whose start time has come, in one transaction."""
+    """Takes up to `limit` queued runs whose start time has come, in one transaction.
+
+    `now=None` reads the database's clock in the lease statement itself.
+    """
     if limit <= 0:
         return []
     with write_transaction(session):
-        rows = claims.lease_runs(session, worker_id, now, now + lock_ttl, limit)
+        rows = claims.lease_runs(session, worker_id, now, lock_ttl, limit)
         if not rows:
             return []
     leased = [
