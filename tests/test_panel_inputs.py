@@ -373,3 +373,51 @@ def test_the_next_page_keeps_the_filters(
     page_two = alice.get(link).get_data(as_text=True)  # without htmx: a whole page
     assert "<html" in page_two and shown(page_two) == ["report c"]
     assert "First page" in page_two
+
+
+# 7. the run history's schedule filter ----------------------------------------------------
+
+
+def options(page: str) -> list[str]:
+    select_html = page.split('<select id="filter-schedule"')[1].split("</select>")[0]
+    return re.findall(r"<option value=\"\d+\"[^>]*>([^<]+)</option>", select_html)
+
+
+def test_the_schedule_filter_lists_a_bounded_number_of_schedules(
+    app: Flask, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from webapp.web import runs as run_views
+
+    monkeypatch.setattr(run_views, "SCHEDULE_OPTIONS", 3)
+    add_schedules(world, ["report a", "report b", "report c", "report d", "other"])
+    chosen = db.session.scalar(
+        select(Schedule).where(Schedule.tenant_id == world.alpha.id, Schedule.name == "report d")
+    )
+    assert chosen is not None
+    alice = Panel(app, world.alice)
+    page = alice.get("/runs").get_data(as_text=True)
+    assert options(page) == ["other", "report a", "report b"]
+    assert "type in “Find a schedule” to see others" in page
+    # Typing narrows the list (htmx swaps the filter); the chosen schedule stays an option.
+    url = f"/runs/schedule-options?schedule_q=PORT&schedule={chosen.id}"
+    fragment = alice.get(url, htmx=True)
+    text = fragment.get_data(as_text=True)
+    assert fragment.status_code == 200 and "<html" not in text
+    assert options(text) == ["report d", "report a", "report b", "report c"]
+    assert f'<option value="{chosen.id}" selected>' in text
+    narrowed = alice.get("/runs?schedule_q=other").get_data(as_text=True)  # without JavaScript
+    assert options(narrowed) == ["other"] and "1 schedule whose name contains" in narrowed
+    nothing = alice.get("/runs/schedule-options?schedule_q=%25").get_data(as_text=True)
+    assert options(nothing) == [] and "No schedule name contains" in nothing
+    assert alice.get("/runs/schedule-options?schedule_q=" + "x" * 201).status_code == 400
+    assert alice.get("/runs?schedule_q=a%00b").status_code == 400
+
+
+def test_the_schedule_filter_never_offers_another_tenants_schedule(
+    app: Flask, world: World
+) -> None:
+    add_schedules(world, ["alpha only"])
+    charlie = Panel(app, world.charlie)
+    assert "alpha only" not in charlie.get("/runs?schedule_q=alpha").get_data(as_text=True)
+    fragment = charlie.get("/runs/schedule-options?schedule_q=alpha", htmx=True)
+    assert "alpha only" not in fragment.get_data(as_text=True)

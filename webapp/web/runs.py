@@ -6,22 +6,41 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from typing import Any
 
-from flask import Blueprint
+from flask import Blueprint, request
 from flask_login import login_required
-from sqlalchemy import Select
+from sqlalchemy import Select, func
+from sqlalchemy.orm import joinedload, load_only
 from werkzeug.wrappers import Response
 
 from webapp import tenancy
 from webapp.extensions import db
 from webapp.models import RUN_STATUSES, TRIGGERS, Run, Schedule
 from webapp.web.common import page_or_partial
-from webapp.web.formatting import zone
-from webapp.web.params import choice_arg, date_arg, id_arg
+from webapp.web.formatting import is_htmx, zone
+from webapp.web.params import bad_request, choice_arg, date_arg, id_arg
 
 bp = Blueprint("runs", __name__)
 bp.before_request(login_required(lambda: None))
 
 PAGE_SIZE = 50
+# The schedule filter lists this many schedules (by name, those matching "Find a schedule" if
+# typed) and the chosen one: a fixed cost whatever the number of schedules of the tenant.
+SCHEDULE_OPTIONS = 50
+MAX_SCHEDULE_QUERY = 200  # characters of "Find a schedule" (a name has at most 200)
+# What a history row shows (templates/runs/_rows.html and _status.html).
+HISTORY_COLUMNS = (
+    Run.id,
+    Run.tenant_id,
+    Run.schedule_id,
+    Run.job,
+    Run.trigger,
+    Run.scheduled_for,
+    Run.status,
+    Run.attempt,
+    Run.fires_covered,
+    Run.started_at,
+    Run.finished_at,
+)
 # Where else a status badge may stand (its DOM id says where): a schedule's page shows its last
 # run twice, as the last run (`run-N-status`) and in its history (`run-N-history-status`).
 STATUS_PLACES = ("history",)
@@ -35,6 +54,8 @@ class RunFilters:
     since: date | None = None
     until: date | None = None
     before: int | None = None  # keyset: only runs with a smaller id
+    schedule_query: str = ""  # "Find a schedule": narrows the schedule filter's options
+
 
     @classmethod
     def from_args(cls) -> RunFilters:
@@ -45,6 +66,7 @@ class RunFilters:
             since=date_arg("from"),
             until=date_arg("to"),
             before=id_arg("before"),
+            schedule_query=schedule_query_arg(),
         )
         schedule_id = id_arg("schedule")
         if schedule_id is not None:
@@ -80,6 +102,31 @@ class RunFilters:
         return {key: value for key, value in values.items() if value not in ("", None)}
 
 
+def schedule_query_arg() -> str:
+    text = request.args.get("schedule_q", "").strip()
+    if len(text) > MAX_SCHEDULE_QUERY or "\x00" in text:
+        bad_request(f"“Find a schedule” takes at most {MAX_SCHEDULE_QUERY} characters.")
+    return text
+
+
+def schedule_options(filters: RunFilters) -> tuple[list[tuple[int, str]], bool]:
+    """(id, name) of the schedules the filter offers, by name, and whether more match.
+
+    Only two columns of at most SCHEDULE_OPTIONS + 1 rows: a tenant with 10,000 schedules
+    gets the first ones by name and "Find a schedule" narrows the list, rather than a page of
+    10,000 options. The chosen schedule is always an option (the template adds it)."""
+    query = tenancy.schedules().with_only_columns(Schedule.id, Schedule.name)
+    if filters.schedule_query:
+        query = query.where(
+            func.lower(Schedule.name).contains(filters.schedule_query.lower(), autoescape=True)
+        )
+    rows = db.session.execute(
+        query.order_by(Schedule.name, Schedule.id).limit(SCHEDULE_OPTIONS + 1)
+    ).all()
+    options = [(row.id, row.name) for row in rows[:SCHEDULE_OPTIONS]]
+    return options, len(rows) > SCHEDULE_OPTIONS
+
+
 def local_midnight(day: date, time_zone: str) -> datetime:
     return datetime.combine(day, time.min, tzinfo=zone(time_zone))
 
@@ -89,6 +136,12 @@ def history_page(filters: RunFilters) -> tuple[list[Run], int | None]:
     backwards from `before`: no OFFSET, no COUNT, the same cost on page 1 and page 10,000."""
     tenant = tenancy.current_tenant()
     query = filters.apply(tenancy.runs(), tenant.time_zone)
+    # Only the columns a row shows (not the output, error or arguments, which may be large),
+    # and its schedule's name, joined: the same statements whatever the rows (no query per row).
+    query = query.options(
+        load_only(*HISTORY_COLUMNS),
+        joinedload(Run.schedule).load_only(Schedule.id, Schedule.tenant_id, Schedule.name),
+    )
     rows = list(db.session.scalars(query.order_by(Run.id.desc()).limit(PAGE_SIZE + 1)))
     next_before = rows[PAGE_SIZE - 1].id if len(rows) > PAGE_SIZE else None
     return rows[:PAGE_SIZE], next_before
@@ -99,18 +152,33 @@ def index() -> Response:
     """The tenant's run history with filters; htmx loads older pages into the same table."""
     filters = RunFilters.from_args()
     runs, next_before = history_page(filters)
-    schedules = db.session.scalars(tenancy.schedules().order_by(Schedule.name)).all()
     partial = "runs/_rows.html" if filters.before is not None else "runs/_history.html"
+    options, more_options = schedule_options(filters) if not is_htmx() else ([], False)
     return page_or_partial(
         "runs/index.html",
         partial,
         runs=runs,
         next_before=next_before,
         filters=filters,
-        schedules=schedules,
+        schedule_options=options,
+        more_schedule_options=more_options,
         statuses=RUN_STATUSES,
         triggers=TRIGGERS,
         tenant=tenancy.current_tenant(),
+    )
+
+
+@bp.get("/runs/schedule-options")
+def schedule_filter() -> Response:
+    """The schedule filter's <select>, narrowed by "Find a schedule" as the user types."""
+    filters = RunFilters.from_args()
+    options, more_options = schedule_options(filters)
+    return page_or_partial(
+        "runs/schedule_filter.html",
+        "runs/_schedule_filter.html",
+        filters=filters,
+        schedule_options=options,
+        more_schedule_options=more_options,
     )
 
 

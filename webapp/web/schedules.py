@@ -8,6 +8,7 @@ from typing import Any
 from flask import Blueprint, abort, request, url_for
 from flask_login import login_required
 from sqlalchemy import and_, func, or_, select
+from sqlalchemy.orm import load_only
 from werkzeug.wrappers import Response
 
 from webapp import tenancy
@@ -27,6 +28,7 @@ from webapp.services.schedules import (
     update_schedule,
 )
 from webapp.web.common import actor, done, htmx_redirect, page_or_partial
+from webapp.web.formatting import id_url
 from webapp.web.forms import MISFIRE_CHOICES, OVERLAP_CHOICES, ScheduleForm, default_args
 from webapp.web.params import bad_request, choice_arg, id_arg
 from webapp.web.time_zones import time_zone_names
@@ -35,7 +37,7 @@ from webapp.web.upcoming import upcoming_fires
 bp = Blueprint("schedules", __name__)
 bp.before_request(login_required(lambda: None))
 
-LIST_LIMIT = 200
+LIST_LIMIT = 50
 DETAIL_RUNS = 20
 DETAIL_AUDIT = 20
 STATUS_FILTERS = ("active", "paused")
@@ -50,8 +52,22 @@ def last_runs(schedule_ids: list[int]) -> dict[int, Run]:
         .where(Run.tenant_id == tenancy.current_tenant().id, Run.schedule_id.in_(schedule_ids))
         .group_by(Run.schedule_id)
     )
-    runs = db.session.scalars(tenancy.runs().where(Run.id.in_(latest)))
+    # The status badge's columns only (not the output, which may be large).
+    badge = load_only(Run.id, Run.schedule_id, Run.status, Run.started_at, Run.finished_at)
+    runs = db.session.scalars(tenancy.runs().where(Run.id.in_(latest)).options(badge))
     return {run.schedule_id: run for run in runs if run.schedule_id is not None}
+
+
+ROW_ACTIONS = ("detail", "edit", "run", "pause", "resume", "delete")
+
+
+@bp.app_template_global()
+def schedule_urls(schedule_id: int) -> dict[str, str]:
+    """The URLs of one schedule row's links and forms, by action ("detail", "run", ...): a list
+    page has six per row, so they come from id_url, not url_for."""
+    return {
+        action: id_url(f"schedules.{action}", schedule_id=schedule_id) for action in ROW_ACTIONS
+    }
 
 
 def job_titles() -> dict[str, str]:
