@@ -109,6 +109,8 @@ class Schedule(Model):
             postgresql_where=text("active"),
             sqlite_where=text("active"),
         ),
+        # The schedules list and the history's schedule filter page through names.
+        Index("ix_schedules_tenant_name", "tenant_id", "name", "id"),
         CheckConstraint(one_of("scope", SCOPES), name="scope"),
         CheckConstraint(
             "(scope = 'system' AND tenant_id IS NULL)"
@@ -181,6 +183,10 @@ class Run(Model):
             sqlite_where=text("status = 'running'"),
         ),
         Index("ix_runs_tenant_history", "tenant_id", "id"),
+        # The history's status and trigger filters, newest first, without walking the tenant's
+        # whole history when few runs match.
+        Index("ix_runs_tenant_status_history", "tenant_id", "status", "id"),
+        Index("ix_runs_tenant_trigger_history", "tenant_id", "trigger", "id"),
         Index("ix_runs_schedule_history", "schedule_id", "id"),
         CheckConstraint(one_of('"trigger"', TRIGGERS), name="trigger"),
         CheckConstraint(one_of("status", RUN_STATUSES), name="status"),
