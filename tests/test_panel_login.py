@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import re
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from datetime import timedelta
 
+import pytest
 from flask import Flask
+from flask.testing import FlaskClient
 from sqlalchemy import func, select
 
-from tests.conftest import PASSWORD, World
+from tests.conftest import PASSWORD, World, migrated_app
+from webapp import login_limiter
+from webapp.config import ConfigError
+from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import LoginAttempt
 
@@ -43,20 +53,93 @@ def test_the_limit_is_in_the_database_not_in_one_process(app: Flask, world: Worl
     for _ in range(5):
         attempt(app.test_client(), "nobody@example.com", "wrong-password")
     count = db.session.scalar(
-        select(func.count()).select_from(LoginAttempt).where(
-            LoginAttempt.subject == "email:nobody@example.com"
-        )
+        select(func.count())
+        .select_from(LoginAttempt)
+        .where(LoginAttempt.subject == "email:nobody@example.com")
     )
     assert count == 5
     # A fresh client (another browser, another process) is refused too.
     assert attempt(app.test_client(), "nobody@example.com", "x").status_code == 429  # type: ignore[attr-defined]
 
 
-def test_one_address_is_slowed_down_across_accounts(app: Flask, world: World) -> None:
+def test_failures_from_one_address_do_not_lock_out_a_correct_password(
+    app: Flask, world: World
+) -> None:
+    # Behind a proxy every client has the proxy's address: 20 guesses at unknown accounts
+    # must not lock alice out.
     client = app.test_client()
     for number in range(20):
         attempt(client, f"guess{number}@example.com", "wrong-password")
-    assert attempt(client, "alice@example.com", PASSWORD).status_code == 429  # type: ignore[attr-defined]
+    assert attempt(app.test_client(), "alice@example.com", PASSWORD).status_code == 303  # type: ignore[attr-defined]
+
+
+def test_past_the_flood_guard_only_wrong_passwords_answer_429(app: Flask, world: World) -> None:
+    now = utcnow()
+    db.session.add_all(
+        LoginAttempt(subject="ip:127.0.0.1", attempted_at=now - timedelta(minutes=1))
+        for _ in range(login_limiter.MAX_FAILURES_PER_ADDRESS)
+    )
+    db.session.commit()
+    wrong = attempt(app.test_client(), "bob@example.com", "wrong-password")
+    assert wrong.status_code == 429  # type: ignore[attr-defined]
+    assert attempt(app.test_client(), "nobody@example.com", "x").status_code == 429  # type: ignore[attr-defined]
+    assert attempt(app.test_client(), "alice@example.com", PASSWORD).status_code == 303  # type: ignore[attr-defined]
+
+
+def test_parallel_guesses_get_no_more_password_checks_than_the_limit(
+    app: Flask, world: World
+) -> None:
+    guesses = 30
+    start = threading.Barrier(guesses)
+
+    def guess() -> int:
+        client = FlaskClient(app, app.response_class, use_cookies=True)
+        token = csrf_token(client)
+        start.wait()
+        data = {"email": "alice@example.com", "password": "wrong", "csrf_token": token}
+        return client.post("/login", data=data).status_code
+
+    db.session.commit()
+    with ThreadPoolExecutor(guesses) as pool:
+        statuses = sorted(pool.map(lambda _: guess(), range(guesses)))
+    assert statuses.count(401) == login_limiter.MAX_FAILURES_PER_PAIR
+    assert statuses.count(429) == guesses - login_limiter.MAX_FAILURES_PER_PAIR
+
+
+@contextmanager
+def another_app(database_url: str, **config: object) -> Iterator[Flask]:
+    application = migrated_app(database_url, **config)
+    try:
+        yield application
+    finally:
+        with application.app_context():
+            db.engine.dispose()
+
+
+def test_a_trusted_proxy_tells_clients_apart_and_an_untrusted_header_is_ignored(
+    database_url: str, world: World
+) -> None:
+    def from_client(application: Flask, address: str, password: str) -> int:
+        client = application.test_client()
+        client.environ_base["HTTP_X_FORWARDED_FOR"] = address
+        return attempt(client, "alice@example.com", password).status_code  # type: ignore[attr-defined, no-any-return]
+
+    with another_app(database_url, SCHEDULER_TRUSTED_PROXIES=1) as proxied:
+        for _ in range(5):
+            assert from_client(proxied, "203.0.113.5", "wrong") == 401
+        assert from_client(proxied, "203.0.113.5", PASSWORD) == 429
+        assert from_client(proxied, "198.51.100.7", PASSWORD) == 303
+
+    # Without a trusted proxy a client cannot dodge its limit by inventing addresses.
+    with another_app(database_url) as direct:
+        for number in range(5):
+            assert from_client(direct, f"192.0.2.{number}", "wrong") == 401
+        assert from_client(direct, "192.0.2.99", PASSWORD) == 429
+
+
+def test_a_bad_trusted_proxies_setting_stops_the_app(database_url: str) -> None:
+    with pytest.raises(ConfigError, match="SCHEDULER_TRUSTED_PROXIES"):
+        migrated_app(database_url, SCHEDULER_TRUSTED_PROXIES=-1)
 
 
 def test_a_successful_login_renews_the_session(app: Flask, world: World) -> None:

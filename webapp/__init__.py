@@ -8,8 +8,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from flask import Flask
+from werkzeug.middleware.proxy_fix import ProxyFix
 
-from webapp.config import from_environment, is_secret_key_optional
+from webapp.config import from_environment, is_secret_key_optional, trusted_proxies
 from webapp.database import install_engine_hooks
 from webapp.extensions import csrf, db, login_manager, migrate
 
@@ -45,6 +46,14 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     if secure_cookies is None:
         secure_cookies = not (app.debug or app.testing)
     app.config.update(SESSION_COOKIE_SECURE=secure_cookies, REMEMBER_COOKIE_SECURE=secure_cookies)
+
+    proxies = trusted_proxies(app.config)
+    if proxies:
+        # The client's address (the login limiter's key) and scheme come from the proxies'
+        # X-Forwarded-* headers, and only from as many as were configured: never spoofable.
+        app.wsgi_app = ProxyFix(  # type: ignore[method-assign]
+            app.wsgi_app, x_for=proxies, x_proto=proxies, x_host=proxies, x_port=proxies
+        )
 
     db.init_app(app)
     migrate.init_app(

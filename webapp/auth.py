@@ -43,6 +43,16 @@ def is_own_path(target: str | None) -> bool:
     return not parts.scheme and not parts.netloc and "\\" not in target
 
 
+def too_many_attempts(form: LoginForm, wait: int) -> tuple[str, int, dict[str, str]]:
+    minutes = max(1, round(wait / 60))
+    flash(
+        f"Too many failed attempts. Wait {minutes} minute{'s' if minutes != 1 else ''} "
+        "before trying again.",
+        "error",
+    )
+    return render_template("auth/login.html", form=form), 429, {"Retry-After": str(wait)}
+
+
 @bp.route("/login", methods=["GET", "POST"])
 def login() -> str | Response | tuple[str, int, dict[str, str]] | tuple[str, int]:
     """Show the login form and log the user in."""
@@ -51,22 +61,15 @@ def login() -> str | Response | tuple[str, int, dict[str, str]] | tuple[str, int
         email = (form.email.data or "").strip().lower()
         now = utcnow()
         subjects = login_limiter.Subjects.of(request.remote_addr, email)
-        wait = login_limiter.retry_after(subjects, now)
-        if wait is not None:
-            minutes = max(1, round(wait / 60))
-            flash(
-                "Too many failed attempts. Wait "
-                f"{minutes} minute{'s' if minutes != 1 else ''} before trying again.",
-                "error",
-            )
-            page = render_template("auth/login.html", form=form)
-            return page, 429, {"Retry-After": str(wait)}
+        admission = login_limiter.admit(subjects, now)
+        if admission.wait is not None:
+            return too_many_attempts(form, admission.wait)
         user = db.session.scalar(select(User).where(User.email == email))
         password_hash = user.password_hash if user else unknown_user_hash()
         if check_password_hash(password_hash, form.password.data or "") and user is not None:
             with write_transaction(db.session):
                 user.last_login_at = now
-                login_limiter.forget_account_failures(subjects)
+                login_limiter.forget_success(subjects, admission)
             target = request.args.get("next")
             if target is None or not is_own_path(target):
                 target = url_for("schedules.index")
@@ -74,7 +77,8 @@ def login() -> str | Response | tuple[str, int, dict[str, str]] | tuple[str, int
             session.clear()
             login_user(user)
             return redirect(target, 303)
-        login_limiter.record_failure(subjects, now)
+        if admission.flooded_wait is not None:
+            return too_many_attempts(form, admission.flooded_wait)
         flash("Wrong email or password.", "error")
         return render_template("auth/login.html", form=form), 401
     return render_template("auth/login.html", form=form)

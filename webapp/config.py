@@ -25,6 +25,7 @@ SCHEDULER_DEFAULTS: dict[str, Any] = {
     "SCHEDULER_WEBHOOK_ALLOWED_HOSTS": [],
     "SCHEDULER_WEBHOOK_ALLOW_PRIVATE": [],
     "SCHEDULER_WEBHOOK_TIMEOUT": 10.0,
+    "SCHEDULER_TRUSTED_PROXIES": 0,
 }
 
 INT_OR_NONE = {"SCHEDULER_MAX_SCHEDULES", "SCHEDULER_MIN_INTERVAL"}
@@ -56,6 +57,14 @@ def parse_setting(name: str, raw: str) -> Any:
     except ValueError:
         raise ConfigError(f"{name}={raw!r} is not a valid {type(default).__name__}") from None
     return raw
+
+
+def trusted_proxies(settings: Mapping[str, Any]) -> int:
+    """How many proxies in front of the app may set X-Forwarded-* (0: trust none)."""
+    count = settings.get("SCHEDULER_TRUSTED_PROXIES", 0)
+    if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= 10:
+        raise ConfigError(f"SCHEDULER_TRUSTED_PROXIES={count!r} must be a number from 0 to 10")
+    return count
 
 
 def from_environment(environ: Mapping[str, str], instance_path: str) -> dict[str, Any]:

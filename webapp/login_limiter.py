@@ -1,8 +1,17 @@
-"""Slows down password guessing, per client address and per account, in the database.
+"""Slows down password guessing, in the database, without letting one address lock out others.
 
-Failed logins are rows in `login_attempts`, so the limit holds across processes and machines
-(a counter in one process's memory would not). A subject with too many recent failures is
-refused with 429 until its oldest failure in the window has aged out.
+Every login attempt is counted *before* its password is checked, in one write transaction that
+counts the recent failures and records this attempt (SQLite: `BEGIN IMMEDIATE`; PostgreSQL: a
+transaction-level advisory lock on the account). So 30 parallel guesses at one account get at
+most the limit's worth of password checks, not 30. A successful login then takes its own
+attempt back.
+
+Failures are rows in `login_attempts`, so the limits hold across processes and machines:
+- per account and address (`pair:`): 5 failures, then that address may not try that account;
+- per account from anywhere (`email:`): 50, against guessing spread over many addresses;
+- per address (`ip:`): 100, a coarse flood guard only. Behind a proxy every client shares one
+  address, so past it the password is still checked: a correct password of a known account logs
+  in, and only wrong ones are answered 429. Hard limits refuse before any check.
 """
 
 from __future__ import annotations
@@ -11,69 +20,100 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, text
 
 from webapp.database import write_transaction
 from webapp.extensions import db
 from webapp.models import LoginAttempt
 
 WINDOW = timedelta(minutes=15)
-# One account is guessed at slowly; one address may be a whole office behind NAT.
-MAX_FAILURES_PER_ACCOUNT = 5
-MAX_FAILURES_PER_ADDRESS = 20
+MAX_FAILURES_PER_PAIR = 5
+MAX_FAILURES_PER_ACCOUNT = 50
+MAX_FAILURES_PER_ADDRESS = 100
 
 
 @dataclass(frozen=True)
 class Subjects:
     address: str
     account: str
+    pair: str
 
     @classmethod
     def of(cls, remote_addr: str | None, email: str) -> Subjects:
-        return cls(address=f"ip:{remote_addr or 'unknown'}", account=f"email:{email[:250]}")
-
-    def limits(self) -> tuple[tuple[str, int], ...]:
-        return (
-            (self.account, MAX_FAILURES_PER_ACCOUNT),
-            (self.address, MAX_FAILURES_PER_ADDRESS),
+        address = remote_addr or "unknown"
+        account = email[:250]
+        return cls(
+            address=f"ip:{address}", account=f"email:{account}", pair=f"pair:{account}|{address}"
         )
 
-
-def retry_after(subjects: Subjects, now: datetime) -> int | None:
-    """Seconds until a login may be tried again, or None if it may be tried now."""
-    waits = []
-    for subject, limit in subjects.limits():
-        recent = (
-            select(LoginAttempt.attempted_at)
-            .where(LoginAttempt.subject == subject, LoginAttempt.attempted_at > now - WINDOW)
-            .order_by(LoginAttempt.attempted_at.desc())
-            .limit(limit)
-            .subquery()
-        )
-        count, oldest = db.session.execute(
-            select(func.count(), func.min(recent.c.attempted_at))
-        ).one()
-        if count >= limit and oldest is not None:
-            waits.append(max(1, math.ceil((oldest + WINDOW - now).total_seconds())))
-    return max(waits) if waits else None
+    def hard_limits(self) -> tuple[tuple[str, int], ...]:
+        """Limits that refuse an attempt before its password is checked."""
+        return ((self.pair, MAX_FAILURES_PER_PAIR), (self.account, MAX_FAILURES_PER_ACCOUNT))
 
 
-def record_failure(subjects: Subjects, now: datetime) -> None:
-    with write_transaction(db.session):
-        db.session.execute(
+@dataclass(frozen=True)
+class Admission:
+    """The outcome of counting an attempt: refused (`wait` seconds), or admitted and recorded."""
+
+    wait: int | None
+    attempt_ids: tuple[int, ...] = ()
+    flooded_wait: int | None = None  # the address is past its flood guard: wrong answers 429
+
+
+def wait_for(subject: str, limit: int, now: datetime) -> int | None:
+    """Seconds until `subject` is below `limit` failures in the window, or None if it is now."""
+    recent = (
+        select(LoginAttempt.attempted_at)
+        .where(LoginAttempt.subject == subject, LoginAttempt.attempted_at > now - WINDOW)
+        .order_by(LoginAttempt.attempted_at.desc())
+        .limit(limit)
+        .subquery()
+    )
+    count, oldest = db.session.execute(select(func.count(), func.min(recent.c.attempted_at))).one()
+    if count >= limit and oldest is not None:
+        return max(1, math.ceil((oldest + WINDOW - now).total_seconds()))
+    return None
+
+
+def admit(subjects: Subjects, now: datetime) -> Admission:
+    """Counts recent failures and, unless a hard limit is reached, records this attempt as one:
+    atomically, so parallel attempts cannot all pass the same count."""
+    with write_transaction(db.session) as session:
+        if session.get_bind().dialect.name == "postgresql":
+            # Serialises the attempts at one account (SQLite's write lock already does).
+            session.execute(
+                text("SELECT pg_advisory_xact_lock(hashtext(:subject))"),
+                {"subject": subjects.account},
+            )
+        session.execute(
             delete(LoginAttempt).where(
-                LoginAttempt.subject.in_((subjects.account, subjects.address)),
+                LoginAttempt.subject.in_((subjects.pair, subjects.account, subjects.address)),
                 LoginAttempt.attempted_at <= now - WINDOW,
             )
         )
-        db.session.add_all(
-            [
-                LoginAttempt(subject=subjects.account, attempted_at=now),
-                LoginAttempt(subject=subjects.address, attempted_at=now),
-            ]
+        waits = [wait_for(subject, limit, now) for subject, limit in subjects.hard_limits()]
+        refused = [wait for wait in waits if wait is not None]
+        if refused:
+            return Admission(wait=max(refused))
+        flooded_wait = wait_for(subjects.address, MAX_FAILURES_PER_ADDRESS, now)
+        attempts = [
+            LoginAttempt(subject=subject, attempted_at=now)
+            for subject in (subjects.pair, subjects.account, subjects.address)
+        ]
+        session.add_all(attempts)
+        session.flush()
+        return Admission(
+            wait=None,
+            attempt_ids=tuple(attempt.id for attempt in attempts),
+            flooded_wait=flooded_wait,
         )
 
 
-def forget_account_failures(subjects: Subjects) -> None:
-    """After a successful login the account starts afresh (the address does not)."""
-    db.session.execute(delete(LoginAttempt).where(LoginAttempt.subject == subjects.account))
+def forget_success(subjects: Subjects, admission: Admission) -> None:
+    """After a successful login: this attempt was no failure, and the account may start afresh
+    from this address. Failures from other addresses stay counted. Call in a transaction."""
+    db.session.execute(
+        delete(LoginAttempt).where(
+            (LoginAttempt.id.in_(admission.attempt_ids)) | (LoginAttempt.subject == subjects.pair)
+        )
+    )
