@@ -11,8 +11,10 @@ from flask import Flask
 from werkzeug.test import TestResponse
 
 from tests.conftest import World
+from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import Run, Schedule, User
+from webapp.services import sessions
 from webapp.services.audit import Actor
 from webapp.services.schedules import ScheduleInput, create_schedule, pause_schedule
 
@@ -35,8 +37,10 @@ class Panel:
 
     def __init__(self, app: Flask, user: User) -> None:
         self.client = app.test_client()
+        holder = sessions.start(user, utcnow(), sessions.Lifetimes.of(app.config))
+        db.session.commit()
         with self.client.session_transaction() as session:
-            session["_user_id"] = str(user.id)
+            session["_user_id"] = holder.get_id()
             session["_fresh"] = True
         self._token: str | None = None
 

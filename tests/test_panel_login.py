@@ -19,7 +19,8 @@ from webapp import login_limiter
 from webapp.config import ConfigError
 from webapp.database import utcnow
 from webapp.extensions import db
-from webapp.models import LoginAttempt
+from webapp.models import LoginAttempt, UserSession
+from webapp.services import sessions
 
 
 def csrf_token(client: object) -> str:
@@ -150,7 +151,13 @@ def test_a_successful_login_renews_the_session(app: Flask, world: World) -> None
     token_after = re.search(r'<meta name="csrf-token" content="([^"]+)"', page)
     assert token_after and token_after.group(1) != token_before
     with client.session_transaction() as session:
-        assert session["_user_id"] == str(world.alice.id)
+        token = session["_user_id"]
+    # The cookie holds the login's token, and the server knows it as alice's session.
+    assert token != str(world.alice.id)
+    stored = db.session.scalar(
+        select(UserSession).where(UserSession.token_hash == sessions.token_hash(token))
+    )
+    assert stored is not None and stored.user_id == world.alice.id
 
 
 def test_login_lands_on_the_schedules_of_the_tenant(app: Flask, world: World) -> None:
@@ -170,3 +177,14 @@ def test_logout_needs_csrf_and_ends_the_session(app: Flask, world: World) -> Non
     assert token
     assert client.post("/logout", data={"csrf_token": token.group(1)}).status_code == 303
     assert client.get("/").status_code == 302
+
+
+def test_an_oversized_anonymous_post_is_refused_before_it_is_read(app: Flask) -> None:
+    limit = app.config["SCHEDULER_MAX_REQUEST_BYTES"]
+    body = b"email=a%40b.example&password=" + b"x" * limit
+    response = app.test_client().post(
+        "/login", data=body, content_type="application/x-www-form-urlencoded"
+    )
+    assert response.status_code == 413
+    assert "larger than the panel accepts" in response.get_data(as_text=True)
+    assert db.session.scalar(select(func.count()).select_from(LoginAttempt)) == 0

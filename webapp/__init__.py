@@ -35,14 +35,18 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         REMEMBER_COOKIE_SAMESITE="Lax",
         WTF_CSRF_TIME_LIMIT=None,
     )
-    app.config.update(from_environment(os.environ, app.instance_path))
-    if config:
-        app.config.update(config)
+    settings = {**from_environment(os.environ, app.instance_path), **(config or {})}
+    app.config.update(settings)
+    # A body larger than this is refused (413) before it is read: nothing the panel takes comes
+    # near it, and an anonymous POST must not make the process grow.
+    app.config["MAX_CONTENT_LENGTH"] = app.config["SCHEDULER_MAX_REQUEST_BYTES"]
     if not app.config.get("SECRET_KEY"):
         if not is_secret_key_optional(app.config):
             raise RuntimeError("SECRET_KEY is not set: export SECRET_KEY (see README)")
         app.config["SECRET_KEY"] = secrets.token_hex(32)
-    secure_cookies = app.config.get("SESSION_COOKIE_SECURE")
+    # Flask's own default is False, so only a value that was set counts; otherwise cookies
+    # are Secure everywhere but in debug and tests.
+    secure_cookies = settings.get("SESSION_COOKIE_SECURE")
     if secure_cookies is None:
         secure_cookies = not (app.debug or app.testing)
     app.config.update(SESSION_COOKIE_SECURE=secure_cookies, REMEMBER_COOKIE_SECURE=secure_cookies)
@@ -67,12 +71,14 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     with app.app_context():
         install_engine_hooks(db.engine)
 
-    from webapp import auth, models
+    from webapp import auth
     from webapp.cli import register_commands
+    from webapp.services import sessions
     from webapp.services.catalog import install_catalog
 
     install_catalog(app)
-    login_manager.user_loader(models.load_user)
+    sessions.Lifetimes.of(app.config)  # a bad lifetime stops the app here, not at a login
+    login_manager.user_loader(auth.load_user)
     login_manager.login_view = "auth.login"
     app.register_blueprint(auth.bp)
     from webapp.web import register_panel

@@ -7,12 +7,13 @@ import re
 from dataclasses import dataclass
 from zoneinfo import available_timezones
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from werkzeug.security import generate_password_hash
 
 from webapp.database import utcnow, write_transaction
 from webapp.extensions import db
 from webapp.models import ROLES, Membership, Tenant, User
+from webapp.services import sessions
 
 SLUG_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 EMAIL_PATTERN = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
@@ -125,6 +126,7 @@ def add_user(email: str, tenant_slug: str, role: str, password: str | None) -> U
             db.session.flush()
         elif password is not None:
             user.password_hash = hash_password(password)
+            sessions.end_all(user.id)  # a new password logs the user out everywhere
         membership = db.session.scalar(
             select(Membership).where(
                 Membership.user_id == user.id, Membership.tenant_id == tenant.id
@@ -135,6 +137,35 @@ def add_user(email: str, tenant_slug: str, role: str, password: str | None) -> U
         else:
             membership.role = role
     return UserAdded(user=user, created=created)
+
+
+def remove_member(email: str, tenant_slug: str) -> None:
+    """Takes a user out of a tenant and ends all the user's sessions (its pages are open)."""
+    email = normalise_email(email)
+    with write_transaction(db.session):
+        tenant = find_tenant(tenant_slug)
+        user = find_user(email)
+        removed = db.session.execute(
+            delete(Membership).where(
+                Membership.user_id == user.id, Membership.tenant_id == tenant.id
+            )
+        )
+        if not removed.rowcount:  # type: ignore[attr-defined]
+            raise AccountError(f"{email} is not a member of tenant {tenant_slug!r}")
+        sessions.end_all(user.id)
+
+
+def revoke_sessions(email: str) -> int:
+    """Ends every session of a user; returns how many there were."""
+    with write_transaction(db.session):
+        return sessions.end_all(find_user(normalise_email(email)).id)
+
+
+def find_user(email: str) -> User:
+    user = db.session.scalar(select(User).where(User.email == email))
+    if user is None:
+        raise AccountError(f"no user {email!r}")
+    return user
 
 
 def hash_password(password: str) -> str:

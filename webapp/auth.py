@@ -6,8 +6,17 @@ import functools
 import secrets
 from urllib.parse import urlsplit
 
-from flask import Blueprint, flash, redirect, render_template, request, session, url_for
-from flask_login import login_required, login_user, logout_user
+from flask import (
+    Blueprint,
+    current_app,
+    flash,
+    redirect,
+    render_template,
+    request,
+    session,
+    url_for,
+)
+from flask_login import current_user, login_required, login_user, logout_user
 from flask_wtf import FlaskForm
 from sqlalchemy import select
 from werkzeug.security import check_password_hash
@@ -20,6 +29,7 @@ from webapp.accounts import hash_password
 from webapp.database import utcnow, write_transaction
 from webapp.extensions import db
 from webapp.models import User
+from webapp.services import sessions
 
 bp = Blueprint("auth", __name__)
 
@@ -33,6 +43,15 @@ def unknown_user_hash() -> str:
 class LoginForm(FlaskForm):
     email = EmailField("Email", validators=[DataRequired()])
     password = PasswordField("Password", validators=[DataRequired()])
+
+
+def lifetimes() -> sessions.Lifetimes:
+    return sessions.Lifetimes.of(current_app.config)
+
+
+def load_user(token: str) -> User | None:
+    """Flask-Login's loader: the session cookie holds a login's token (see services.sessions)."""
+    return sessions.find(token, utcnow(), lifetimes())
 
 
 def is_own_path(target: str | None) -> bool:
@@ -70,6 +89,7 @@ def login() -> str | Response | tuple[str, int, dict[str, str]] | tuple[str, int
             with write_transaction(db.session):
                 user.last_login_at = now
                 login_limiter.forget_success(subjects, admission)
+                user = sessions.start(user, now, lifetimes())
             target = request.args.get("next")
             if target is None or not is_own_path(target):
                 target = url_for("schedules.index")
@@ -87,7 +107,9 @@ def login() -> str | Response | tuple[str, int, dict[str, str]] | tuple[str, int
 @bp.post("/logout")
 @login_required
 def logout() -> Response:
-    """Log out."""
+    """Log out: the session ends on the server too, so a copy of its cookie is worthless."""
+    with write_transaction(db.session):
+        sessions.end(current_user.get_id())
     logout_user()
     session.clear()
     flash("You are logged out.", "info")

@@ -72,6 +72,19 @@ class User(UserMixin, Model):
         back_populates="user", cascade="all, delete-orphan"
     )
 
+    def get_id(self) -> str:
+        """What Flask-Login keeps in the session cookie: the token of this login (see
+        UserSession), never the bare user id, so that a session can be ended on the server."""
+        token = self.__dict__.get("session_token")
+        if not isinstance(token, str):
+            raise RuntimeError("log users in through webapp.services.sessions.start")
+        return token
+
+    def holding(self, token: str) -> User:
+        """This user as the holder of the login `token` (what get_id returns)."""
+        self.__dict__["session_token"] = token
+        return self
+
 
 class Membership(Model):
     __tablename__ = "memberships"
@@ -248,8 +261,18 @@ class LoginAttempt(Model):
     attempted_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
-def load_user(user_id: str) -> User | None:
-    """Flask-Login's loader: the session stores the user's id."""
-    if not user_id.isdigit():
-        return None
-    return db.session.get(User, int(user_id))
+class UserSession(Model):
+    """A login. The session cookie carries a random token; this row only its SHA-256, so that
+    logging out, a password change, leaving a tenant or an operator ends the session on the
+    server (a copied cookie stops working at once)."""
+
+    __tablename__ = "user_sessions"
+    __table_args__ = ({"sqlite_autoincrement": True},)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    user: Mapped[User] = relationship()

@@ -57,6 +57,25 @@ def list_users(tenant_slug: str) -> None:
         click.echo(f"{user.email}\t{role}")
 
 
+@user_cli.command("remove")
+@click.argument("email")
+@click.option("--tenant", "tenant_slug", required=True, help="Slug of the tenant to leave.")
+@reports_errors
+def remove_user(email: str, tenant_slug: str) -> None:
+    """Take a user out of a tenant and end all the user's sessions."""
+    accounts.remove_member(email, tenant_slug)
+    click.echo(f"removed {email.strip().lower()} from {tenant_slug}; their sessions are ended")
+
+
+@user_cli.command("revoke-sessions")
+@click.argument("email")
+@reports_errors
+def revoke_sessions(email: str) -> None:
+    """End every session of a user at once (a lost laptop, a departing employee)."""
+    count = accounts.revoke_sessions(email)
+    click.echo(f"ended {count} session{'s' if count != 1 else ''} of {email.strip().lower()}")
+
+
 def read_password(from_stdin: bool) -> str | None:
     """The password from stdin (first line), a hidden prompt on a terminal, or None."""
     if from_stdin:

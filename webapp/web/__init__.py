@@ -33,6 +33,7 @@ def register_panel(app: Flask) -> None:
     for status, title, text in (
         (403, "Not allowed", "Your role in this tenant can look but not change things."),
         (404, "Not found", "There is nothing here, or it belongs to another tenant."),
+        (413, "Too large", "The request is larger than the panel accepts."),
     ):
 
         def error_page(_error: Exception, status: int = status, title: str = title,

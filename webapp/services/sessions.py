@@ -1,0 +1,100 @@
+"""Logins that the server can end: start, find, end one, end all of a user's.
+
+The session cookie carries a random token; `user_sessions` keeps only its SHA-256. A session
+ends when it is idle for SCHEDULER_SESSION_IDLE_TIMEOUT seconds, when it is older than
+SCHEDULER_SESSION_MAX_AGE, at logout, and for every session of a user whose password changes,
+who leaves a tenant, or whose sessions an operator revokes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, select, update
+
+from webapp.config import ConfigError
+from webapp.extensions import db
+from webapp.models import User, UserSession
+
+# last_seen_at is written at most this often: an idle timeout of hours needs no write per request.
+TOUCH_INTERVAL = timedelta(minutes=1)
+
+
+@dataclass(frozen=True)
+class Lifetimes:
+    idle: timedelta
+    absolute: timedelta
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any]) -> Lifetimes:
+        """The lifetimes the app is configured with; ConfigError unless both are positive."""
+        seconds = {
+            name: config[name]
+            for name in ("SCHEDULER_SESSION_IDLE_TIMEOUT", "SCHEDULER_SESSION_MAX_AGE")
+        }
+        for name, value in seconds.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{name}={value!r} must be a positive number of seconds")
+        return cls(
+            idle=timedelta(seconds=seconds["SCHEDULER_SESSION_IDLE_TIMEOUT"]),
+            absolute=timedelta(seconds=seconds["SCHEDULER_SESSION_MAX_AGE"]),
+        )
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def start(user: User, now: datetime, lifetimes: Lifetimes) -> User:
+    """Records a new login of `user` (in the caller's transaction), and forgets the user's
+    sessions that can no longer be used; returns the user holding the new session's token."""
+    db.session.execute(
+        delete(UserSession).where(
+            UserSession.user_id == user.id,
+            (UserSession.last_seen_at < now - lifetimes.idle)
+            | (UserSession.created_at < now - lifetimes.absolute),
+        )
+    )
+    token = secrets.token_urlsafe(32)
+    db.session.add(
+        UserSession(user_id=user.id, token_hash=token_hash(token), created_at=now, last_seen_at=now)
+    )
+    return user.holding(token)
+
+
+def find(token: str, now: datetime, lifetimes: Lifetimes) -> User | None:
+    """The user of a live session, or None (unknown, ended, idle too long or too old)."""
+    found = db.session.execute(
+        select(UserSession.id, UserSession.created_at, UserSession.last_seen_at, User)
+        .join(User, User.id == UserSession.user_id)
+        .where(UserSession.token_hash == token_hash(token))
+    ).one_or_none()
+    if found is None:
+        return None
+    session_id, created_at, last_seen_at, user = found
+    if now - last_seen_at > lifetimes.idle or now - created_at > lifetimes.absolute:
+        return None
+    if now - last_seen_at > TOUCH_INTERVAL:
+        # Its own short transaction on its own connection: the request's session may be
+        # reading, and a page view must not hold SQLite's write lock.
+        with db.engine.begin() as connection:
+            connection.execute(
+                update(UserSession).where(UserSession.id == session_id).values(last_seen_at=now)
+            )
+    return user.holding(token)
+
+
+def end(token: str) -> None:
+    """Ends one session (logout). Call in a transaction."""
+    db.session.execute(delete(UserSession).where(UserSession.token_hash == token_hash(token)))
+
+
+def end_all(user_id: int) -> int:
+    """Ends every session of a user; returns how many there were. Call in a transaction."""
+    result = db.session.execute(delete(UserSession).where(UserSession.user_id == user_id))
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
