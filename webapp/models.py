@@ -230,6 +230,8 @@ class Run(Model):
     requested_by: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
 
     schedule: Mapped[Schedule | None] = relationship()
+    worker: Mapped[Worker | None] = relationship()
+    requester: Mapped[User | None] = relationship()  # who pressed Run now
 
 
 class AuditEvent(Model):
