@@ -35,9 +35,21 @@ def run_migrations_online() -> None:
     conf_args = dict(migrate_extension.configure_args)
     conf_args.setdefault("process_revision_directives", skip_empty_revisions)
     with migrate_extension.db.engine.connect() as connection:
-        context.configure(connection=connection, target_metadata=target_metadata, **conf_args)
-        with context.begin_transaction():
-            context.run_migrations()
+        sqlite = connection.dialect.name == "sqlite"
+        if sqlite:
+            # Rebuilding a table (SQLite's only way to change most of a definition) drops it;
+            # with foreign keys on, the drop would cascade to the rows that refer to it. The
+            # pragma only works outside a transaction, hence on the driver's connection before
+            # the migration's transaction begins; migrations check the keys before committing.
+            connection.connection.driver_connection.execute("PRAGMA foreign_keys=OFF")
+        try:
+            context.configure(connection=connection, target_metadata=target_metadata, **conf_args)
+            with context.begin_transaction():
+                context.run_migrations()
+        finally:
+            if sqlite:
+                connection.rollback()
+                connection.connection.driver_connection.execute("PRAGMA foreign_keys=ON")
 
 
 if context.is_offline_mode():

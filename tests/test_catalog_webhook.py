@@ -9,13 +9,29 @@ import socket
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 import pytest
+from flask import Flask
 
-from webapp.catalog import ArgsError, JobContext, WebhookError, build_catalog, check_webhook_target
-from webapp.catalog.webhook import Resolver, WebhookParams, webhook
+from tests.conftest import World
+from tests.scheduler_helpers import add_run, all_runs
+from webapp.catalog import (
+    ArgsError,
+    JobContext,
+    PermanentError,
+    WebhookError,
+    build_catalog,
+    check_webhook_target,
+)
+from webapp.catalog.webhook import Resolver, WebhookParams, WebhookRefused, webhook
+from webapp.extensions import db
+from webapp.models import Run, Worker
+from webapp.scheduler.execution import execute
+from webapp.scheduler.leases import lease_once
+from webapp.services.catalog import current_catalog
 
 
 class LineCollector(logging.Handler):
@@ -58,6 +74,9 @@ def resolves_to(*addresses: str) -> Resolver:
 
 def cannot_resolve(host: str, port: int) -> list[tuple[Any, Any, Any, Any, tuple[Any, ...]]]:
     raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+
+NOW = datetime(2026, 3, 7, 12, 0, tzinfo=UTC)
 
 
 # The host policy
@@ -108,8 +127,29 @@ def test_allowed_hosts_are_exact_names_or_subdomain_wildcards(url: str, allowed:
     ],
 )
 def test_a_host_that_is_not_allowed_is_refused(url: str, allowed: list[str] | None) -> None:
-    with pytest.raises(WebhookError, match=r"is not in SCHEDULER_WEBHOOK_ALLOWED_HOSTS$"):
+    with pytest.raises(PermanentError, match=r"^host '[^']+' is not allowed[;:] "):
         check_webhook_target(url, allowed, None, resolve=resolves_to("93.184.216.34"))
+
+
+@pytest.mark.parametrize(
+    ("allowed", "message"),
+    [
+        (
+            " b.example, *.a.example,B.example ",
+            "host 'evil.example' is not allowed; allowed hosts: b.example, *.a.example",
+        ),
+        (
+            [],
+            "host 'evil.example' is not allowed: no hosts are allowed "
+            "(SCHEDULER_WEBHOOK_ALLOWED_HOSTS is empty)",
+        ),
+    ],
+)
+def test_the_refusal_names_the_allowed_hosts(allowed: str | list[str], message: str) -> None:
+    with pytest.raises(WebhookRefused) as refused:
+        check_webhook_target("https://Evil.example/", allowed, None, resolve=cannot_resolve)
+
+    assert str(refused.value) == message
 
 
 @pytest.mark.parametrize(
@@ -187,7 +227,7 @@ def test_a_private_host_is_reached_only_when_also_explicitly_allowed_private() -
         check_webhook_target(
             "http://ci.internal/", ["*.internal"], ["*.internal"], resolve=internal
         )
-    with pytest.raises(WebhookError, match="not in SCHEDULER_WEBHOOK_ALLOWED_HOSTS"):
+    with pytest.raises(WebhookError, match=r"^host 'ci\.internal' is not allowed"):
         check_webhook_target("http://ci.internal/", [], ["ci.internal"], resolve=internal)
 
 
@@ -443,4 +483,84 @@ def test_a_timeout_setting_that_is_not_positive_is_refused_before_any_request(
         webhook(ctx, WebhookParams(url=server.url()))
 
     assert str(refused.value) == "SCHEDULER_WEBHOOK_TIMEOUT must be a number of seconds above zero"
+    assert server.received == []
+
+
+# Through the worker: what is retried and what fails at once
+
+
+def run_webhook_once(app: Flask, tenant_id: int, **args: object) -> Run:
+    """One attempt of an http.webhook run (three attempts allowed) leased and executed."""
+    worker = Worker(hostname="test", pid=1, concurrency=1)
+    db.session.add(worker)
+    db.session.commit()
+    add_run(tenant_id, NOW, job="http.webhook", args=args, max_attempts=3)
+    (leased,) = lease_once(db.session(), worker.id, NOW, timedelta(seconds=60), 1)
+    execute(leased, current_catalog(), app.config, db.session(), worker.id)
+    (run,) = all_runs()
+    return run
+
+
+PERMANENT = ("failed", "not retried: WebhookRefused")
+RETRIED = ("queued", "attempt 1 failed: WebhookError")
+
+
+@pytest.mark.parametrize(
+    ("status", "outcome"),
+    [(status, PERMANENT) for status in (400, 401, 403, 404, 410, 422)]
+    + [(status, RETRIED) for status in (408, 429, 500, 502, 503)],
+)
+def test_a_4xx_answer_fails_at_once_but_5xx_408_and_429_are_retried(
+    app: Flask, world: World, server: LoopbackServer, status: int, outcome: tuple[str, str]
+) -> None:
+    app.config.update(LOOPBACK_ALLOWED)
+    server.status = status
+
+    run = run_webhook_once(app, world.alpha.id, url=server.url())
+
+    (run_status, prefix) = outcome
+    assert (run.status, run.attempt) == (run_status, 1)
+    assert run.error is not None
+    assert run.error.startswith(f"{prefix}: webhook answered HTTP {status}, expected 200\n")
+
+
+def test_timeouts_and_refused_connections_are_retried(app: Flask, world: World) -> None:
+    app.config.update({**LOOPBACK_ALLOWED, "SCHEDULER_WEBHOOK_TIMEOUT": 0.05})
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # listens, never accepts
+        port = silent.getsockname()[1]
+        timed_out = run_webhook_once(app, world.alpha.id, url=f"http://127.0.0.1:{port}/")
+    assert timed_out.status == "queued" and "failed: timed out" in (timed_out.error or "")
+    db.session.delete(timed_out)
+    db.session.commit()
+    refused = run_webhook_once(app, world.alpha.id, url=f"http://127.0.0.1:{port}/")  # closed
+    assert refused.status == "queued" and "Connection refused" in (refused.error or "")
+
+
+def test_a_private_address_fails_the_run_at_once(
+    app: Flask, world: World, server: LoopbackServer
+) -> None:
+    app.config["SCHEDULER_WEBHOOK_ALLOWED_HOSTS"] = ["127.0.0.1"]
+
+    run = run_webhook_once(app, world.alpha.id, url=server.url())
+
+    assert (run.status, run.attempt) == ("failed", 1)
+    assert run.error is not None and run.error.startswith(
+        "not retried: WebhookRefused: webhook host '127.0.0.1' resolves to 127.0.0.1, which is "
+        "not a public address"
+    )
+    assert server.received == []
+
+
+def test_a_host_no_longer_allowed_fails_the_run_at_once(
+    app: Flask, world: World, server: LoopbackServer
+) -> None:
+    app.config["SCHEDULER_WEBHOOK_ALLOWED_HOSTS"] = ["hooks.example.com"]
+
+    run = run_webhook_once(app, world.alpha.id, url=server.url())
+
+    assert (run.status, run.attempt, run.error) == (
+        "failed",
+        1,
+        "not retried: args.url: host '127.0.0.1' is not allowed; allowed hosts: hooks.example.com",
+    )
     assert server.received == []

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+import re
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from flask import Flask, current_app
 from sqlalchemy import select
 
@@ -12,8 +15,10 @@ from tests.scheduler_helpers import add_run, add_schedule, all_runs, catalog
 from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import Run, Worker
+from webapp.scheduler import execution
 from webapp.scheduler.execution import execute
 from webapp.scheduler.leases import lease_once, reap_once, release_leases, renew_leases
+from webapp.scheduler.logs import KeyValueFormatter
 
 NOW = datetime(2026, 3, 7, 12, 0, tzinfo=UTC)
 TTL = timedelta(seconds=60)
@@ -78,8 +83,29 @@ def test_a_failing_job_records_its_error_and_traceback(app: Flask, world: World)
     add_run(world.alpha.id, NOW, job="demo.fail", args={"message": "disk full"})
     (run,) = run_leased(worker)
     assert run.status == "failed"
-    assert run.error is not None and run.error.startswith("RuntimeError: disk full\n")
-    assert "Traceback" in run.error
+    # Tenants: the type, the message and the job's own frame, by module name (no file path).
+    assert run.error is not None
+    assert re.fullmatch(
+        r"RuntimeError: disk full\n  webapp\.catalog\.builtin, line \d+, in fail", run.error
+    )
+    # Operators: the whole traceback, with the worker's frames and the server's paths.
+    assert run.error_detail is not None
+    assert run.error_detail.startswith("Traceback (most recent call last):\n")
+    assert f'"{execution.__file__}"' in run.error_detail
+    assert run.error_detail.endswith("RuntimeError: disk full\n")
+
+
+def test_a_failed_run_is_logged_with_its_full_traceback(
+    app: Flask, world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    worker = worker_id()
+    add_run(world.alpha.id, NOW, job="demo.fail", args={"message": "disk full"})
+    with caplog.at_level(logging.INFO, logger="webapp.scheduler"):
+        (run,) = run_leased(worker)
+    (record,) = [r for r in caplog.records if getattr(r, "action", None) == "run_failed"]
+    line = KeyValueFormatter().format(record)
+    assert f"run_id={run.id}" in line and 'error="RuntimeError: disk full"' in line
+    assert line.endswith(f"{run.error_detail}".rstrip())
 
 
 def test_a_failed_attempt_is_retried_with_backoff(app: Flask, world: World) -> None:

@@ -340,6 +340,33 @@ def test_delete_removes_the_schedule_and_keeps_its_history(
     assert plain.status_code == 303 and plain.headers["Location"] == "/"
 
 
+def test_a_schedule_created_after_deleting_the_newest_gets_a_new_id_and_a_clean_trail(
+    app: Flask, world: World
+) -> None:
+    alice = Panel(app, world.alice)
+    created = alice.post("/schedules/new", form_data(name="Newest"))
+    old_id = int(created.headers["HX-Redirect"].rsplit("/", 1)[1])
+    alice.post(f"/schedules/{old_id}/run")
+    assert alice.post(f"/schedules/{old_id}/delete").status_code == 200
+    old_events = db.session.scalars(
+        select(AuditEvent).where(AuditEvent.object_id == old_id).order_by(AuditEvent.id)
+    ).all()
+    assert [event.action for event in old_events] == [
+        "schedule.created",
+        "schedule.run_now",
+        "schedule.deleted",
+    ]
+    again = alice.post("/schedules/new", form_data(name="Created after"))
+    new_id = int(again.headers["HX-Redirect"].rsplit("/", 1)[1])
+    assert new_id != old_id
+    page = alice.get(f"/schedules/{new_id}").get_data(as_text=True)
+    assert "Created after" in page
+    for event in old_events:
+        assert f'id="{dom_id(event)}"' not in page
+    new_event = db.session.scalar(select(AuditEvent).where(AuditEvent.object_id == new_id))
+    assert new_event is not None and f'id="{dom_id(new_event)}"' in page
+
+
 def test_the_schedule_detail_shows_settings_fires_history_and_audit(
     app: Flask, world: World, data: Seeded
 ) -> None:

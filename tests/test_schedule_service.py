@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from flask import Flask
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 
 from tests.conftest import World
 from webapp.extensions import db
@@ -194,6 +194,28 @@ def test_delete_keeps_the_run_history(app: Flask, world: World) -> None:
     assert count(Schedule) == 0
     kept = db.session.get(Run, run.id)
     assert kept is not None and kept.schedule_id is None and kept.job == "demo.echo"
+
+
+def test_a_new_schedule_never_gets_the_id_of_a_deleted_one_nor_its_audit_trail(
+    app: Flask, world: World
+) -> None:
+    first = create_schedule(world.alpha, echo(name="First"), alice(world), NOW)
+    newest = create_schedule(world.alpha, echo(name="Newest"), alice(world), NOW)
+    newest_id = newest.id
+    run = run_now(newest, alice(world), NOW)
+    delete_schedule(newest, alice(world))
+    db.session.execute(delete(Run).where(Run.id == run.id))  # the newest run goes too
+    db.session.commit()
+    created = create_schedule(world.alpha, echo(name="Created"), alice(world), NOW)
+    again = run_now(created, alice(world), NOW)
+    assert created.id not in (first.id, newest_id)
+    assert again.id != run.id
+    trail = db.session.scalars(
+        select(AuditEvent.action).where(
+            AuditEvent.object_type == "schedule", AuditEvent.object_id == created.id
+        )
+    ).all()
+    assert sorted(trail) == ["schedule.created", "schedule.run_now"]
 
 
 def test_run_now_queues_a_manual_run_without_touching_the_cadence(app: Flask, world: World) -> None:

@@ -38,6 +38,9 @@ MISFIRE_POLICIES = ("fire_once", "fire_all", "skip")
 OVERLAP_POLICIES = ("allow", "skip")
 TRIGGERS = ("schedule", "manual", "catchup")
 RUN_STATUSES = ("queued", "running", "succeeded", "failed", "skipped")
+# SQLite reuses the id of a deleted newest row unless the table has AUTOINCREMENT: a new schedule
+# would inherit the old one's audit trail, links and log lines. PostgreSQL sequences never reuse.
+NEVER_REUSE_IDS = {"sqlite_autoincrement": True}
 
 
 def one_of(column: str, values: tuple[str, ...]) -> str:
@@ -47,6 +50,7 @@ def one_of(column: str, values: tuple[str, ...]) -> str:
 
 class Tenant(Model):
     __tablename__ = "tenants"
+    __table_args__ = NEVER_REUSE_IDS
 
     id: Mapped[int] = mapped_column(primary_key=True)
     slug: Mapped[str] = mapped_column(String(63), unique=True)
@@ -60,6 +64,7 @@ class Tenant(Model):
 
 class User(UserMixin, Model):
     __tablename__ = "users"
+    __table_args__ = NEVER_REUSE_IDS
 
     id: Mapped[int] = mapped_column(primary_key=True)
     email: Mapped[str] = mapped_column(String(254), unique=True)
@@ -91,6 +96,7 @@ class Membership(Model):
     __table_args__ = (
         UniqueConstraint("user_id", "tenant_id"),
         CheckConstraint(one_of("role", ROLES), name="role"),
+        NEVER_REUSE_IDS,
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -132,6 +138,7 @@ class Schedule(Model):
         ),
         CheckConstraint(one_of("misfire_policy", MISFIRE_POLICIES), name="misfire_policy"),
         CheckConstraint(one_of("overlap_policy", OVERLAP_POLICIES), name="overlap_policy"),
+        NEVER_REUSE_IDS,
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -159,6 +166,7 @@ class Schedule(Model):
 
 class Worker(Model):
     __tablename__ = "workers"
+    __table_args__ = NEVER_REUSE_IDS
 
     id: Mapped[int] = mapped_column(primary_key=True)
     hostname: Mapped[str] = mapped_column(String(255))
@@ -203,6 +211,7 @@ class Run(Model):
         Index("ix_runs_schedule_history", "schedule_id", "id"),
         CheckConstraint(one_of('"trigger"', TRIGGERS), name="trigger"),
         CheckConstraint(one_of("status", RUN_STATUSES), name="status"),
+        NEVER_REUSE_IDS,
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -225,16 +234,22 @@ class Run(Model):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     worker_id: Mapped[int | None] = mapped_column(ForeignKey("workers.id", ondelete="SET NULL"))
     locked_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # What tenants see: the exception's type and message and the job's own frames.
     error: Mapped[str | None] = mapped_column(Text)
+    # The full traceback, for operators only (server paths, framework frames): never rendered
+    # on tenant pages.
+    error_detail: Mapped[str | None] = mapped_column(Text)
     output: Mapped[str | None] = mapped_column(Text)
     requested_by: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
 
     schedule: Mapped[Schedule | None] = relationship()
+    worker: Mapped[Worker | None] = relationship()
+    requester: Mapped[User | None] = relationship()  # who pressed Run now
 
 
 class AuditEvent(Model):
     __tablename__ = "audit_events"
-    __table_args__ = (Index("ix_audit_events_tenant_history", "tenant_id", "id"),)
+    __table_args__ = (Index("ix_audit_events_tenant_history", "tenant_id", "id"), NEVER_REUSE_IDS)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
@@ -254,7 +269,10 @@ class LoginAttempt(Model):
     """A failed login, by client address and by account: the limiter counts recent ones."""
 
     __tablename__ = "login_attempts"
-    __table_args__ = (Index("ix_login_attempts_subject", "subject", "attempted_at"),)
+    __table_args__ = (
+        Index("ix_login_attempts_subject", "subject", "attempted_at"),
+        NEVER_REUSE_IDS,
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     subject: Mapped[str] = mapped_column(String(300))  # "ip:203.0.113.5" or "email:a@b.example"

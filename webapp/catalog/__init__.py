@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from webapp.catalog.builtin import register_builtin_jobs
-from webapp.catalog.context import JobContext, JobLogger
+from webapp.catalog.context import JobContext, JobLogger, PermanentError
 from webapp.catalog.registry import (
     ArgsError,
     Catalog,
@@ -27,6 +27,7 @@ __all__ = [
     "JobContext",
     "JobLogger",
     "JobSpec",
+    "PermanentError",
     "UnknownJobError",
     "WebhookError",
     "build_catalog",

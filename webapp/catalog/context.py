@@ -8,6 +8,12 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 
+class PermanentError(Exception):
+    """Raised by a job for a failure that no retry can fix: a bad setting or argument, a request
+    the far end refuses (HTTP 4xx). The worker fails the run at once, whatever attempts remain;
+    any other exception is retried while attempts remain."""
+
+
 class JobLogger(Protocol):
     """The part of `logging.Logger` a job may use; the worker stores what it writes on the run."""
 

@@ -14,8 +14,8 @@ import inspect
 import re
 import types
 import typing
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar, cast
 
 from annotated_types import Ge, Le
@@ -103,8 +103,13 @@ class JobSpec:
     fn: JobFunction
     fields: tuple[FormField, ...]  # built at registration, which is what refuses unshowable types
 
-    def parse_args(self, args: object) -> BaseModel:
-        """Validates JSON-ish arguments into the parameters model, or raises ArgsError."""
+    def parse_args(self, args: object, settings: Mapping[str, object] | None = None) -> BaseModel:
+        """Validates JSON-ish arguments into the parameters model, or raises ArgsError.
+
+        `settings` (the app's configuration) reach the model's validators as the validation
+        context (`info.context`), for checks against the operator's settings such as a host
+        allowlist; None where there are none (a default schedule's registration).
+        """
         if not isinstance(args, dict):
             raise ArgsError([("", "Input should be a JSON object")])
         # Refused whatever the model's own `extra` setting: a stray key is usually a typo.
@@ -114,7 +119,7 @@ class JobSpec:
             if key not in self.params.model_fields
         ]
         try:
-            parsed = self.params.model_validate(args)
+            parsed = self.params.model_validate(args, context=settings)
         except ValidationError as exc:
             found = [(".".join(map(str, e["loc"])), e["msg"]) for e in exc.errors()]
             errors = list(dict.fromkeys(found + errors))  # a model with extra="forbid" says it too
@@ -122,16 +127,28 @@ class JobSpec:
             raise ArgsError(errors)
         return parsed
 
-    def validate_args(self, args: object) -> dict[str, Any]:
+    def validate_args(
+        self, args: object, settings: Mapping[str, object] | None = None
+    ) -> dict[str, Any]:
         """The arguments normalized for storage (defaults filled in), or raises ArgsError."""
-        return self.parse_args(args).model_dump(mode="json")
+        return self.parse_args(args, settings).model_dump(mode="json")
 
-    def form_fields(self) -> list[FormField]:
-        return list(self.fields)
+    def form_fields(self, settings: Mapping[str, object] | None = None) -> list[FormField]:
+        """The parameters for a form; with the app's settings, a model's optional
+        `settings_help(settings) -> {field: text}` adds to the fields' help (the webhook's
+        allowed hosts)."""
+        settings_help = getattr(self.params, "settings_help", None)
+        if settings is None or not callable(settings_help):
+            return list(self.fields)
+        extra: Mapping[str, str] = settings_help(settings)
+        return [
+            replace(f, help=f"{f.help} {extra[f.name]}".strip()) if f.name in extra else f
+            for f in self.fields
+        ]
 
     def call(self, ctx: JobContext, args: object) -> object:
         """Runs the job, validating the stored arguments again: the job may have changed since."""
-        return self.fn(ctx, self.parse_args(args))
+        return self.fn(ctx, self.parse_args(args, ctx.config))
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,13 @@ Tenants choose the URL, so the request must not reach into the operator's own ne
 the host must be on SCHEDULER_WEBHOOK_ALLOWED_HOSTS; every address it resolves to must be public
 unless the host is on SCHEDULER_WEBHOOK_ALLOW_PRIVATE; and the connection goes to an address that
 was checked, so a second, different DNS answer cannot redirect it (DNS rebinding).
+
+The host allowlist is checked when a schedule is saved (the parameters' validation gets the app's
+settings as its context) and again when the job runs; the addresses only when it runs.
+
+Failures that no retry can fix (a URL or host the settings refuse, an HTTP 4xx answer other than
+408 and 429) raise WebhookRefused, a PermanentError: the run fails at once. Timeouts, refused
+connections, DNS failures and other answers raise WebhookError and are retried.
 """
 
 from __future__ import annotations
@@ -20,9 +27,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 
-from webapp.catalog.context import JobContext
+from webapp.catalog.context import JobContext, PermanentError
 
 ALLOWED_HOSTS_SETTING = "SCHEDULER_WEBHOOK_ALLOWED_HOSTS"
 ALLOW_PRIVATE_SETTING = "SCHEDULER_WEBHOOK_ALLOW_PRIVATE"
@@ -31,6 +39,7 @@ DEFAULT_TIMEOUT = 10.0
 BODY_LIMIT = 4096  # bytes of the answer kept in the run's output
 USER_AGENT = "webapp-scheduler (http.webhook)"
 UNSAFE_CHARACTERS = re.compile(r"[\x00-\x20\x7f]")  # urlsplit would drop some of them silently
+RETRYABLE_CLIENT_ERRORS = (408, 429)  # Request Timeout, Too Many Requests: worth another try
 
 # socket.getaddrinfo, or a fixed answer in tests: (family, type, proto, canonname, sockaddr).
 Resolver = Callable[[str, int], Sequence[tuple[Any, Any, Any, Any, tuple[Any, ...]]]]
@@ -38,7 +47,13 @@ HostList = str | Iterable[str] | None
 
 
 class WebhookError(ValueError):
-    """A webhook URL, target or answer that the job refuses; the message says which."""
+    """A webhook URL, target or answer that the job refuses; the message says which.
+
+    Retried while attempts remain, unless it is a WebhookRefused."""
+
+
+class WebhookRefused(WebhookError, PermanentError):
+    """A webhook that cannot succeed as configured: not retried."""
 
 
 class WebhookParams(BaseModel):
@@ -55,9 +70,28 @@ class WebhookParams(BaseModel):
 
     @field_validator("url")
     @classmethod
-    def url_is_http(cls, url: str) -> str:
-        parse_webhook_url(url)  # the host is checked when the job runs: settings may change
+    def url_is_http_to_an_allowed_host(cls, url: str, info: ValidationInfo) -> str:
+        parsed = parse_webhook_url(url)
+        settings = info.context  # the app's settings; None at a default schedule's registration
+        if isinstance(settings, Mapping):
+            try:
+                check_allowed_host(parsed.host, settings.get(ALLOWED_HOSTS_SETTING))
+            except WebhookError as refused:  # without pydantic's "Value error, " prefix
+                raise PydanticCustomError(
+                    "host_not_allowed", "{reason}", {"reason": str(refused)}
+                ) from None
         return url
+
+    @classmethod
+    def settings_help(cls, settings: Mapping[str, object]) -> dict[str, str]:
+        """The allowed hosts, shown next to the URL field of the schedule form."""
+        try:
+            allowed = _host_list(cast(HostList, settings.get(ALLOWED_HOSTS_SETTING)))
+        except WebhookError as error:
+            return {"url": str(error)}
+        if not allowed:
+            return {"url": "No hosts are allowed yet: ask the operator."}
+        return {"url": f"Allowed hosts: {', '.join(allowed)}."}
 
     @field_validator("body")
     @classmethod
@@ -89,22 +123,22 @@ class WebhookTarget:
 def parse_webhook_url(url: str) -> WebhookURL:
     """Splits an http(s) URL without credentials, or raises WebhookError."""
     if UNSAFE_CHARACTERS.search(url):
-        raise WebhookError("webhook URL must not contain spaces or control characters")
+        raise WebhookRefused("webhook URL must not contain spaces or control characters")
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        raise WebhookError(f"webhook URL is not valid: {exc}") from None
+        raise WebhookRefused(f"webhook URL is not valid: {exc}") from None
     if parts.scheme == "http":
         scheme: Literal["http", "https"] = "http"
     elif parts.scheme == "https":
         scheme = "https"
     else:
-        raise WebhookError("webhook URL must start with http:// or https://")
+        raise WebhookRefused("webhook URL must start with http:// or https://")
     if parts.username is not None or parts.password is not None:
-        raise WebhookError("webhook URL must not contain credentials")
+        raise WebhookRefused("webhook URL must not contain credentials")
     if not parts.hostname:
-        raise WebhookError("webhook URL has no host")
+        raise WebhookRefused("webhook URL has no host")
     path = parts.path or "/"
     return WebhookURL(
         scheme=scheme,
@@ -127,9 +161,7 @@ def check_webhook_target(
     domain); `allow_private_hosts` entries are exact hosts only, and each must also be allowed.
     """
     parsed = parse_webhook_url(url)
-    allowed = _host_set(allowed_hosts, ALLOWED_HOSTS_SETTING)
-    if not any(_host_matches(parsed.host, pattern) for pattern in allowed):
-        raise WebhookError(f"webhook host {parsed.host!r} is not in {ALLOWED_HOSTS_SETTING}")
+    check_allowed_host(parsed.host, allowed_hosts)
     try:
         answers = resolve(parsed.host, parsed.port)
     except OSError as exc:
@@ -138,14 +170,26 @@ def check_webhook_target(
     addresses = list(dict.fromkeys(str(answer[4][0]).split("%")[0] for answer in answers))
     if not addresses:
         raise WebhookError(f"webhook host {parsed.host!r} has no address")
-    if parsed.host not in _host_set(allow_private_hosts, ALLOW_PRIVATE_SETTING):
+    if parsed.host not in _host_list(allow_private_hosts, ALLOW_PRIVATE_SETTING):
         for address in addresses:
             if not _is_public(ipaddress.ip_address(address)):
-                raise WebhookError(
+                raise WebhookRefused(
                     f"webhook host {parsed.host!r} resolves to {address}, which is not a public "
                     f"address (see {ALLOW_PRIVATE_SETTING})"
                 )
     return WebhookTarget(url=parsed, addresses=tuple(addresses))
+
+
+def check_allowed_host(host: str, allowed_hosts: HostList) -> None:
+    """Raises WebhookRefused naming the allowed hosts unless `host` (normalized) is one."""
+    allowed = _host_list(allowed_hosts)
+    if any(_host_matches(host, pattern) for pattern in allowed):
+        return
+    if not allowed:
+        raise WebhookRefused(
+            f"host {host!r} is not allowed: no hosts are allowed ({ALLOWED_HOSTS_SETTING} is empty)"
+        )
+    raise WebhookRefused(f"host {host!r} is not allowed; allowed hosts: {', '.join(allowed)}")
 
 
 def _is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
@@ -162,11 +206,12 @@ def _normalize_host(host: str) -> str:
     return host.strip().lower().removeprefix("[").removesuffix("]").rstrip(".")
 
 
-def _host_set(hosts: HostList, setting: str) -> frozenset[str]:
+def _host_list(hosts: HostList, setting: str = ALLOWED_HOSTS_SETTING) -> tuple[str, ...]:
+    """The hosts of a setting, normalized, in the operator's order, each once."""
     items = hosts.split(",") if isinstance(hosts, str) else list(hosts or ())
     if not all(isinstance(host, str) for host in items):
-        raise WebhookError(f"{setting} must be a list of hosts or a comma-separated string")
-    return frozenset(_normalize_host(host) for host in items if host.strip())
+        raise WebhookRefused(f"{setting} must be a list of hosts or a comma-separated string")
+    return tuple(dict.fromkeys(_normalize_host(host) for host in items if host.strip()))
 
 
 def _host_matches(host: str, pattern: str) -> bool:
@@ -178,7 +223,7 @@ def _host_matches(host: str, pattern: str) -> bool:
 def _timeout(config: Mapping[str, object]) -> float:
     value = config.get(TIMEOUT_SETTING, DEFAULT_TIMEOUT)
     if not isinstance(value, int | float) or not value > 0:
-        raise WebhookError(f"{TIMEOUT_SETTING} must be a number of seconds above zero")
+        raise WebhookRefused(f"{TIMEOUT_SETTING} must be a number of seconds above zero")
     return float(value)
 
 
@@ -222,7 +267,7 @@ def webhook(ctx: JobContext, params: WebhookParams, resolve: Resolver = socket.g
     timeout = _timeout(ctx.config)
     target = check_webhook_target(
         params.url,
-        cast(HostList, ctx.config.get(ALLOWED_HOSTS_SETTING)),  # _host_set checks the type
+        cast(HostList, ctx.config.get(ALLOWED_HOSTS_SETTING)),  # _host_list checks the type
         cast(HostList, ctx.config.get(ALLOW_PRIVATE_SETTING)),
         resolve,
     )
@@ -248,6 +293,8 @@ def webhook(ctx: JobContext, params: WebhookParams, resolve: Resolver = socket.g
         ctx.log(f"(answer cut at {BODY_LIMIT} bytes)")
     if status != params.expected_status:
         hint = " (redirects are not followed)" if 300 <= status < 400 else ""
-        raise WebhookError(
-            f"webhook answered HTTP {status}, expected {params.expected_status}{hint}"
-        )
+        message = f"webhook answered HTTP {status}, expected {params.expected_status}{hint}"
+        # A 4xx answer says the request itself is wrong: sending it again changes nothing.
+        if 400 <= status < 500 and status not in RETRYABLE_CLIENT_ERRORS:
+            raise WebhookRefused(message)
+        raise WebhookError(message)

@@ -7,6 +7,7 @@ from typing import IO
 from zoneinfo import ZoneInfo
 
 import click
+from flask import current_app
 from flask.cli import AppGroup
 
 from webapp import accounts
@@ -94,7 +95,7 @@ def list_catalog() -> None:
     """List the jobs with their scope and parameters."""
     for spec in current_catalog().jobs():
         click.echo(f"{spec.name}  [{spec.scope}]  {spec.title}")
-        for field in spec.form_fields():
+        for field in spec.form_fields(current_app.config):
             required = "required" if field.required else f"default {field.default!r}"
             choices = f", one of {', '.join(field.choices)}" if field.choices else ""
             bounds = "".join(

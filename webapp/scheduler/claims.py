@@ -298,6 +298,7 @@ OUTCOME_COLUMNS = (
     "status",
     "output",
     "error",
+    "error_detail",
     "started_at",
     "finished_at",
     "available_at",
@@ -316,7 +317,7 @@ def record_outcomes(session: Session, worker_id: int, rows: list[dict[str, Any]]
         return record_outcomes_postgresql(session, worker_id, rows)
     stored: set[int] = set()
     for row in rows:  # SQLite: statements are in-process calls; one commit for all of them
-        values = {k: row[k] for k in ("status", "output", "error", "started_at", "finished_at")}
+        values = {k: row[k] for k in OUTCOME_COLUMNS[2:] if k != "available_at"}
         if row["status"] == "queued":
             values.update(available_at=row["available_at"], worker_id=None)
         statement = (
@@ -341,6 +342,7 @@ def record_outcomes_postgresql(
     columns = list(OUTCOME_COLUMNS)
     statement = text(
         "UPDATE runs AS r SET status = v.status, output = v.output, error = v.error, "
+        "error_detail = v.error_detail, "
         "started_at = v.started_at, finished_at = v.finished_at, locked_until = NULL, "
         "available_at = COALESCE(v.available_at, r.available_at), "
         "worker_id = CASE WHEN v.status = 'queued' THEN NULL ELSE r.worker_id END "

@@ -18,11 +18,12 @@ from typing import Any, TextIO
 
 from sqlalchemy.orm import Session
 
-from webapp.catalog import Catalog, UnknownJobError
+from webapp.catalog import ArgsError, Catalog, PermanentError, UnknownJobError
 from webapp.catalog.context import JobContext
 from webapp.database import utcnow, write_transaction
 from webapp.scheduler import claims
 from webapp.scheduler.leases import LeasedRun
+from webapp.scheduler.logs import TRACEBACK
 
 log = logging.getLogger("webapp.scheduler")
 
@@ -120,34 +121,62 @@ def prints_captured(output: CappedOutput) -> Iterator[None]:
 
 
 @dataclass(frozen=True)
+class JobError:
+    """Why an attempt failed: what tenants see, and the full traceback for operators."""
+
+    shown: str  # the exception's type and message and the job's own frames: no server paths
+    detail: str | None = None  # the whole traceback: the worker's log and runs.error_detail
+    permanent: bool = False  # retrying cannot help: fail now whatever attempts remain
+
+
+@dataclass(frozen=True)
 class Outcome:
     status: str  # 'succeeded' | 'failed' | 'queued' (a retry)
     output: str
     error: str | None
     retry_at: datetime | None = None
+    error_detail: str | None = None
 
 
-def describe_error(error: BaseException) -> str:
-    text = "".join(traceback.format_exception(error))
-    headline = f"{type(error).__name__}: {error}"
-    if len(text) > ERROR_LIMIT:
-        text = text[: ERROR_LIMIT - len(TRUNCATED)] + TRUNCATED
-    return f"{headline}\n\n{text}"
+def capped(text: str) -> str:
+    return text if len(text) <= ERROR_LIMIT else text[: ERROR_LIMIT - len(TRUNCATED)] + TRUNCATED
+
+
+def describe_error(error: BaseException, job_module: str) -> JobError:
+    """Tenants get `Type: message` and the frames of the job's own module (by module name, not
+    file path); the frames of the worker, the libraries and the server's paths stay in `detail`.
+    """
+    shown = [f"{type(error).__name__}: {error}" if str(error) else type(error).__name__]
+    for frame, line in traceback.walk_tb(error.__traceback__):
+        if frame.f_globals.get("__name__") == job_module:
+            shown.append(f"  {job_module}, line {line}, in {frame.f_code.co_name}")
+    return JobError(
+        shown=capped("\n".join(shown)),
+        detail=capped("".join(traceback.format_exception(error))),
+        permanent=isinstance(error, PermanentError),
+    )
 
 
 def run_job(
     run: LeasedRun, catalog: Catalog, config: Mapping[str, Any], session: Session
-) -> tuple[str | None, CappedOutput, float]:
+) -> tuple[JobError | None, CappedOutput, float]:
     """Runs the job in this thread: (error or None, output, the job's retry backoff)."""
     output = CappedOutput(int(config["SCHEDULER_OUTPUT_LIMIT"]))
     try:
         spec = catalog.get(run.job)
     except UnknownJobError as error:
-        return str(error), output, 0.0
+        return JobError(str(error), permanent=True), output, 0.0
     if spec.scope == "system" and run.tenant_id is not None:
-        return f"job '{spec.name}' is a system job and cannot run for a tenant", output, 0.0
+        refused = f"job '{spec.name}' is a system job and cannot run for a tenant"
+        return JobError(refused, permanent=True), output, 0.0
     if spec.scope == "tenant" and run.tenant_id is None:
-        return f"job '{spec.name}' is a tenant job and needs a tenant", output, 0.0
+        refused = f"job '{spec.name}' is a tenant job and needs a tenant"
+        return JobError(refused, permanent=True), output, 0.0
+    try:
+        # Validated again: the job or the operator's settings may have changed since the save.
+        params = spec.parse_args(run.args, config)
+    except ArgsError as error:
+        return JobError(str(error), permanent=True), output, 0.0
     ctx = JobContext(
         run_id=run.id,
         idempotency_key=run.idempotency_key,
@@ -163,24 +192,27 @@ def run_job(
     )
     try:
         with prints_captured(output):
-            spec.call(ctx, run.args)
+            spec.fn(ctx, params)
     except JobTimeout:
-        return f"timed out after {spec.timeout:g} s", output, spec.retry_backoff
+        return JobError(f"timed out after {spec.timeout:g} s"), output, spec.retry_backoff
     except Exception as error:
-        return describe_error(error), output, spec.retry_backoff
+        return describe_error(error, spec.fn.__module__), output, spec.retry_backoff
     return None, output, spec.retry_backoff
 
 
 def decide(
-    run: LeasedRun, error: str | None, output: str, backoff: float, now: datetime
+    run: LeasedRun, error: JobError | None, output: str, backoff: float, now: datetime
 ) -> Outcome:
     if error is None:
         return Outcome("succeeded", output, None)
     if run.attempt < run.max_attempts:
+        if error.permanent:
+            return Outcome("failed", output, f"not retried: {error.shown}", None, error.detail)
         # Exponential backoff: backoff, 2 x backoff, 4 x backoff ...
         delay = timedelta(seconds=backoff * 2 ** (run.attempt - 1))
-        return Outcome("queued", output, f"attempt {run.attempt} failed: {error}", now + delay)
-    return Outcome("failed", output, error)
+        shown = f"attempt {run.attempt} failed: {error.shown}"
+        return Outcome("queued", output, shown, now + delay, error.detail)
+    return Outcome("failed", output, error.shown, None, error.detail)
 
 
 @dataclass(frozen=True)
@@ -205,6 +237,7 @@ def store_outcomes(session: Session, worker_id: int, finished: list[FinishedRun]
             "status": done.outcome.status,
             "output": done.outcome.output,
             "error": done.outcome.error,
+            "error_detail": done.outcome.error_detail,
             "started_at": done.started_at,
             "finished_at": None if done.outcome.status == "queued" else done.finished_at,
             "available_at": done.outcome.retry_at,
@@ -215,15 +248,18 @@ def store_outcomes(session: Session, worker_id: int, finished: list[FinishedRun]
         stored = claims.record_outcomes(session, worker_id, rows)
     for done in finished:
         kept = done.run.id in stored
-        log.info(
-            "run_finished",
-            extra={
-                "action": ACTIONS[done.outcome.status] if kept else "run_outcome_dropped",
-                "run_id": done.run.id,
-                "attempt": done.run.attempt,
-                "duration_ms": int((done.finished_at - done.started_at).total_seconds() * 1000),
-            },
-        )
+        fields: dict[str, object] = {
+            "action": ACTIONS[done.outcome.status] if kept else "run_outcome_dropped",
+            "run_id": done.run.id,
+            "attempt": done.run.attempt,
+            "duration_ms": int((done.finished_at - done.started_at).total_seconds() * 1000),
+        }
+        if done.outcome.error is not None:
+            fields["error"] = done.outcome.error.partition("\n")[0]
+        if done.outcome.error_detail is not None:
+            fields[TRACEBACK] = done.outcome.error_detail  # the full one: operators only
+        level = logging.INFO if done.outcome.error is None else logging.WARNING
+        log.log(level, "run_finished", extra=fields)
     return stored
 
 

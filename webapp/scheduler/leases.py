@@ -106,6 +106,7 @@ def reap_statement() -> Any:
             available_at=case((retry, now), else_=Run.available_at),
             finished_at=case((retry, Run.finished_at), else_=now),
             error=case((retry, REQUEUE_ERROR), else_=LOST_ERROR),
+            error_detail=None,  # an earlier attempt's traceback would not explain this
         )
         .returning(Run.id, Run.status)
         .execution_options(synchronize_session=False)

@@ -19,6 +19,7 @@ import signal
 import socket
 import threading
 import time
+import traceback
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import FrameType
@@ -34,6 +35,7 @@ from webapp.models import Worker
 from webapp.scheduler import claims
 from webapp.scheduler.execution import (
     FinishedRun,
+    JobError,
     JobTimeout,
     decide,
     run_job,
@@ -147,7 +149,8 @@ class JobPool:
             return  # the supervisor has recorded the timeout already
         except Exception as crash:  # run_job records job errors; this is the worker's own bug
             log.exception("run_crashed", extra={"action": "run_crashed", "run_id": run.id})
-            error, output, backoff = f"the worker failed: {crash!r}", None, 0.0
+            shown = f"the worker failed: {type(crash).__name__}"  # details: the worker's log
+            error, output, backoff = JobError(shown, traceback.format_exc()), None, 0.0
         finally:
             db.session.rollback()
         finished_at = utcnow()
@@ -256,7 +259,7 @@ class JobPool:
                     if slot.run.job in self.catalog
                     else 0.0
                 )
-                error = f"timed out after {slot.timeout:g} s"
+                error = JobError(f"timed out after {slot.timeout:g} s")
                 finished_at = utcnow()
                 outcome = decide(slot.run, error, "", backoff, finished_at)
                 self.record(FinishedRun(slot.run, outcome, slot.started_at, finished_at))

@@ -114,8 +114,13 @@ def clean(
     catalog: Catalog,
     now: datetime,
     scope: str = "tenant",
+    settings: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """Validates one schedule: (normalised fields, errors by field). Reads nothing else."""
+    """Validates one schedule: (normalised fields, errors by field). Reads nothing else.
+
+    `settings` (the app's configuration; the current app's if None) reach the job's parameter
+    validation, for checks such as the webhook's host allowlist.
+    """
     errors: dict[str, str] = {}
     values: dict[str, Any] = {}
     for field_name in ("name", "job", "cron", "time_zone"):
@@ -144,7 +149,9 @@ def clean(
     else:
         values["job"] = spec.name
         try:
-            values["args"] = spec.validate_args(data.args)
+            values["args"] = spec.validate_args(
+                data.args, current_app.config if settings is None else settings
+            )
             errors.update(nul_errors(values["args"]))
         except ArgsError as error:
             for path, message in error.errors:

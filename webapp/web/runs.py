@@ -9,12 +9,13 @@ from typing import Any
 from flask import Blueprint, request
 from flask_login import login_required
 from sqlalchemy import Select, func
-from sqlalchemy.orm import joinedload, load_only
+from sqlalchemy.orm import defer, joinedload, load_only
 from werkzeug.wrappers import Response
 
 from webapp import tenancy
+from webapp.database import utcnow
 from webapp.extensions import db
-from webapp.models import RUN_STATUSES, TRIGGERS, Run, Schedule
+from webapp.models import RUN_STATUSES, TRIGGERS, Run, Schedule, User, Worker
 from webapp.web.common import page_or_partial
 from webapp.web.formatting import is_htmx, zone
 from webapp.web.params import bad_request, choice_arg, date_arg, id_arg
@@ -55,7 +56,6 @@ class RunFilters:
     until: date | None = None
     before: int | None = None  # keyset: only runs with a smaller id
     schedule_query: str = ""  # "Find a schedule": narrows the schedule filter's options
-
 
     @classmethod
     def from_args(cls) -> RunFilters:
@@ -184,14 +184,27 @@ def schedule_filter() -> Response:
 
 @bp.get("/runs/<id:run_id>")
 def detail(run_id: int) -> Response:
-    """One run: timing, arguments, output and error (escaped)."""
-    run = tenancy.get_run_or_404(run_id)
+    """One run: timing, who asked for it, where it ran, arguments, output and error (escaped)."""
+    # One statement for the run, its schedule's name, its worker and who pressed Run now.
+    # Never runs.error_detail: the full traceback is for operators, not tenants.
+    run: Run = tenancy.first_or_404(
+        tenancy.runs()
+        .where(Run.id == run_id)
+        .options(
+            defer(Run.error_detail),
+            joinedload(Run.schedule).load_only(Schedule.id, Schedule.tenant_id, Schedule.name),
+            joinedload(Run.worker).load_only(Worker.hostname, Worker.pid),
+            joinedload(Run.requester).load_only(User.email),
+        )
+    )
     schedule = run.schedule if run.schedule and run.schedule.tenant_id == run.tenant_id else None
+    retry_due = run.status == "queued" and run.attempt > 0 and run.available_at > utcnow()
     return page_or_partial(
         "runs/detail.html",
         "runs/_detail.html",
         run=run,
         schedule=schedule,
+        next_attempt_at=run.available_at if retry_due else None,
         tenant=tenancy.current_tenant(),
     )
 

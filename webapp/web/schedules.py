@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from flask import Blueprint, abort, request, url_for
+from flask import Blueprint, abort, current_app, request, url_for
 from flask_login import login_required
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import load_only
@@ -153,7 +153,7 @@ def form_context(form: ScheduleForm, schedule: Schedule | None) -> dict[str, Any
         "form": form,
         "schedule": schedule,
         "jobs": catalog.jobs(scope="tenant"),
-        "params": spec.form_fields() if spec and spec.scope == "tenant" else [],
+        "params": spec.form_fields(current_app.config) if spec and spec.scope == "tenant" else [],
         "misfire_choices": MISFIRE_CHOICES,
         "overlap_choices": OVERLAP_CHOICES,
         "time_zones": time_zone_names(),

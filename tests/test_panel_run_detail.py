@@ -1,0 +1,127 @@
+"""The run page: what a tenant learns of one run (who asked, where it ran, its key, when it is
+retried) and of its failure (type, message, the job's own frames; never the server's traceback)."""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from flask import Flask, current_app
+from sqlalchemy import event
+
+from tests.conftest import World
+from tests.panel_helpers import Panel, Seeded, make_run, seed
+from webapp.extensions import db
+from webapp.models import Run, Worker
+from webapp.scheduler.execution import execute
+from webapp.scheduler.leases import lease_once
+from webapp.services.audit import Actor
+from webapp.services.catalog import current_catalog
+from webapp.services.schedules import ScheduleInput, create_schedule, run_now
+from webapp.web.formatting import dom_id
+
+
+def add_worker() -> Worker:
+    worker = Worker(hostname="worker-7.example", pid=4242, concurrency=2)
+    db.session.add(worker)
+    db.session.commit()
+    return worker
+
+
+@contextmanager
+def counted_statements() -> Iterator[list[str]]:
+    statements: list[str] = []
+
+    def count(*args: Any) -> None:
+        statements.append(args[2])
+
+    event.listen(db.engine, "before_cursor_execute", count)
+    try:
+        yield statements
+    finally:
+        event.remove(db.engine, "before_cursor_execute", count)
+
+
+def error_text(page: str, run: Run) -> str:
+    found = re.search(rf'<pre class="log" id="{dom_id(run, "error")}">(.*?)</pre>', page, re.S)
+    assert found, "no error on the page"
+    return html.unescape(found.group(1))
+
+
+def test_alice_sees_who_asked_where_it_ran_its_key_and_the_next_attempt(
+    app: Flask, world: World
+) -> None:
+    data: Seeded = seed(world)
+    worker = add_worker()
+    run = run_now(data.report, Actor.for_user(world.alice), datetime.now(UTC))
+    run.status, run.attempt, run.max_attempts, run.worker_id = "queued", 1, 3, None
+    retry_at = datetime.now(UTC) + timedelta(minutes=5)
+    run.available_at, run.error = retry_at, "attempt 1 failed: RuntimeError: flaky"
+    ran = make_run(data.report, "succeeded", 10, worker_id=worker.id)
+    db.session.commit()
+
+    alice = Panel(app, world.alice)
+    page = alice.get(f"/runs/{run.id}").get_data(as_text=True)
+    assert "<dt>Requested by</dt><dd>alice@example.com</dd>" in page
+    assert f'<code class="key">{run.idempotency_key}</code>' in page
+    next_attempt = page.split(f'<dd id="{dom_id(run, "next-attempt")}">', 1)[1].split("</dd>")[0]
+    assert retry_at.isoformat() in next_attempt
+    ran_page = alice.get(f"/runs/{ran.id}").get_data(as_text=True)
+    assert "<dt>Worker</dt><dd>worker-7.example (pid 4242)</dd>" in ran_page
+    assert "Requested by" not in ran_page  # a scheduled run: nobody pressed Run now
+    assert "Next attempt" not in ran_page
+
+    charlie = Panel(app, world.charlie)
+    for run_id in (run.id, ran.id):
+        assert charlie.get(f"/runs/{run_id}").status_code == 404
+
+
+def test_the_run_page_joins_rather_than_querying_per_detail(app: Flask, world: World) -> None:
+    data = seed(world)
+    worker = add_worker()
+    bare = make_run(data.report, "queued", 1)
+    full = make_run(data.report, "failed", 2, trigger="manual", requested_by=world.alice.id)
+    full.worker_id = worker.id
+    db.session.commit()
+    run_ids = (bare.id, full.id)
+    alice = Panel(app, world.alice)
+    counts = []
+    for run_id in run_ids:
+        with counted_statements() as statements:
+            assert alice.get(f"/runs/{run_id}").status_code == 200
+        counts.append(len([sql for sql in statements if sql != "BEGIN"]))
+    # The user, the membership, the tenant and the run with its schedule, worker and requester
+    # in one statement (joined), whatever the run has.
+    assert counts == [4, 4]
+
+
+def test_a_failed_run_shows_the_error_type_message_and_job_frames_but_no_server_traceback(
+    app: Flask, world: World
+) -> None:
+    worker = add_worker()
+    alice = Actor.for_user(world.alice)
+    failing = ScheduleInput(
+        name="Fails", job="demo.fail", args={"message": "disk full"}, cron="@daily", time_zone="UTC"
+    )
+    schedule = create_schedule(world.alpha, failing, alice, datetime.now(UTC))
+    run_now(schedule, alice, datetime.now(UTC))
+    (leased,) = lease_once(db.session(), worker.id, None, timedelta(seconds=60), 1)
+    execute(leased, current_catalog(), current_app.config, db.session(), worker.id)
+    run = db.session.get(Run, leased.id)
+    assert run is not None and run.status == "failed"
+
+    page = Panel(app, world.alice).get(f"/runs/{run.id}").get_data(as_text=True)
+    shown = error_text(page, run)
+    assert re.fullmatch(
+        r"RuntimeError: disk full\n  webapp\.catalog\.builtin, line \d+, in fail", shown
+    )
+    assert "/" not in shown and "Traceback (most recent call last)" not in page
+    # The operators' column keeps everything, and no page shows it.
+    assert run.error_detail is not None
+    assert run.error_detail.startswith("Traceback (most recent call last)")
+    assert "webapp/scheduler/execution.py" in run.error_detail
+    assert "execution.py" not in page
