@@ -285,7 +285,7 @@ class UserSession(Model):
     server (a copied cookie stops working at once)."""
 
     __tablename__ = "user_sessions"
-    __table_args__ = ({"sqlite_autoincrement": True},)
+    __table_args__ = NEVER_REUSE_IDS
 
     id: Mapped[int] = mapped_column(primary_key=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)

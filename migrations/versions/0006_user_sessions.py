@@ -1,7 +1,7 @@
 """user_sessions: logins the server can end
 
 Revision ID: 0006
-Revises: 0003
+Revises: 0005
 Create Date: 2026-12-03 10:50:00
 
 """
@@ -10,7 +10,7 @@ from alembic import op
 
 
 revision = "0006"
-down_revision = "0003"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 
