@@ -17,8 +17,10 @@ def test_an_editable_install_prints_no_warning_and_ships_the_console_script(
     tmp_path: Path,
 ) -> None:
     # --prefix: a real `pip install -e .` (build isolation, the setuptools that pyproject.toml
-    # asks for) that leaves the test's own environment alone.
-    command = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-warn-script-location"]
+    # asks for) into another place; --ignore-installed, or pip would first uninstall the
+    # checkout from the environment running the tests.
+    command = [sys.executable, "-m", "pip", "install", "--no-deps", "--ignore-installed"]
+    command += ["--no-warn-script-location"]
     result = subprocess.run(
         [*command, "--prefix", str(tmp_path), "--editable", str(ROOT)],
         capture_output=True,
