@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 5000
-FLASK := SECRET_KEY="$$(cat instance/secret_key)" SCHEDULER_DEMO_JOBS=1 SESSION_COOKIE_SECURE=0 $(BIN)/flask --app webapp
+FLASK := $(BIN)/flask --app webapp
 
 .PHONY: run test lint bench
 
@@ -20,12 +20,21 @@ $(VENV)/.dev: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(VENV)/.runtime $@
 
-instance/secret_key:
+# The checkout's settings, read by every `flask --app webapp ...` typed here (git-ignored; 600:
+# it holds the secret key). A key from before this file existed (instance/secret_key) is kept.
+instance/config.py:
 	mkdir -p instance
-	$(PYTHON) -c 'import secrets; print(secrets.token_hex(32))' > $@
-	chmod 600 $@
+	umask 077 && { \
+	  echo '# Written by make run for this checkout; see README, Configuration.'; \
+	  echo "SECRET_KEY = '$$(cat instance/secret_key 2>/dev/null || \
+	    $(PYTHON) -c 'import secrets; print(secrets.token_hex(32))')'"; \
+	  echo 'SCHEDULER_DEMO_JOBS = True'; \
+	  echo 'SESSION_COOKIE_SECURE = False  # make run serves plain HTTP on loopback'; \
+	} > $@.tmp
+	chmod 600 $@.tmp
+	mv $@.tmp $@
 
-run: $(VENV)/.runtime instance/secret_key
+run: $(VENV)/.runtime instance/config.py
 	$(FLASK) db upgrade
 	$(FLASK) demo
 	$(FLASK) serve --host $(HOST) --port $(PORT)

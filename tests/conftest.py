@@ -83,6 +83,20 @@ class PostgresServer:
         self.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.fixture(scope="session", autouse=True)
+def instance_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """An empty instance folder: tests never read the checkout's instance/config.py (that
+    `make run` writes) nor write beside it. Worker processes that tests start inherit it."""
+    path = str(tmp_path_factory.mktemp("instance"))
+    previous = os.environ.get("SCHEDULER_INSTANCE_PATH")
+    os.environ["SCHEDULER_INSTANCE_PATH"] = path
+    yield path
+    if previous is None:
+        del os.environ["SCHEDULER_INSTANCE_PATH"]
+    else:
+        os.environ["SCHEDULER_INSTANCE_PATH"] = previous
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer | str]:
     """The PostgreSQL server, or the reason there is none (a string)."""

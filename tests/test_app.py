@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 from flask import Flask
@@ -11,15 +12,85 @@ from sqlalchemy.exc import IntegrityError
 
 from tests.conftest import PASSWORD, World
 from webapp import create_app
-from webapp.config import ConfigError, from_environment
+from webapp.config import ConfigError, from_environment, from_instance_file
 from webapp.extensions import db
 from webapp.models import Run, Schedule, Tenant
 
 
-def test_secret_key_is_required_outside_debug_and_tests(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_secret_key_is_required_outside_debug_and_tests(
+    monkeypatch: pytest.MonkeyPatch, instance_folder: str
+) -> None:
     monkeypatch.delenv("SECRET_KEY", raising=False)
-    with pytest.raises(RuntimeError, match="SECRET_KEY is not set"):
+    with pytest.raises(ConfigError) as missing:
         create_app({"SQLALCHEMY_DATABASE_URI": "sqlite://"})
+    assert missing.value.message == (
+        f"SECRET_KEY is not set: export SECRET_KEY or set it in {instance_folder}/config.py "
+        "(see README, Configuration)"
+    )
+
+
+def test_settings_come_from_defaults_instance_file_environment_and_mapping_in_that_order(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "config.py").write_text(
+        'SECRET_KEY = "from-the-file"\n'
+        "SCHEDULER_BATCH_SIZE = 10\n"
+        "SCHEDULER_LOCK_TTL = 20\n"
+        'SCHEDULER_POLL_INTERVAL = "2.5"\n'
+        'SCHEDULER_JOB_MODULES = ("tests.sample_jobs",)\n'
+        "SESSION_COOKIE_SECURE = False\n"
+        'DATABASE_URL = "postgres://u@db/from-file"\n'
+    )
+    monkeypatch.setenv("SCHEDULER_INSTANCE_PATH", str(tmp_path))
+    monkeypatch.setenv("SCHEDULER_LOCK_TTL", "30")
+    monkeypatch.setenv("SCHEDULER_POLL_INTERVAL", "3")
+    app = create_app({"SCHEDULER_POLL_INTERVAL": 4.0, "SQLALCHEMY_DATABASE_URI": "sqlite://"})
+    assert app.config["SCHEDULER_CONCURRENCY"] == 4  # the default
+    assert app.config["SCHEDULER_BATCH_SIZE"] == 10  # the file
+    assert app.config["SCHEDULER_JOB_MODULES"] == ["tests.sample_jobs"]
+    assert app.config["SECRET_KEY"] == "from-the-file"
+    assert app.config["SESSION_COOKIE_SECURE"] is False
+    assert app.config["SCHEDULER_LOCK_TTL"] == 30  # the environment over the file
+    assert app.config["SCHEDULER_POLL_INTERVAL"] == 4.0  # the mapping over both
+    assert from_instance_file(str(tmp_path))["SQLALCHEMY_DATABASE_URI"] == (
+        "postgresql+psycopg://u@db/from-file"
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("SCHEDULER_BATCH_SIZE = 'many'", "SCHEDULER_BATCH_SIZE='many' is not a valid int"),
+        ("SCHEDULER_DEMO_JOBS = 1", "SCHEDULER_DEMO_JOBS=1 is not a valid bool"),
+        ("SESSION_COOKIE_SECURE = 'maybe'", "SESSION_COOKIE_SECURE='maybe' is not a valid bool"),
+    ],
+)
+def test_a_bad_value_in_the_instance_file_names_the_setting_and_the_file(
+    tmp_path: Path, line: str, message: str
+) -> None:
+    (tmp_path / "config.py").write_text(line + "\n")
+    with pytest.raises(ConfigError) as bad:
+        from_instance_file(str(tmp_path))
+    assert bad.value.message == f"{message} (in {tmp_path}/config.py)"
+
+
+def test_an_instance_file_that_is_not_python_is_one_error(tmp_path: Path) -> None:
+    (tmp_path / "config.py").write_text("SECRET_KEY = (\n")
+    with pytest.raises(ConfigError, match=r"^cannot read .*config.py: SyntaxError: "):
+        from_instance_file(str(tmp_path))
+
+
+def test_no_instance_file_sets_nothing(tmp_path: Path) -> None:
+    assert from_instance_file(str(tmp_path)) == {}
+
+
+def test_cookies_are_secure_unless_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SESSION_COOKIE_SECURE", raising=False)
+    production = {"SECRET_KEY": "k", "SQLALCHEMY_DATABASE_URI": "sqlite://"}
+    assert create_app(production).config["SESSION_COOKIE_SECURE"] is True
+    assert create_app(production).config["REMEMBER_COOKIE_SECURE"] is True
+    monkeypatch.setenv("SESSION_COOKIE_SECURE", "0")
+    assert create_app(production).config["SESSION_COOKIE_SECURE"] is False
 
 
 def test_scheduler_settings_come_from_the_environment(tmp_path: object) -> None:

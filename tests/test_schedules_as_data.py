@@ -247,9 +247,9 @@ def test_sync_materialises_defaults_once_and_never_overwrites(
     cli = operator_app.test_cli_runner()
     for slug in ("alpha", "beta"):
         cli.invoke(args=["tenant", "create", slug, "--name", slug.title()])
-    # Creating a tenant materialises its defaults right away.
-    assert count(Schedule) == 2
-    assert cli.invoke(args=["scheduler", "sync"]).stdout == "created 1 default schedules\n"
+    # Creating a tenant materialises its defaults right away, and the missing system ones.
+    assert count(Schedule) == 3
+    assert cli.invoke(args=["scheduler", "sync"]).stdout == "created 0 default schedules\n"
     keys = db.session.execute(select(Schedule.tenant_id, Schedule.key).order_by(Schedule.id)).all()
     assert sorted(k for _, k in keys) == [
         "maintenance.prune_runs",
@@ -292,9 +292,12 @@ def test_prune_deletes_only_old_finished_runs(app: Flask, world: World) -> None:
     assert sorted(db.session.scalars(select(Run.idempotency_key))) == ["k2", "k3"]
 
 
-def test_tenant_creation_through_the_service_needs_no_defaults(app: Flask) -> None:
-    tenant = accounts.create_tenant("gamma", "Gamma", "UTC")
-    assert tenant.id and count(Schedule) == 0
+def test_the_first_tenant_gets_the_system_defaults_without_a_sync(app: Flask) -> None:
+    accounts.create_tenant("gamma", "Gamma", "UTC")
+    system = db.session.execute(select(Schedule.tenant_id, Schedule.key, Schedule.scope)).all()
+    assert system == [(None, "maintenance.prune_runs", "system")]
+    accounts.create_tenant("delta", "Delta", "UTC")  # made once, not once per tenant
+    assert count(Schedule) == 1
 
 
 def test_schedule_run_at_follows_the_dst_rules_and_refuses_odd_years(

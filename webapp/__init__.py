@@ -8,9 +8,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from flask import Flask
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from werkzeug.middleware.proxy_fix import ProxyFix
 
-from webapp.config import from_environment, is_secret_key_optional, trusted_proxies
+from webapp.config import (
+    INSTANCE_FILE,
+    ConfigError,
+    default_settings,
+    from_instance_file,
+    is_secret_key_optional,
+    read_settings,
+    trusted_proxies,
+)
 from webapp.database import install_engine_hooks
 from webapp.extensions import csrf, db, login_manager, migrate
 
@@ -18,7 +27,8 @@ PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
-    """Builds the Flask app from the environment, overridden by `config` (tests pass a mapping)."""
+    """Builds the Flask app from its settings: the defaults, the instance folder's config.py,
+    the environment, and last `config` (tests pass a mapping)."""
     app = Flask(
         __name__,
         template_folder=os.path.join(PROJECT_ROOT, "templates"),
@@ -35,18 +45,22 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         REMEMBER_COOKIE_SAMESITE="Lax",
         WTF_CSRF_TIME_LIMIT=None,
     )
-    settings = {**from_environment(os.environ, app.instance_path), **(config or {})}
-    app.config.update(settings)
+    app.config.update(default_settings(app.instance_path))
+    file_settings = from_instance_file(app.instance_path)
+    chosen = {**file_settings, **read_settings(os.environ), **(config or {})}
+    app.config.update(chosen)
     # A body larger than this is refused (413) before it is read: nothing the panel takes comes
     # near it, and an anonymous POST must not make the process grow.
     app.config["MAX_CONTENT_LENGTH"] = app.config["SCHEDULER_MAX_REQUEST_BYTES"]
     if not app.config.get("SECRET_KEY"):
         if not is_secret_key_optional(app.config):
-            raise RuntimeError("SECRET_KEY is not set: export SECRET_KEY (see README)")
+            raise ConfigError(
+                "SECRET_KEY is not set: export SECRET_KEY or set it in "
+                f"{os.path.join(app.instance_path, INSTANCE_FILE)} (see README, Configuration)"
+            )
         app.config["SECRET_KEY"] = secrets.token_hex(32)
-    # Flask's own default is False, so only a value that was set counts; otherwise cookies
-    # are Secure everywhere but in debug and tests.
-    secure_cookies = settings.get("SESSION_COOKIE_SECURE")
+    # Flask's own default is off; ours is on, unless a source above chose.
+    secure_cookies = chosen.get("SESSION_COOKIE_SECURE")
     if secure_cookies is None:
         secure_cookies = not (app.debug or app.testing)
     app.config.update(SESSION_COOKIE_SECURE=secure_cookies, REMEMBER_COOKIE_SECURE=secure_cookies)
@@ -59,7 +73,11 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
             app.wsgi_app, x_for=proxies, x_proto=proxies, x_host=proxies, x_port=proxies
         )
 
-    db.init_app(app)
+    try:
+        db.init_app(app)  # creates the engine: the first use of the database URL
+    except (ArgumentError, NoSuchModuleError) as error:
+        # Not the URL itself in the message: it may hold a password.
+        raise ConfigError(f"DATABASE_URL cannot be used: {error}") from None
     migrate.init_app(
         app, db, directory=os.path.join(PROJECT_ROOT, "migrations"), render_as_batch=True
     )

@@ -34,7 +34,7 @@ def reports_errors(command: F) -> F:
 def register_commands(app: Flask) -> None:
     from webapp.cli.accounts import tenant_cli, user_cli
     from webapp.cli.demo import demo_command
-    from webapp.cli.scheduler import scheduler_cli
+    from webapp.cli.scheduler import scheduler_cli, worker_command
     from webapp.cli.schedules import catalog_cli, schedule_cli
     from webapp.cli.serve import serve_command
 
@@ -42,6 +42,8 @@ def register_commands(app: Flask) -> None:
     app.cli.add_command(user_cli)
     app.cli.add_command(demo_command)
     app.cli.add_command(scheduler_cli)
+    # The product brief's name for the worker: the same command object, so the same options.
+    app.cli.add_command(worker_command, "scheduler-worker")
     app.cli.add_command(serve_command)
     app.cli.add_command(schedule_cli)
     app.cli.add_command(catalog_cli)

@@ -11,6 +11,7 @@ from webapp.database import utcnow
 from webapp.demo_panel import seed_demo_schedules
 from webapp.extensions import db
 from webapp.models import Tenant
+from webapp.services.defaults import sync_defaults
 
 DEMO_TENANT = "demo"
 DEMO_ADMIN = "admin@demo.example"
@@ -24,7 +25,11 @@ def seed_demo() -> None:
         accounts.create_tenant(DEMO_TENANT, "Demo Company", "Europe/Berlin")
     admin = accounts.add_user(DEMO_ADMIN, DEMO_TENANT, "admin", DEMO_PASSWORD).user
     accounts.add_user(DEMO_VIEWER, DEMO_TENANT, "viewer", DEMO_PASSWORD)
-    seed_demo_schedules(accounts.find_tenant(DEMO_TENANT), admin, utcnow())
+    now = utcnow()
+    # Tenant creation makes the default schedules; syncing also brings a demo database made
+    # before a default was added up to date, as `flask scheduler sync` would.
+    sync_defaults(now)
+    seed_demo_schedules(accounts.find_tenant(DEMO_TENANT), admin, now)
 
 
 @click.command("demo")

@@ -29,13 +29,10 @@ def worker_command(concurrency: int | None, burst: bool) -> None:
 @reports_errors
 def sync_command() -> None:
     """Create the job modules' default schedules where they are missing (idempotent)."""
-    from webapp.database import utcnow, write_transaction
-    from webapp.extensions import db
-    from webapp.services.catalog import current_catalog
-    from webapp.services.defaults import materialise_defaults
+    from webapp.database import utcnow
+    from webapp.services.defaults import sync_defaults
 
-    with write_transaction(db.session) as session:
-        created = materialise_defaults(session, current_catalog(), utcnow())
+    created = sync_defaults(utcnow())
     click.echo(f"created {created} default schedules")
 
 

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from webapp.catalog import Catalog, UnknownJobError
 from webapp.database import write_transaction
+from webapp.models import Schedule
 from webapp.scheduler import claims, cron
 from webapp.scheduler.misfire import PlannedRun, plan_fires
 
@@ -68,7 +69,11 @@ def fire_key(schedule_id: int, fire: datetime) -> str:
 
 
 def run_row(
-    schedule: Row[Any], planned: PlannedRun, now: datetime, max_attempts: int, reason: str | None
+    schedule: Row[Any] | Schedule,  # a claimed row; the demo history passes the model
+    planned: PlannedRun,
+    now: datetime,
+    max_attempts: int,
+    reason: str | None,
 ) -> dict[str, Any]:
     finished = planned.status != "queued"
     return {

@@ -12,9 +12,18 @@ from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from webapp.catalog import Catalog, CatalogError
+from webapp.database import write_transaction
+from webapp.extensions import db
 from webapp.models import AuditEvent, Schedule, Tenant
 from webapp.scheduler import cron
 from webapp.services.audit import DEFAULTS, audit_row, schedule_snapshot
+from webapp.services.catalog import current_catalog
+
+
+def sync_defaults(now: datetime) -> int:
+    """`flask scheduler sync`: every tenant's missing defaults and the system ones, committed."""
+    with write_transaction(db.session) as session:
+        return materialise_defaults(session, current_catalog(), now)
 
 
 def materialise_defaults(
@@ -22,16 +31,15 @@ def materialise_defaults(
 ) -> int:
     """Creates the missing default schedules (inside the caller's transaction); returns how many.
 
-    `tenants=None` means every tenant, plus the system-scope defaults.
+    The tenant-scope ones for `tenants` (None: every tenant), and the missing system-scope ones
+    either way: creating a tenant is all a new installation does, and it must not be left
+    without them (without `maintenance.prune_runs`, history would never be pruned).
     """
     defaults = catalog.defaults()
     if not defaults:
         return 0
     if tenants is None:
         tenants = list(session.scalars(select(Tenant)))
-        scopes = {"tenant", "system"}
-    else:
-        scopes = {"tenant"}
     keys = [default.key for default in defaults]
     present = {
         (tenant_id, key)
@@ -41,8 +49,6 @@ def materialise_defaults(
     }
     rows = []
     for default in defaults:
-        if default.scope not in scopes:
-            continue
         owners: list[Tenant | None] = list(tenants) if default.scope == "tenant" else [None]
         for tenant in owners:
             tenant_id = tenant.id if tenant else None

@@ -1,0 +1,138 @@
+"""The command line as typed in a checkout: real `flask` and `scheduler-worker` processes."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from flask import Flask
+
+from tests.conftest import World
+from tests.scheduler_helpers import add_run
+from webapp.extensions import db
+from webapp.models import Run
+
+pytestmark = pytest.mark.slow
+PROJECT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+FLASK = [str(BIN / "flask"), "--app", "webapp"]
+WORKER = [str(BIN / "scheduler-worker")]
+SETTINGS = re.compile(r"^(SECRET_KEY|DATABASE_URL|SESSION_COOKIE_SECURE|SCHEDULER_.*)$")
+
+
+def bare_environment(instance: Path, **settings: str) -> dict[str, str]:
+    """The environment of a shell in which nothing was exported but `settings`."""
+    kept = {name: value for name, value in os.environ.items() if not SETTINGS.match(name)}
+    return {**kept, "SCHEDULER_INSTANCE_PATH": str(instance), **settings}
+
+
+def run(
+    command: list[str], env: dict[str, str], cwd: Path = PROJECT
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        [*FLASK, "tenant", "list"],
+        [*FLASK, "db", "upgrade"],
+        [*FLASK, "scheduler", "worker", "--burst"],
+        [*FLASK, "scheduler-worker", "--burst"],
+        [*WORKER, "--burst"],
+    ],
+    ids=["tenant list", "db upgrade", "scheduler worker", "scheduler-worker", "console script"],
+)
+def test_a_missing_secret_key_is_one_line_not_a_traceback(
+    tmp_path: Path, command: list[str]
+) -> None:
+    result = run(command, bare_environment(tmp_path), cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"Error: SECRET_KEY is not set: export SECRET_KEY or set it in {tmp_path}/config.py "
+        "(see README, Configuration)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("settings", "line"),
+    [
+        ({"SCHEDULER_BATCH_SIZE": "many"}, "Error: SCHEDULER_BATCH_SIZE='many' is not a valid int"),
+        (
+            {"DATABASE_URL": "nosuch://user:secret@host/db"},
+            "Error: DATABASE_URL cannot be used: Can't load plugin: sqlalchemy.dialects:nosuch",
+        ),
+    ],
+)
+def test_a_bad_setting_is_one_line_naming_it(
+    tmp_path: Path, settings: dict[str, str], line: str
+) -> None:
+    env = bare_environment(tmp_path, SECRET_KEY="k", **settings)
+    for command in ([*FLASK, "tenant", "list"], [*WORKER, "--burst"]):
+        result = run(command, env)
+        assert (result.returncode, result.stderr.splitlines()) == (1, [line])
+
+
+def test_the_readme_commands_work_in_the_checkout_that_make_run_set_up(tmp_path: Path) -> None:
+    # The Makefile's own recipe, run in a scratch directory instead of the checkout.
+    made = run(
+        ["make", "-f", str(PROJECT / "Makefile"), "instance/config.py"], {**os.environ}, tmp_path
+    )
+    assert made.returncode == 0, made.stderr
+    config = tmp_path / "instance" / "config.py"
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600
+    env = bare_environment(tmp_path / "instance")  # nothing exported, as a new admin types them
+    for command in (
+        [*FLASK, "db", "upgrade"],
+        [*FLASK, "tenant", "create", "acme", "--name", "Acme"],
+        [*FLASK, "catalog", "list"],  # the demo jobs are on, as in `make run`
+    ):
+        result = run(command, env)
+        assert result.returncode == 0, result.stderr
+        assert "Traceback" not in result.stderr
+    listed = run([*FLASK, "tenant", "list"], env)
+    assert (listed.returncode, listed.stdout) == (0, "acme\tUTC\tAcme\n")
+    assert "demo.echo" in result.stdout
+    # Made again, the file is kept: the secret key (the sessions it signs) survives.
+    before = config.read_text()
+    again = run(
+        ["make", "-f", str(PROJECT / "Makefile"), "instance/config.py"], {**os.environ}, tmp_path
+    )
+    assert again.returncode == 0 and config.read_text() == before
+
+
+def options(help_text: str) -> str:
+    return help_text[help_text.index("Options:") :]
+
+
+def test_scheduler_worker_is_one_command_under_three_names(tmp_path: Path) -> None:
+    env = bare_environment(tmp_path, SECRET_KEY="k")
+    helps = [
+        run([*FLASK, "scheduler", "worker", "--help"], env),
+        run([*FLASK, "scheduler-worker", "--help"], env),
+        run([*WORKER, "--help"], env),
+    ]
+    assert [result.returncode for result in helps] == [0, 0, 0]
+    assert "--concurrency" in helps[0].stdout and "--burst" in helps[0].stdout
+    assert options(helps[0].stdout) == options(helps[1].stdout) == options(helps[2].stdout)
+    assert "Run a worker until SIGTERM/SIGINT." in helps[1].stdout
+
+
+def test_flask_scheduler_worker_burst_runs_what_is_due(
+    app: Flask, world: World, database_url: str, tmp_path: Path
+) -> None:
+    due = add_run(world.alpha.id, datetime(2026, 1, 1, tzinfo=UTC))
+    env = bare_environment(
+        tmp_path, SECRET_KEY="k", DATABASE_URL=database_url, SCHEDULER_DEMO_JOBS="1"
+    )
+    result = run([*FLASK, "scheduler-worker", "--burst", "--concurrency", "2"], env)
+    assert result.returncode == 0, result.stderr
+    db.session.rollback()
+    assert db.session.get(Run, due.id).status == "succeeded"  # type: ignore[union-attr]

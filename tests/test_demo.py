@@ -1,0 +1,103 @@
+"""`flask demo`: the demo tenant's schedules and a history that the product could have made."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from flask.testing import FlaskCliRunner
+from sqlalchemy import func, select
+
+from webapp.extensions import db
+from webapp.models import AuditEvent, Run, Schedule, Tenant, User
+from webapp.scheduler import cron
+from webapp.scheduler.tick import OVERLAP_REASON, fire_key
+
+
+def counts() -> dict[str, int]:
+    return {
+        model.__name__: db.session.scalar(select(func.count()).select_from(model)) or 0
+        for model in (Tenant, User, Schedule, Run, AuditEvent)
+    }
+
+
+def demo(cli: FlaskCliRunner) -> None:
+    result = cli.invoke(args=["demo"])
+    assert result.exit_code == 0, result.output
+    db.session.expire_all()
+
+
+def test_demo_runs_are_the_fire_times_of_their_schedules(cli: FlaskCliRunner) -> None:
+    demo(cli)
+    schedules = {s.id: s for s in db.session.scalars(select(Schedule))}
+    runs = list(db.session.scalars(select(Run).order_by(Run.id)))
+    assert len({run.schedule_id for run in runs}) == 4  # every demo schedule has a history
+    for run in runs:
+        schedule = schedules[run.schedule_id]
+        if run.trigger == "manual":
+            assert run.idempotency_key.startswith("manual:") and run.requested_by is not None
+            continue
+        spec = cron.validate(schedule.cron, schedule.time_zone)
+        assert spec.next_fire_after(run.scheduled_for - timedelta(microseconds=1)) == (
+            run.scheduled_for
+        ), (schedule.name, run.scheduled_for)
+        assert run.idempotency_key == fire_key(schedule.id, run.scheduled_for)
+        assert run.queued_at >= run.scheduled_for
+    for schedule in schedules.values():
+        if schedule.tenant_id is None:
+            continue
+        fired = [r.scheduled_for for r in runs if r.schedule_id == schedule.id]
+        assert len(fired) >= 3, schedule.name
+        # The tick left the schedule where the history ends.
+        assert schedule.last_run_at == max(
+            r.scheduled_for for r in runs if r.schedule_id == schedule.id and r.trigger != "manual"
+        )
+        assert schedule.next_run_at == cron.next_fire_after(
+            schedule.cron, schedule.time_zone, schedule.last_run_at
+        )
+
+
+def test_demo_runs_vary_and_tell_the_products_stories(cli: FlaskCliRunner) -> None:
+    demo(cli)
+    runs = list(db.session.scalars(select(Run).order_by(Run.id)))
+    executed = [run for run in runs if run.started_at is not None]
+    lags = {run.started_at - run.scheduled_for for run in executed if run.trigger == "schedule"}
+    durations = {run.finished_at - run.started_at for run in executed}  # type: ignore[operator]
+    assert len(lags) > len(executed) // 2 and len(durations) > len(executed) // 2
+    assert all(timedelta(0) < lag < timedelta(minutes=2) for lag in lags)
+    assert all(run.finished_at is not None and run.status != "queued" for run in runs)
+    # Failed: one attempt of a job that allows one, with the job's own error.
+    failed = [run for run in runs if run.status == "failed"]
+    assert failed and all(run.job == "demo.fail" and run.attempt == 1 for run in failed)
+    assert all(run.error.startswith("RuntimeError: upstream returned 503") for run in failed)  # type: ignore[union-attr]
+    # Retried after a lost worker: attempt 2 succeeded, started after the lease expired.
+    retried = [run for run in runs if run.attempt == 2]
+    assert retried and all(run.status == "succeeded" and run.error is None for run in retried)
+    assert all(run.job == "demo.sleep" and run.max_attempts == 2 for run in retried)
+    assert all(run.available_at - run.queued_at > timedelta(seconds=60) for run in retried)
+    # One catch-up after the worker's downtime, standing for several missed fires.
+    (catchup,) = [run for run in runs if run.trigger == "catchup"]
+    assert catchup.fires_covered > 1 and catchup.status == "succeeded"
+    # One fire skipped because a Run now of the same schedule was still running.
+    (skipped,) = [run for run in runs if run.status == "skipped"]
+    (manual,) = [run for run in runs if run.trigger == "manual"]
+    assert skipped.error == OVERLAP_REASON and skipped.attempt == 0
+    assert skipped.schedule_id == manual.schedule_id and manual.status == "succeeded"
+    assert manual.started_at < skipped.queued_at < manual.finished_at  # type: ignore[operator]
+    echoed = {run.output for run in runs if run.job == "demo.echo"}
+    assert echoed == {"Good morning!\n", "still alive\n"}
+
+
+def test_demo_twice_adds_nothing(cli: FlaskCliRunner) -> None:
+    demo(cli)
+    before = counts()
+    demo(cli)
+    assert counts() == before
+
+
+def test_demo_leaves_the_default_schedules_as_production_would(cli: FlaskCliRunner) -> None:
+    demo(cli)
+    defaults = db.session.execute(
+        select(Schedule.key, Schedule.scope, Schedule.active).where(Schedule.tenant_id.is_(None))
+    ).all()
+    assert defaults == [("maintenance.prune_runs", "system", True)]
+    assert cli.invoke(args=["scheduler", "sync"]).stdout == "created 0 default schedules\n"
