@@ -56,7 +56,6 @@ class RunFilters:
     before: int | None = None  # keyset: only runs with a smaller id
     schedule_query: str = ""  # "Find a schedule": narrows the schedule filter's options
 
-
     @classmethod
     def from_args(cls) -> RunFilters:
         """The filters in the query string; an invalid value answers 400 with a message."""
@@ -160,6 +159,9 @@ def index() -> Response:
         runs=runs,
         next_before=next_before,
         filters=filters,
+        # The page's table and the "Load older runs" rows (a fragment of _rows.html alone)
+        # must have the same columns: the setting comes from here for both.
+        show_schedule=True,
         schedule_options=options,
         more_schedule_options=more_options,
         statuses=RUN_STATUSES,
