@@ -144,3 +144,19 @@ def test_bob_gets_403_and_charlie_404_from_every_place(
     )
     assert not db.session.get(Schedule, p).active  # type: ignore[union-attr]
     assert db.session.get(Schedule, r) is not None
+
+
+def test_run_now_of_a_job_gone_from_the_catalog_is_409_with_the_reason(
+    app: Flask, world: World, data: Seeded
+) -> None:
+    data.report.job = "reports.retired"
+    db.session.commit()
+    alice = Panel(app, world.alice)
+    for form in ({}, DETAIL):
+        response = alice.post(f"/schedules/{data.report.id}/run", form)
+        assert response.status_code == 409 and response.headers["HX-Reswap"] == "none"
+        assert "reports.retired" in response.get_data(as_text=True)
+    page = alice.post(f"/schedules/{data.report.id}/run", htmx=False)
+    assert page.status_code == 409
+    assert "Not possible" in page.get_data(as_text=True) and "reports.retired" in page.text
+    assert db.session.scalar(select(Run).where(Run.id > data.beta_run.id)) is None

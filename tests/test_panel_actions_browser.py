@@ -178,6 +178,8 @@ def test_every_action_works_from_the_schedule_page(
     first.locator(".badge-queued").wait_for()
     assert page.get_by_text("No runs yet.").count() == 0
     assert page.url == here
+    if js:  # the page's content was swapped; the keyboard focus stays on the button
+        assert page.evaluate("document.activeElement.id") == f"schedule-{schedule_id}-run-now"
 
     page.get_by_role("button", name="Pause").click()
     flash(page, "Schedule “Detailed” paused.")
