@@ -299,8 +299,8 @@ def from_detail() -> bool:
 
 
 def action_done(message: str, schedule: Schedule) -> Response:
-    """After pause or resume: htmx gets the part of the page the form is on, updated (the
-    schedule's page, or its row of the list); a plain post returns where it came from."""
+    """After an action: htmx gets the part of the page the form is on, updated (the schedule's
+    page, or its row of the list); a plain post returns where it came from."""
     if from_detail():
         return done(
             message, back_to(schedule), "schedules/_detail.html", **detail_context(schedule)
@@ -342,18 +342,17 @@ def resume(schedule_id: int) -> Response:
                 [schedule], schedule.next_run_at - timedelta(seconds=1), now, limit=100
             )
             missed = fires
+        # Where the page's form returns: the page that linked to it, else the schedule's page.
         target = request.args.get("next")
+        if not is_own_path(target):
+            target = url_for("schedules.detail", schedule_id=schedule.id)
         return page_or_partial(
             "schedules/resume.html",
             "schedules/_resume.html",
             schedule=schedule,
             missed=missed,
-            # htmx asks from a row of the list, which the answer replaces; the page is left
-            # for `next` (the page that linked to it; the schedule's page by default).
-            in_row=is_htmx(),
-            next_url=target
-            if is_own_path(target)
-            else url_for("schedules.detail", schedule_id=schedule.id),
+            in_row=is_htmx(),  # htmx asks from a row of the list, which the answer replaces
+            next_url=target,
             tenant=tenancy.current_tenant(),
         )
     catch_up = request.form.get("missed") == "catch_up"
