@@ -4,9 +4,6 @@ action controls; no page has a JavaScript error."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,6 +19,7 @@ from tests.browser_support import (
     PageErrors,
     live_server,
     require_chromium,
+    worker_process,
 )
 from tests.conftest import PASSWORD
 from tests.panel_helpers import make_run
@@ -32,7 +30,6 @@ from webapp.services.audit import Actor
 from webapp.services.schedules import ScheduleInput, create_schedule
 
 pytestmark = pytest.mark.browser
-PROJECT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -162,21 +159,7 @@ def test_run_now_badge_updates_itself_without_a_reload(
 def test_run_now_succeeds_with_a_real_worker_process(
     new_page: Any, server: LiveServer, errors: PageErrors
 ) -> None:
-    environment = {
-        **os.environ,
-        "DATABASE_URL": server.database_url,
-        "SECRET_KEY": "test-secret",
-        "SCHEDULER_DEMO_JOBS": "1",
-        "SCHEDULER_POLL_INTERVAL": "0.2",
-    }
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "flask", "--app", "webapp", "scheduler", "worker"],
-        cwd=PROJECT,
-        env=environment,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
+    with worker_process(server):
         page = new_page
         log_in(page, server, "alice@example.com")
         schedule_id = create_echo_schedule(page, server, "Worker echo")
@@ -189,9 +172,6 @@ def test_run_now_succeeds_with_a_real_worker_process(
         row.locator(".badge-succeeded").click()
         page.locator("pre.log").get_by_text("hello from the browser").wait_for()
         assert errors.messages == []
-    finally:
-        worker.terminate()
-        worker.wait(timeout=30)
 
 
 def test_a_viewer_sees_no_action_buttons(

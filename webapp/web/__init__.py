@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from flask import Flask, render_template
+from flask import Flask, make_response, render_template, request
 from werkzeug.exceptions import HTTPException
+from werkzeug.wrappers import Response
 
 from webapp import tenancy
 from webapp.web import formatting, params
+from webapp.web.formatting import is_htmx
 
 
 def register_panel(app: Flask) -> None:
@@ -26,9 +28,13 @@ def register_panel(app: Flask) -> None:
         return render_template("errors/no_tenant.html"), 403
 
     @app.errorhandler(400)
-    def bad_request(error: HTTPException) -> tuple[str, int]:
+    def bad_request(error: HTTPException) -> Response:
         text = error.description or "The request could not be understood."
-        return render_template("errors/error.html", title="Bad request", text=text), 400
+        return error_response(400, "Bad request", text)
+
+    @app.errorhandler(409)
+    def conflict(error: HTTPException) -> Response:
+        return error_response(409, "Not possible", error.description or "Not possible now.")
 
     for status, title, text in (
         (403, "Not allowed", "Your role in this tenant can look but not change things."),
@@ -36,8 +42,23 @@ def register_panel(app: Flask) -> None:
         (413, "Too large", "The request is larger than the panel accepts."),
     ):
 
-        def error_page(_error: Exception, status: int = status, title: str = title,
-                       text: str = text) -> tuple[str, int]:
-            return render_template("errors/error.html", title=title, text=text), status
+        def error_page(
+            _error: Exception, status: int = status, title: str = title, text: str = text
+        ) -> Response:
+            return error_response(status, title, text)
 
         app.register_error_handler(status, error_page)
+
+
+def error_response(status: int, title: str, text: str) -> Response:
+    """The error page; for a write sent by htmx, only the message, among the page's messages.
+
+    htmx 4 swaps a 4xx answer into the form's target (a row, the schedule's page), so a failed
+    action (a schedule deleted meanwhile, a job gone from the catalog) would paste a whole page
+    there: it says why and leaves the page as it is instead."""
+    if is_htmx() and request.method != "GET":
+        html = render_template("_flash_oob.html", message=text, category="error")
+        response = make_response(html, status)
+        response.headers["HX-Reswap"] = "none"
+        return response
+    return make_response(render_template("errors/error.html", title=title, text=text), status)

@@ -160,6 +160,9 @@ def index() -> Response:
         runs=runs,
         next_before=next_before,
         filters=filters,
+        # The page's table and the "Load older runs" rows (a fragment of _rows.html alone)
+        # must have the same columns: the setting comes from here for both.
+        show_schedule=True,
         schedule_options=options,
         more_schedule_options=more_options,
         statuses=RUN_STATUSES,

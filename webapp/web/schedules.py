@@ -28,7 +28,7 @@ from webapp.services.schedules import (
     update_schedule,
 )
 from webapp.web.common import actor, done, htmx_redirect, page_or_partial
-from webapp.web.formatting import id_url
+from webapp.web.formatting import id_url, is_htmx
 from webapp.web.forms import MISFIRE_CHOICES, OVERLAP_CHOICES, ScheduleForm, default_args
 from webapp.web.params import bad_request, choice_arg, id_arg
 from webapp.web.time_zones import time_zone_names
@@ -245,6 +245,13 @@ def preview() -> Response:
 def detail(schedule_id: int) -> Response:
     """A schedule's settings, next fire times, run history and audit trail."""
     schedule = tenancy.get_schedule_or_404(schedule_id)
+    return page_or_partial(
+        "schedules/detail.html", "schedules/_detail.html", **detail_context(schedule)
+    )
+
+
+def detail_context(schedule: Schedule) -> dict[str, Any]:
+    """What the schedule's page shows; its actions render it again after a change."""
     runs = list(
         db.session.scalars(
             tenancy.runs()
@@ -262,19 +269,17 @@ def detail(schedule_id: int) -> Response:
         )
     )
     spec = current_catalog().get(schedule.job) if schedule.job in current_catalog() else None
-    return page_or_partial(
-        "schedules/detail.html",
-        "schedules/_detail.html",
-        schedule=schedule,
-        spec=spec,
-        preview=cron_preview(schedule.cron, schedule.time_zone, count=10),
-        runs=runs[:DETAIL_RUNS],
-        more_runs=len(runs) > DETAIL_RUNS,
-        events=events,
-        last_run=runs[0] if runs else None,
-        tenant=tenancy.current_tenant(),
-        titles=job_titles(),
-    )
+    return {
+        "schedule": schedule,
+        "spec": spec,
+        "preview": cron_preview(schedule.cron, schedule.time_zone, count=10),
+        "runs": runs[:DETAIL_RUNS],
+        "more_runs": len(runs) > DETAIL_RUNS,
+        "events": events,
+        "last_run": runs[0] if runs else None,
+        "tenant": tenancy.current_tenant(),
+        "titles": job_titles(),
+    }
 
 
 def back_to(schedule: Schedule | None = None) -> str:
@@ -287,6 +292,22 @@ def back_to(schedule: Schedule | None = None) -> str:
     return url_for("schedules.index")
 
 
+def from_detail() -> bool:
+    """Whether the form is on the schedule's own page (its forms send place=detail), rather than
+    in a row of the list: htmx then swaps the whole page's content, not a row."""
+    return request.form.get("place") == "detail"
+
+
+def action_done(message: str, schedule: Schedule) -> Response:
+    """After an action: htmx gets the part of the page the form is on, updated (the schedule's
+    page, or its row of the list); a plain post returns where it came from."""
+    if from_detail():
+        return done(
+            message, back_to(schedule), "schedules/_detail.html", **detail_context(schedule)
+        )
+    return done(message, back_to(schedule), "schedules/_row.html", **row_context(schedule))
+
+
 @bp.post("/schedules/<id:schedule_id>/run")
 def run(schedule_id: int) -> Response:
     """Run now: queue a manual run and show its status in place; a worker executes it."""
@@ -295,13 +316,10 @@ def run(schedule_id: int) -> Response:
         queued = run_now(schedule, actor(), utcnow())
     except ScheduleError as error:
         abort(409, "; ".join(error.errors.values()))
-    return done(
-        f"Run #{queued.id} of “{schedule.name}” queued.",
-        back_to(schedule),
-        "runs/_status.html",
-        run=queued,
-        schedule=schedule,
-    )
+    message = f"Run #{queued.id} of “{schedule.name}” queued."
+    if from_detail():  # the new run heads the page's history, its badges polling
+        return action_done(message, schedule)
+    return done(message, back_to(schedule), "runs/_status.html", run=queued, schedule=schedule)
 
 
 @bp.post("/schedules/<id:schedule_id>/pause")
@@ -309,12 +327,7 @@ def pause(schedule_id: int) -> Response:
     """Pause a schedule: it stops firing until resumed."""
     schedule = tenancy.get_rw_schedule_or_404(schedule_id)
     pause_schedule(schedule, actor())
-    return done(
-        f"Schedule “{schedule.name}” paused.",
-        back_to(schedule),
-        "schedules/_row.html",
-        **row_context(schedule),
-    )
+    return action_done(f"Schedule “{schedule.name}” paused.", schedule)
 
 
 @bp.route("/schedules/<id:schedule_id>/resume", methods=["GET", "POST"])
@@ -329,22 +342,23 @@ def resume(schedule_id: int) -> Response:
                 [schedule], schedule.next_run_at - timedelta(seconds=1), now, limit=100
             )
             missed = fires
+        # Where the page's form returns: the page that linked to it, else the schedule's page.
+        target = request.args.get("next")
+        if not is_own_path(target):
+            target = url_for("schedules.detail", schedule_id=schedule.id)
         return page_or_partial(
             "schedules/resume.html",
             "schedules/_resume.html",
             schedule=schedule,
             missed=missed,
+            in_row=is_htmx(),  # htmx asks from a row of the list, which the answer replaces
+            next_url=target,
             tenant=tenancy.current_tenant(),
         )
     catch_up = request.form.get("missed") == "catch_up"
     resume_schedule(schedule, actor(), utcnow(), catch_up=catch_up)
     how = "missed fire times will run" if catch_up else "missed fire times skipped"
-    return done(
-        f"Schedule “{schedule.name}” resumed ({how}).",
-        back_to(schedule),
-        "schedules/_row.html",
-        **row_context(schedule),
-    )
+    return action_done(f"Schedule “{schedule.name}” resumed ({how}).", schedule)
 
 
 @bp.post("/schedules/<id:schedule_id>/delete")

@@ -1,0 +1,309 @@
+"""Every schedule action from every place it appears (a row of the list, the schedule's page, the
+resume page), in headless Chromium with JavaScript (htmx, no console error or unmatched target)
+and without it (plain form posts and redirects); the new run of "Run now" on a schedule's page
+heads its history and updates itself; "Load older runs" rows line up with the table."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from sqlalchemy import select
+
+from tests import test_panel_browser as panel_browser
+from tests.browser_support import LiveServer, PageErrors, worker_process
+from tests.panel_helpers import make_run
+from tests.test_panel_browser import log_in
+from webapp.accounts import find_tenant
+from webapp.extensions import db
+from webapp.models import Run, Schedule
+from webapp.services.audit import Actor
+from webapp.services.schedules import ScheduleInput, create_schedule
+
+pytestmark = pytest.mark.browser
+
+# The live server (tenant alpha, alice admin), Chromium and the console watcher of the panel's
+# browser tests.
+server = panel_browser.server
+chromium = panel_browser.chromium
+errors = panel_browser.errors
+new_page = panel_browser.new_page  # JavaScript on, dialogs accepted
+
+
+@pytest.fixture(params=[True, False], ids=["js", "no-js"])
+def js(request: pytest.FixtureRequest) -> bool:
+    return bool(request.param)
+
+
+@pytest.fixture
+def page(chromium: Any, errors: PageErrors, js: bool) -> Iterator[Any]:
+    context = chromium.new_context(java_script_enabled=js)
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    errors.watch(page)
+    page.on("dialog", lambda dialog: dialog.accept())  # hx-confirm of Delete
+    yield page
+    context.close()
+
+
+def add_schedule(server: LiveServer, name: str) -> int:
+    with server.app.app_context():
+        schedule = create_schedule(
+            find_tenant("alpha"),
+            ScheduleInput(
+                name=name,
+                job="demo.echo",
+                args={"message": "from a test"},
+                cron="*/10 * * * *",
+                time_zone="UTC",
+            ),
+            Actor.cli(),
+            datetime.now(UTC),
+        )
+        schedule_id = schedule.id
+        db.session.remove()
+        return schedule_id
+
+
+def miss_fire_times(server: LiveServer, schedule_id: int) -> None:
+    """As if the schedule had been paused for an hour: six fire times passed."""
+    with server.app.app_context():
+        schedule = db.session.get(Schedule, schedule_id)
+        assert schedule is not None and not schedule.active
+        schedule.next_run_at = datetime.now(UTC) - timedelta(hours=1)
+        db.session.commit()
+        db.session.remove()
+
+
+def flash(page: Any, text: str) -> None:
+    page.locator("#flashes").get_by_text(text).wait_for()
+
+
+def resume_return(url: str) -> str | None:
+    """Where a resume page returns to (its `next`), or None for another page."""
+    parts = urlsplit(url)
+    if not parts.path.endswith("/resume"):
+        return None
+    return parse_qs(parts.query).get("next", [""])[0]
+
+
+def still_here(page: Any, js: bool) -> None:
+    """With JavaScript the actions swap parts of the page: it was never reloaded."""
+    if js:
+        assert page.evaluate("window.notReloaded") is True
+
+
+def test_every_action_works_from_a_row_of_the_list(
+    page: Any, server: LiveServer, errors: PageErrors, js: bool
+) -> None:
+    schedule_id = add_schedule(server, "Listed")
+    log_in(page, server, "alice@example.com")
+    if js:
+        page.evaluate("window.notReloaded = true")
+    row = page.locator(f"#schedule-{schedule_id}")
+
+    row.get_by_role("button", name="Run now").click()
+    flash(page, "of “Listed” queued.")
+    row.locator(".badge-queued").wait_for()
+    assert page.url == server.url + "/"
+
+    row.get_by_role("button", name="Pause").click()
+    flash(page, "Schedule “Listed” paused.")
+    row.get_by_text("paused", exact=True).first.wait_for()
+    assert page.url == server.url + "/"
+    still_here(page, js)
+
+    for button, how in (
+        ("Resume and catch up", "missed fire times will run"),
+        ("Resume, skip missed", "missed fire times skipped"),
+    ):
+        miss_fire_times(server, schedule_id)
+        if not js:  # the question has a page of its own, which comes back here
+            page.reload()
+        row.get_by_role("link", name="Resume").click()
+        if not js:
+            page.wait_for_url(lambda url: resume_return(url) == "/")
+        page.get_by_role("button", name=button).click()
+        flash(page, f"Schedule “Listed” resumed ({how}).")
+        row.get_by_role("button", name="Pause").wait_for()
+        assert page.url == server.url + "/"
+        still_here(page, js)
+        if button == "Resume and catch up":
+            row.get_by_role("button", name="Pause").click()
+            row.get_by_role("link", name="Resume").wait_for()
+
+    row.get_by_role("button", name="Delete").click()
+    flash(page, "Schedule “Listed” deleted.")
+    row.wait_for(state="detached")
+    assert page.url == server.url + "/"
+    still_here(page, js)
+    assert errors.messages == []
+
+
+def test_edit_from_the_list_and_from_the_schedule_page_saves_to_its_page(
+    page: Any, server: LiveServer, errors: PageErrors, js: bool
+) -> None:
+    schedule_id = add_schedule(server, "Edited")
+    log_in(page, server, "alice@example.com")
+    for start, name in (("/", "Edited in the list"), (f"/schedules/{schedule_id}", "Edited here")):
+        page.goto(server.url + start)
+        where = page.locator(f"#schedule-{schedule_id}") if start == "/" else page
+        where.get_by_role("link", name="Edit", exact=True).click()
+        page.wait_for_url(f"{server.url}/schedules/{schedule_id}/edit")
+        page.get_by_label("Name").fill(name)
+        page.get_by_role("button", name="Save").click()
+        flash(page, f"Schedule “{name}” saved.")
+        page.get_by_role("heading", name=name).wait_for()
+        assert page.url == f"{server.url}/schedules/{schedule_id}"
+    assert errors.messages == []
+
+
+def test_every_action_works_from_the_schedule_page(
+    page: Any, server: LiveServer, errors: PageErrors, js: bool
+) -> None:
+    schedule_id = add_schedule(server, "Detailed")
+    here = f"{server.url}/schedules/{schedule_id}"
+    log_in(page, server, "alice@example.com")
+    page.goto(here)
+    heading = page.get_by_role("heading", name="Detailed")
+    page.get_by_text("No runs yet.").wait_for()
+
+    page.get_by_role("button", name="Run now").click()
+    flash(page, "of “Detailed” queued.")
+    # The new run heads the history and its badge is live (item 6 watches it finish).
+    first = page.locator("#run-rows tr").first
+    first.locator(".badge-queued").wait_for()
+    assert page.get_by_text("No runs yet.").count() == 0
+    assert page.url == here
+    if js:  # the page's content was swapped; the keyboard focus stays on the button
+        assert page.evaluate("document.activeElement.id") == f"schedule-{schedule_id}-run-now"
+
+    page.get_by_role("button", name="Pause").click()
+    flash(page, "Schedule “Detailed” paused.")
+    heading.locator(".badge-paused").wait_for()
+    assert page.url == here
+
+    for button, how in (
+        ("Resume and catch up", "missed fire times will run"),
+        ("Resume, skip missed", "missed fire times skipped"),
+    ):
+        miss_fire_times(server, schedule_id)
+        page.get_by_role("link", name="Resume").click()
+        page.wait_for_url(lambda url: resume_return(url) == f"/schedules/{schedule_id}")
+        page.get_by_text("6 fire times passed while it was paused.").wait_for()
+        page.get_by_role("button", name=button).click()
+        flash(page, f"Schedule “Detailed” resumed ({how}).")  # back where it started
+        heading.locator(".badge-active").wait_for()
+        assert page.url == here
+        if button == "Resume and catch up":
+            page.get_by_role("button", name="Pause").click()
+            page.get_by_role("link", name="Resume").wait_for()
+
+    page.get_by_role("button", name="Delete").click()
+    page.wait_for_url(server.url + "/")  # not the deleted schedule's page
+    flash(page, "Schedule “Detailed” deleted.")
+    page.get_by_role("heading", name="No schedules yet").wait_for()  # it was the only one
+    assert errors.messages == []
+
+
+def test_the_resume_page_opened_directly_returns_to_the_schedule(
+    page: Any, server: LiveServer, errors: PageErrors, js: bool
+) -> None:
+    schedule_id = add_schedule(server, "Opened")
+    here = f"{server.url}/schedules/{schedule_id}"
+    log_in(page, server, "alice@example.com")
+    page.goto(here)
+    page.get_by_role("button", name="Pause").click()
+    page.get_by_role("link", name="Resume").wait_for()
+    page.goto(f"{here}/resume")
+    page.get_by_role("link", name="Cancel").click()
+    page.wait_for_url(here)
+    page.goto(f"{here}/resume")
+    page.get_by_role("button", name="Resume, skip missed").click()
+    flash(page, "Schedule “Opened” resumed (missed fire times skipped).")
+    assert page.url == here
+    assert errors.messages == []
+
+
+def test_run_now_on_the_schedule_page_shows_the_run_in_its_history_until_it_succeeds(
+    new_page: Any, server: LiveServer, errors: PageErrors
+) -> None:
+    schedule_id = add_schedule(server, "Watched")
+    page = new_page
+    with worker_process(server):
+        log_in(page, server, "alice@example.com")
+        page.goto(f"{server.url}/schedules/{schedule_id}")
+        page.get_by_text("No runs yet.").wait_for()
+        page.evaluate("window.notReloaded = true")
+        page.get_by_role("button", name="Run now").click()
+        history = page.locator("#run-rows tr").first
+        history.wait_for()
+        with server.app.app_context():
+            run_id = db.session.scalar(select(Run.id).where(Run.schedule_id == schedule_id))
+            db.session.remove()
+        assert history.get_attribute("id") == f"run-{run_id}"
+        history.locator(".badge-succeeded").wait_for(timeout=30_000)
+        page.locator(f"#schedule-{schedule_id}-last-run .badge-succeeded").wait_for()
+        assert page.evaluate("window.notReloaded") is True
+        assert errors.messages == []
+
+
+def test_older_runs_line_up_with_the_columns_of_the_history(
+    new_page: Any, server: LiveServer, errors: PageErrors
+) -> None:
+    schedule_id = add_schedule(server, "Paged")
+    with server.app.app_context():
+        schedule = db.session.get(Schedule, schedule_id)
+        assert schedule is not None
+        for minute in range(60):
+            make_run(schedule, "failed" if minute % 7 == 0 else "succeeded", 10 + minute)
+        db.session.commit()
+        db.session.remove()
+    page = new_page
+    log_in(page, server, "alice@example.com")
+    for url in ("/runs", f"/runs?schedule={schedule_id}"):
+        page.goto(server.url + url)
+        page.get_by_role("link", name="Load older runs").click()
+        page.locator("#run-rows tr").nth(59).wait_for()
+        assert page.locator("#runs-more").count() == 0
+        # Every row has the header's cells, and each column starts where its header does.
+        slipped = page.evaluate(
+            """() => {
+              const heads = [...document.querySelectorAll('table.runs thead th')];
+              const lefts = heads.map(th => Math.round(th.getBoundingClientRect().left));
+              return [...document.querySelectorAll('#run-rows tr')].filter(tr =>
+                tr.cells.length !== heads.length ||
+                [...tr.cells].some((td, i) =>
+                  Math.round(td.getBoundingClientRect().left) !== lefts[i])
+              ).map(tr => tr.id);
+            }"""
+        )
+        assert slipped == [], url
+    assert errors.messages == []
+
+
+def test_an_action_on_a_schedule_deleted_meanwhile_says_so_and_leaves_the_page(
+    new_page: Any, server: LiveServer, errors: PageErrors
+) -> None:
+    """Another tab deleted it: htmx must not paste the 404 page into the row or the page."""
+    listed, detailed = add_schedule(server, "Gone in the list"), add_schedule(server, "Gone here")
+    page = new_page
+    log_in(page, server, "alice@example.com")
+    other = page.context.new_page()  # another tab of the same session
+    other.on("dialog", lambda dialog: dialog.accept())
+    for schedule_id, start in ((listed, "/"), (detailed, f"/schedules/{detailed}")):
+        page.goto(server.url + start)
+        other.goto(f"{server.url}/schedules/{schedule_id}")
+        other.get_by_role("button", name="Delete").click()
+        other.wait_for_url(server.url + "/")
+        where = page.locator(f"#schedule-{schedule_id}") if start == "/" else page
+        where.get_by_role("button", name="Pause").click()
+        flash(page, "There is nothing here, or it belongs to another tenant.")
+        assert page.locator("header.topbar").count() == 1  # no page pasted into the page
+        where.get_by_role("button", name="Pause").wait_for()  # left as it was
+        assert page.url == server.url + start
+    # Chromium logs the 404 of each failed fetch; nothing else may be logged.
+    assert [m for m in errors.messages if "status of 404" not in m] == []
