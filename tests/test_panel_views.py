@@ -233,6 +233,48 @@ def test_the_preview_notes_daylight_saving_changes(app: Flask, world: World) -> 
     assert 'class="dst-note"' in page.get_data(as_text=True)
 
 
+def test_the_preview_says_what_happens_at_the_next_clock_changes_from_a_chosen_day(
+    app: Flask, world: World
+) -> None:
+    alice = Panel(app, world.alice)
+    page = alice.get(
+        "/schedules/form/preview?cron=30 2 * * *&time_zone=America/New_York"
+        "&preview_from=2027-03-14",
+        htmx=True,
+    ).get_data(as_text=True)
+    # Fires from the start of that local day: the first is the one the gap moves to 03:00.
+    assert "2027-03-14 03:00 EDT (-04:00)" in page and "2027-03-15 02:30 EDT" in page
+    assert "2027-03-14</span> clocks go forward 1 hour at 02:00 (EST to EDT)" in page
+    assert "02:30 does not exist; runs at 03:00 EDT" in page
+    assert "2027-11-07</span> clocks go back 1 hour at 02:00 (EDT to EST):" in page
+    kolkata = alice.get(
+        "/schedules/form/preview?cron=30 2 * * *&time_zone=Asia/Kolkata", htmx=True
+    ).get_data(as_text=True)
+    assert "Asia/Kolkata does not change its clocks" in kolkata
+
+
+@pytest.mark.parametrize("day", ["2027-02-30", "tomorrow", "0999-01-01", "2027-3-1"])
+def test_a_bad_preview_date_is_a_400_shown_in_the_preview(
+    app: Flask, world: World, day: str
+) -> None:
+    response = Panel(app, world.alice).get(
+        f"/schedules/form/preview?cron=30 2 * * *&time_zone=UTC&preview_from={day}", htmx=True
+    )
+    assert response.status_code == 400
+    page = response.get_data(as_text=True)
+    assert 'id="cron-preview"' in page and 'data-field="preview_from"' in page
+    assert "is not a date between 1970-01-01 and 2999-12-31" in page
+
+
+def test_the_form_sends_its_preview_date_with_every_preview_request(
+    app: Flask, world: World
+) -> None:
+    page = Panel(app, world.alice).get("/schedules/new").get_data(as_text=True)
+    assert '<label for="preview_from">Preview from</label>' in page
+    assert 'hx-include="#time_zone, #preview_from"' in page
+    assert 'hx-include="#cron, #preview_from"' in page
+
+
 def test_saving_creates_through_the_service_with_an_audit_event(app: Flask, world: World) -> None:
     response = Panel(app, world.alice).post("/schedules/new", form_data())
     assert response.status_code == 200

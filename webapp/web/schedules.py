@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import date, timedelta
 from typing import Any
 
 from flask import Blueprint, abort, request, url_for
 from flask_login import login_required
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import load_only
+from werkzeug.exceptions import BadRequest
 from werkzeug.wrappers import Response
 
 from webapp import tenancy
@@ -30,7 +31,7 @@ from webapp.services.schedules import (
 from webapp.web.common import actor, done, htmx_redirect, page_or_partial
 from webapp.web.formatting import id_url
 from webapp.web.forms import MISFIRE_CHOICES, OVERLAP_CHOICES, ScheduleForm, default_args
-from webapp.web.params import bad_request, choice_arg, id_arg
+from webapp.web.params import bad_request, choice_arg, date_arg, id_arg
 from webapp.web.time_zones import time_zone_names
 from webapp.web.upcoming import upcoming_fires
 
@@ -161,11 +162,13 @@ def form_context(form: ScheduleForm, schedule: Schedule | None) -> dict[str, Any
     }
 
 
-def cron_preview(expression: str, time_zone: str, count: int = 5) -> dict[str, Any]:
+def cron_preview(
+    expression: str, time_zone: str, count: int = 5, start: date | None = None
+) -> dict[str, Any]:
     if not expression.strip():
         return {"empty": True}
     try:
-        return {"result": preview_cron(expression, time_zone, utcnow(), count=count)}
+        return {"result": preview_cron(expression, time_zone, utcnow(), count, start)}
     except ScheduleError as error:
         return {"errors": error.errors}
 
@@ -233,11 +236,23 @@ def preview() -> Response:
     form = ScheduleForm(
         cron=request.args.get("cron", ""), time_zone=request.args.get("time_zone", "").strip()
     )
+    try:
+        start = date_arg("preview_from")  # "Preview from": the start of that local day
+    except BadRequest as error:
+        # Shown in place of the preview, where the admin is looking.
+        return page_or_partial(
+            "schedules/preview.html",
+            "schedules/_preview.html",
+            400,
+            preview={"errors": {"preview_from": error.description}},
+            form=form,
+        )
     return page_or_partial(
         "schedules/preview.html",
         "schedules/_preview.html",
-        preview=cron_preview(form.cron, form.time_zone),
+        preview=cron_preview(form.cron, form.time_zone, start=start),
         form=form,
+        start=start,
     )
 
 
