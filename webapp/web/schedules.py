@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from flask import Blueprint, abort, request, url_for
 from flask_login import login_required
@@ -29,11 +30,11 @@ from webapp.services.schedules import (
     update_schedule,
 )
 from webapp.web.common import actor, done, htmx_redirect, page_or_partial
-from webapp.web.formatting import id_url
+from webapp.web.formatting import id_url, shown_zone
 from webapp.web.forms import MISFIRE_CHOICES, OVERLAP_CHOICES, ScheduleForm, default_args
-from webapp.web.params import bad_request, choice_arg, date_arg, id_arg
+from webapp.web.params import bad_request, choice_arg, date_arg, id_arg, shown
 from webapp.web.time_zones import time_zone_names
-from webapp.web.upcoming import upcoming_fires
+from webapp.web.upcoming import Cursor, by_day, upcoming_fires
 
 bp = Blueprint("schedules", __name__)
 bp.before_request(login_required(lambda: None))
@@ -42,6 +43,8 @@ LIST_LIMIT = 50
 DETAIL_RUNS = 20
 DETAIL_AUDIT = 20
 STATUS_FILTERS = ("active", "paused")
+UPCOMING_HOURS = 24
+UPCOMING_PAGE = 100  # fire times per page of Next runs
 
 
 def last_runs(schedule_ids: list[int]) -> dict[int, Run]:
@@ -374,17 +377,51 @@ def delete(schedule_id: int) -> Response:
     return done(message, url_for("schedules.index"))
 
 
+def upcoming_cursor() -> Cursor | None:
+    """The `after` (an ISO 8601 time with its offset) and `after_id` (a schedule id) of a later
+    page of Next runs: the last fire time of the page before; or 400."""
+    text = request.args.get("after", "")
+    schedule_id = id_arg("after_id")
+    if not text and schedule_id is None:
+        return None
+    if not text or schedule_id is None:
+        bad_request("“after” and “after_id” go together: the last fire time of a page.")
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        at = None
+    if at is None or at.utcoffset() is None:
+        bad_request(f"“after={shown(text)}” is not a time with its UTC offset (ISO 8601).")
+    return at.astimezone(UTC), schedule_id
+
+
 @bp.get("/upcoming")
 def upcoming() -> Response:
-    """The tenant's fire times across all active schedules in the next 24 hours."""
+    """The tenant's fire times across all active schedules in the next 24 hours, by day,
+    UPCOMING_PAGE at a time ("Later fire times" continues after the last one shown)."""
     now = utcnow()
+    cursor = upcoming_cursor()
     active = db.session.scalars(tenancy.schedules().where(Schedule.active.is_(True)))
-    fires, more = upcoming_fires(active, now, now + timedelta(hours=24))
+    fires, more = upcoming_fires(
+        active, now, now + timedelta(hours=UPCOMING_HOURS), UPCOMING_PAGE, cursor
+    )
+    tenant = tenancy.current_tenant()
+    zone = shown_zone(tenant.time_zone)
+    today = now.astimezone(ZoneInfo(zone)).date()
+    later = None
+    if more:
+        last = fires[-1]
+        later = {"after": last.at.isoformat(), "after_id": str(last.schedule.id)}
+    # A later page appends to the list; its first day may continue the last one shown.
+    later_page = "after" in request.args
     return page_or_partial(
         "schedules/upcoming.html",
-        "schedules/_upcoming.html",
-        fires=fires,
-        more=more,
-        tenant=tenancy.current_tenant(),
+        "schedules/_upcoming_days.html" if later_page else "schedules/_upcoming.html",
+        days=by_day(fires, zone),
+        today=today,
+        tomorrow=today + timedelta(days=1),
+        continued=cursor[0].astimezone(ZoneInfo(zone)).date() if cursor else None,
+        later=later,
+        tenant=tenant,
         titles=job_titles(),
     )
