@@ -534,6 +534,40 @@ def test_a_bad_next_runs_cursor_is_a_400(app: Flask, world: World, query: str) -
     assert Panel(app, world.alice).get(f"/upcoming?{query}").status_code == 400
 
 
+def test_the_header_toggle_shows_every_time_in_utc_and_back(
+    app: Flask, world: World, data: Seeded
+) -> None:
+    alice = Panel(app, world.alice)
+    detail = f"/runs/{data.succeeded.id}"
+    local = alice.get(detail).get_data(as_text=True)
+    assert 'aria-pressed="true">Local</button>' in local
+    assert re.search(r"<time [^>]*title=\"[^\"]+ UTC\">\d{4}-\d\d-\d\d \d\d:\d\d CES?T ", local)
+    response = alice.post("/times", {"times": "utc", "next": f"{detail}?x=1"}, htmx=False)
+    assert response.status_code == 303 and response.headers["Location"] == f"{detail}?x=1"
+    utc = alice.get(detail).get_data(as_text=True)
+    assert 'aria-pressed="true">UTC</button>' in utc
+    # UTC shown, the tenant's local time in the title.
+    assert re.search(r"<time [^>]*title=\"[^\"]+ CES?T\">\d{4}-\d\d-\d\d \d\d:\d\d UTC ", utc)
+    assert "who did what, in UTC" in alice.get("/audit").get_data(as_text=True)
+    assert alice.post("/times", {"times": "local"}, htmx=False).headers["Location"] == "/"
+    assert 'aria-pressed="true">Local</button>' in alice.get(detail).get_data(as_text=True)
+
+
+@pytest.mark.parametrize(
+    ("form", "status"),
+    [({"times": "mars"}, 400), ({}, 400), ({"times": "utc", "next": "//evil.example"}, 303)],
+)
+def test_the_times_toggle_refuses_bad_input_and_foreign_targets(
+    app: Flask, world: World, form: dict[str, str], status: int
+) -> None:
+    alice = Panel(app, world.alice)
+    response = alice.post("/times", form, htmx=False)
+    assert response.status_code == status
+    if status == 303:
+        assert response.headers["Location"] == "/"
+    assert alice.post("/times", {"times": "utc"}, htmx=False, csrf=False).status_code == 400
+
+
 def test_the_tenant_switcher_changes_the_current_tenant(
     app: Flask, world: World, data: Seeded
 ) -> None:
