@@ -336,7 +336,80 @@ def test_editing_keeps_the_schedule_and_audits_the_change(
     assert response.status_code == 200
     assert db.session.get(Schedule, data.report.id).cron == "0 3 * * *"  # type: ignore[union-attr]
     audit = alice.get("/audit").get_data(as_text=True)
-    assert "<del>0 2 * * *</del>" in audit and "<ins>0 3 * * *</ins>" in audit
+    assert '<del><code class="nowrap">0 2 * * *</code>' in audit
+    assert '<ins><code class="nowrap">0 3 * * *</code>' in audit
+
+
+NOTHING = "\N{EN DASH}"  # an empty side of a change
+
+
+def change_rows(page: str) -> list[tuple[str, str, str]]:
+    """(field, before, after) of each line of the first event's changes, as text."""
+    table = re.search(r'<table class="changes">(.*?)</table>', page, re.S)
+    assert table is not None
+    rows = re.findall(
+        r"<tr><th scope=\"row\">(.*?)</th>\s*<td>(.*?)</td>\s*<td>(.*?)</td>", table.group(1), re.S
+    )
+    return [tuple(" ".join(re.sub(r"<[^>]+>", " ", cell).split()) for cell in row) for row in rows]
+
+
+def test_the_audit_log_uses_the_form_labels_and_values(
+    app: Flask, world: World, data: Seeded
+) -> None:
+    alice = Panel(app, world.alice)
+    response = alice.post(
+        f"/schedules/{data.report.id}/edit",
+        form_data(
+            name="Alpha nightly report",
+            cron="*/7 * * * *",
+            misfire_policy="skip",
+            **{"args.message": "changed <b>"},
+        ),
+    )
+    assert response.status_code == 200
+    page = alice.get("/audit").get_data(as_text=True)
+    assert change_rows(page) == [
+        ("Message parameter", "alpha-secret-message", "changed &lt;b&gt;"),
+        (
+            "Cron expression",
+            "0 2 * * * At 02:00",
+            "*/7 * * * * Every 7 minutes "
+            "(from :00 each hour; the gap across the hour is 4 minutes)",
+        ),
+        (
+            "After downtime (missed fire times)",
+            "Run once for all missed times (default)",
+            "Skip missed times",
+        ),
+    ]
+    alice.post(f"/schedules/{data.report.id}/pause")
+    assert change_rows(alice.get("/audit").get_data(as_text=True)) == [
+        ("Active", "Active", "Paused")
+    ]
+    # The schedule's own page shows its trail the same way.
+    detail = alice.get(f"/schedules/{data.report.id}").get_data(as_text=True)
+    assert change_rows(detail) == [("Active", "Active", "Paused")]
+    alice.post(f"/schedules/{data.report.id}/run")
+    run_id = db.session.scalar(select(func.max(Run.id)))
+    run, at = change_rows(alice.get("/audit").get_data(as_text=True))
+    assert run == ("Run", NOTHING, f"#{run_id}") and at[:2] == ("Run at", NOTHING)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d CES?T just now", at[2])
+    # A creation has nothing before; every field of the form, parameters by their titles.
+    alice.post("/schedules/new", form_data())
+    created = change_rows(alice.get("/audit").get_data(as_text=True))
+    assert [row[0] for row in created] == [
+        "Name",
+        "Key",
+        "Job",
+        "Message parameter",
+        "Cron expression",
+        "Time zone",
+        "After downtime (missed fire times)",
+        "When the previous run is still going",
+        "Active",
+    ]
+    assert {row[1] for row in created} == {NOTHING}
+    assert created[2][2] == "Echo a message (demo.echo)"
 
 
 def test_run_now_queues_a_manual_run_and_shows_its_status_in_place(

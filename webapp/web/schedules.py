@@ -31,13 +31,26 @@ from webapp.services.schedules import (
 )
 from webapp.web.common import actor, done, htmx_redirect, page_or_partial
 from webapp.web.formatting import id_url, shown_zone
-from webapp.web.forms import MISFIRE_CHOICES, OVERLAP_CHOICES, ScheduleForm, default_args
+from webapp.web.forms import (
+    FIELD_LABELS,
+    MISFIRE_CHOICES,
+    OVERLAP_CHOICES,
+    ScheduleForm,
+    default_args,
+)
 from webapp.web.params import bad_request, choice_arg, date_arg, id_arg, shown
 from webapp.web.time_zones import time_zone_names
 from webapp.web.upcoming import Cursor, by_day, upcoming_fires
 
 bp = Blueprint("schedules", __name__)
 bp.before_request(login_required(lambda: None))
+
+
+@bp.app_context_processor
+def form_labels() -> dict[str, Any]:
+    """The schedule form's labels, for the form and for the audit trail's field names."""
+    return {"field_labels": FIELD_LABELS}
+
 
 LIST_LIMIT = 50
 DETAIL_RUNS = 20
@@ -289,6 +302,7 @@ def detail(schedule_id: int) -> Response:
         runs=runs[:DETAIL_RUNS],
         more_runs=len(runs) > DETAIL_RUNS,
         events=events,
+        audit_jobs={schedule.id: schedule.job},
         last_run=runs[0] if runs else None,
         tenant=tenancy.current_tenant(),
         titles=job_titles(),
