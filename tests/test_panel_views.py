@@ -528,7 +528,7 @@ def upcoming_rows(page: str) -> list[tuple[str, int]]:
     return [
         (at, int(schedule_id))
         for at, schedule_id in re.findall(
-            r'<tr>\s*<td><time datetime="([^"]+)".*?href="/schedules/(\d+)"', page, re.S
+            r'<tr>\s*<td[^>]*><time datetime="([^"]+)".*?href="/schedules/(\d+)"', page, re.S
         )
     ]
 

@@ -117,8 +117,7 @@ def field_value(name: str, value: Any, time_zone: str) -> Markup:
     elif name == "cron" and isinstance(value, str):
         description = describe_cron(value)
         return Markup(
-            f'<code class="nowrap">{escape(value)}</code> '
-            f'<span class="cron-description">{escape(description)}</span>'
+            f'<code class="nowrap">{escape(value)}</code> {escape(description)}'
         )
     elif name == "run_id" and isinstance(value, int):
         url = id_url("runs.detail", run_id=value)

@@ -114,16 +114,18 @@ def shown_zone(time_zone: str | None) -> str:
     return "UTC" if times_in_utc() else time_zone or "UTC"
 
 
-def moment(value: datetime | None, time_zone: str | None) -> Markup:
+def moment(value: datetime | None, time_zone: str | None, with_date: bool = True) -> Markup:
     """A `<time>` in the zone the user chose (local or UTC), relative time beside it, and the
-    other zone in its title. The header toggle makes UTC reachable without a mouse."""
+    other zone in its title. The header toggle makes UTC reachable without a mouse.
+    `with_date=False` leaves out the date, under a heading that names the day."""
     if value is None:
         return Markup('<span class="muted">-</span>')
     other = local_time(value, time_zone) if times_in_utc() else utc_time(value)
+    shown = local_time(value, shown_zone(time_zone))
     # An f-string of escaped parts: Markup.format costs more than the rest of a history row.
     return Markup(
         f'<time datetime="{escape(value.isoformat())}" title="{escape(other)}">'
-        f"{escape(local_time(value, shown_zone(time_zone)))} "
+        f"{escape(shown if with_date else shown[11:])} "
         f'<span class="muted">{escape(relative_time(value))}</span></time>'
     )
 
