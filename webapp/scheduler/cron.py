@@ -729,9 +729,10 @@ def clock_changes(
     spec = _spec(expr, tz)
     start = _as_utc(after_utc, "after_utc")
     changes: list[ClockChange] = []
-    # A day's step cannot jump over a change and back: no zone changes twice within 48 hours.
+    # Weekly steps, then a bisection to the second: a step cannot jump over a change and back,
+    # as no zone changes its clocks twice within a week (Morocco's Ramadan breaks last weeks).
     previous, old = start, _utc_offset(spec.zone, start)
-    for days in range(1, CLOCK_CHANGE_HORIZON_DAYS + 1):
+    for days in range(7, CLOCK_CHANGE_HORIZON_DAYS + 7, 7):
         moment = start + days * ONE_DAY
         new = _utc_offset(spec.zone, moment)
         if new != old:
