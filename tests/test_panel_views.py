@@ -622,6 +622,12 @@ def test_the_header_toggle_shows_every_time_in_utc_and_back(
     # UTC shown, the tenant's local time in the title.
     assert re.search(r"<time [^>]*title=\"[^\"]+ CES?T\">\d{4}-\d\d-\d\d \d\d:\d\d UTC ", utc)
     assert "who did what, in UTC" in alice.get("/audit").get_data(as_text=True)
+    preview = alice.get(
+        "/schedules/form/preview?cron=30 2 * * *&time_zone=America/New_York"
+        "&preview_from=2027-03-14",
+        htmx=True,
+    ).get_data(as_text=True)
+    assert '03:00 EDT (-04:00)</time> <span class="nowrap">= 07:00 UTC</span>' in preview
     assert alice.post("/times", {"times": "local"}, htmx=False).headers["Location"] == "/"
     assert 'aria-pressed="true">Local</button>' in alice.get(detail).get_data(as_text=True)
 
