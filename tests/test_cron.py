@@ -345,6 +345,52 @@ def test_description_is_plain_english_with_24_hour_times(expr: str, text: str) -
     assert describe(validate(expr, "Asia/Kolkata")) == text
 
 
+@pytest.mark.parametrize(
+    ("expr", "text"),
+    [
+        (
+            "*/7 * * * *",
+            "Every 7 minutes (from :00 each hour; the gap across the hour is 4 minutes)",
+        ),
+        (
+            "*/45 * * * *",
+            "Every 45 minutes (from :00 each hour; the gap across the hour is 15 minutes)",
+        ),
+        (
+            "10-50/15 8-17 * * *",
+            "Every 15 minutes, minutes 10 through 50 past the hour, between 08:00 and 17:59 "
+            "(from :10 each hour; the gap across the hour is 30 minutes)",
+        ),
+        ("0 */5 * * *", "Every 5 hours (from 00:00 each day; the gap across midnight is 4 hours)"),
+        (
+            "0 0 */10 * *",
+            "At 00:00, every 10 days "
+            "(from day 1 each month; the gap across the month end is 1 to 10 days)",
+        ),
+        (
+            "0 0 1 */5 *",
+            "At 00:00, on day 1 of the month, every 5 months "
+            "(from January each year; the gap across the year end is 2 months)",
+        ),
+        # Steps that divide the range, or a wrap no fire crosses: no note.
+        ("*/10 * * * *", "Every 10 minutes"),
+        ("5/15 * * * *", "Every 15 minutes, starting at 5 minutes past the hour"),
+        ("*/7 9 * * *", "Every 7 minutes, between 09:00 and 09:59"),
+        ("0 */2 * * *", "Every 2 hours"),
+        ("0 */5 * * 1", "Every 5 hours, only on Monday"),
+        ("0 0 */2 1 *", "At 00:00, every 2 days, only in January"),
+        ("0 0 1 */4 *", "At 00:00, on day 1 of the month, every 4 months"),
+    ],
+)
+def test_a_step_that_does_not_divide_its_range_says_the_real_gap(expr: str, text: str) -> None:
+    assert describe(expr) == text
+
+
+def test_the_gap_note_matches_the_fire_times() -> None:
+    fires = fire_times_between("*/7 * * * *", "UTC", utc(2026, 1, 1, 0, 50), utc(2026, 1, 1, 1, 1))
+    assert [f"{fire:%H:%M}" for fire in fires] == ["00:56", "01:00"]  # 4 minutes
+
+
 @pytest.mark.parametrize("expr", ["0 0 0 * * *", "garbage", "0 0 30 2 *"])
 def test_description_validates_first(expr: str) -> None:
     with pytest.raises(CronError):

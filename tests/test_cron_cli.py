@@ -30,6 +30,31 @@ def test_preview_marks_the_fixed_time_moved_out_of_the_spring_gap() -> None:
     ]
 
 
+def test_preview_says_what_happens_at_the_next_two_clock_changes_on_request() -> None:
+    result = preview(
+        "30 2 * * *",
+        "--tz",
+        "America/New_York",
+        "--after",
+        "2026-12-03T00:00",
+        "--count",
+        "1",
+        "--clock-changes",
+    )
+    assert result.exit_code == 0
+    assert result.stdout.splitlines() == [
+        "At 02:30",
+        "2026-12-03T07:30:00Z  2026-12-03 02:30 EST (-05:00)",
+        "# 2027-03-14: clocks go forward 1 hour at 02:00 (EST to EDT): "
+        "02:30 does not exist; runs at 03:00 EDT",
+        "# 2027-11-07: clocks go back 1 hour at 02:00 (EDT to EST): not affected",
+    ]
+    kolkata = preview("30 2 * * *", "--tz", "Asia/Kolkata", "--count", "1", "--clock-changes")
+    assert kolkata.stdout.splitlines()[-1] == (
+        "# Asia/Kolkata does not change its clocks (no daylight-saving time) in the next two years"
+    )
+
+
 def test_preview_marks_both_passes_of_the_repeated_hour_for_a_wildcard_job() -> None:
     result = preview("*/30 1 * * *", "--tz", "America/New_York", "--after", "2026-11-01T00:45")
     assert result.exit_code == 0

@@ -16,7 +16,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.cron_helpers import DST_ZONES, EXTRA_ZONES, oracle_fires, transitions, utc
-from webapp.scheduler.cron import CronError, describe, dst_note, validate
+from webapp.scheduler.cron import (
+    CronError,
+    clock_changes,
+    describe,
+    dst_note,
+    no_clock_changes,
+    validate,
+)
 
 NY, BERLIN, SYDNEY, LORD_HOWE, KOLKATA = DST_ZONES
 
@@ -370,6 +377,110 @@ def test_fire_shaped_by_a_dst_rule_carries_a_note(
 )
 def test_ordinary_fire_has_no_note(tz: str, expr: str, fire: datetime) -> None:
     assert dst_note(expr, tz, fire) is None
+
+
+# --- the zone's next clock changes, for the preview ------------------------------------------
+
+NY_SPRING = "2027-03-14: clocks go forward 1 hour at 02:00 (EST to EDT)"
+NY_FALL = "2027-11-07: clocks go back 1 hour at 02:00 (EDT to EST)"
+
+
+@pytest.mark.parametrize(
+    ("tz", "expr", "expected"),
+    [
+        (
+            NY,
+            "30 2 * * *",
+            [f"{NY_SPRING}: 02:30 does not exist; runs at 03:00 EDT", f"{NY_FALL}: not affected"],
+        ),
+        (
+            NY,
+            "30 1 * * *",
+            [
+                f"{NY_SPRING}: not affected",
+                f"{NY_FALL}: 01:30 happens twice; runs once, at 01:30 EDT",
+            ],
+        ),
+        (
+            NY,
+            "0-10/5 2 * * *",
+            [
+                f"{NY_SPRING}: 02:00, 02:05 and 02:10 do not exist; runs once, at 03:00 EDT",
+                f"{NY_FALL}: not affected",
+            ],
+        ),
+        (
+            NY,
+            "0 * * * *",
+            [
+                # 03:00 EDT is the job's own time, not a moved one.
+                f"{NY_SPRING}: 02:00 does not exist; "
+                "skipped (a wildcard job follows the new clock)",
+                f"{NY_FALL}: 01:00 happens twice; "
+                "a wildcard job fires at both: 01:00 EDT and 01:00 EST",
+            ],
+        ),
+        (
+            NY,
+            "*/15 1 * * *",
+            [
+                f"{NY_SPRING}: not affected",
+                f"{NY_FALL}: 01:00-01:45 happens twice; a wildcard job fires in both passes: "
+                "4 times in EDT, 4 in EST",
+            ],
+        ),
+        (
+            NY,
+            "0 12 * * *",
+            [f"{NY_SPRING}: not affected", f"{NY_FALL}: not affected"],
+        ),
+        (
+            BERLIN,
+            "30 2 * * *",
+            [
+                "2027-03-28: clocks go forward 1 hour at 02:00 (CET to CEST): "
+                "02:30 does not exist; runs at 03:00 CEST",
+                "2027-10-31: clocks go back 1 hour at 03:00 (CEST to CET): "
+                "02:30 happens twice; runs once, at 02:30 CEST",
+            ],
+        ),
+        (
+            LORD_HOWE,
+            "15 2 * * *",
+            [
+                "2027-04-04: clocks go back 30 minutes at 02:00 (+11 to +1030): not affected",
+                "2027-10-03: clocks go forward 30 minutes at 02:00 (+1030 to +11): "
+                "02:15 does not exist; runs at 02:30 +11",
+            ],
+        ),
+        (
+            LORD_HOWE,
+            "*/20 1 * * *",
+            [
+                "2027-04-04: clocks go back 30 minutes at 02:00 (+11 to +1030): "
+                "01:40 happens twice; a wildcard job fires at both: 01:40 +11 and 01:40 +1030",
+                "2027-10-03: clocks go forward 30 minutes at 02:00 (+1030 to +11): not affected",
+            ],
+        ),
+    ],
+)
+def test_preview_says_what_happens_at_the_next_two_clock_changes(
+    tz: str, expr: str, expected: list[str]
+) -> None:
+    assert [str(change) for change in clock_changes(expr, tz, utc(2026, 12, 3))] == expected
+
+
+def test_clock_changes_start_after_the_given_instant() -> None:
+    changes = clock_changes("30 2 * * *", NY, utc(2027, 3, 14, 7))  # just after the gap
+    assert [change.day.isoformat() for change in changes] == ["2027-11-07", "2028-03-12"]
+    assert changes[0].at == utc(2027, 11, 7, 6)
+
+
+def test_a_zone_without_dst_has_no_clock_changes_and_says_so() -> None:
+    assert clock_changes("30 2 * * *", KOLKATA, utc(2026, 12, 3)) == []
+    assert no_clock_changes(KOLKATA) == (
+        "Asia/Kolkata does not change its clocks (no daylight-saving time) in the next two years"
+    )
 
 
 # --- properties ----------------------------------------------------------------------------

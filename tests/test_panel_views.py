@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from flask import Flask
@@ -14,7 +15,10 @@ from tests.conftest import World
 from tests.panel_helpers import ALPHA_SECRETS, Panel, Seeded, make_run, seed
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule
+from webapp.services.audit import Actor
+from webapp.services.schedules import ScheduleInput, create_schedule
 from webapp.web.formatting import dom_id
+from webapp.web.upcoming import Fire, by_day
 
 
 @pytest.fixture
@@ -233,6 +237,48 @@ def test_the_preview_notes_daylight_saving_changes(app: Flask, world: World) -> 
     assert 'class="dst-note"' in page.get_data(as_text=True)
 
 
+def test_the_preview_says_what_happens_at_the_next_clock_changes_from_a_chosen_day(
+    app: Flask, world: World
+) -> None:
+    alice = Panel(app, world.alice)
+    page = alice.get(
+        "/schedules/form/preview?cron=30 2 * * *&time_zone=America/New_York"
+        "&preview_from=2027-03-14",
+        htmx=True,
+    ).get_data(as_text=True)
+    # Fires from the start of that local day: the first is the one the gap moves to 03:00.
+    assert "2027-03-14 03:00 EDT (-04:00)" in page and "2027-03-15 02:30 EDT" in page
+    assert "2027-03-14</span> clocks go forward 1 hour at 02:00 (EST to EDT)" in page
+    assert "02:30 does not exist; runs at 03:00 EDT" in page
+    assert "2027-11-07</span> clocks go back 1 hour at 02:00 (EDT to EST):" in page
+    kolkata = alice.get(
+        "/schedules/form/preview?cron=30 2 * * *&time_zone=Asia/Kolkata", htmx=True
+    ).get_data(as_text=True)
+    assert "Asia/Kolkata does not change its clocks" in kolkata
+
+
+@pytest.mark.parametrize("day", ["2027-02-30", "tomorrow", "0999-01-01", "2027-3-1"])
+def test_a_bad_preview_date_is_a_400_shown_in_the_preview(
+    app: Flask, world: World, day: str
+) -> None:
+    response = Panel(app, world.alice).get(
+        f"/schedules/form/preview?cron=30 2 * * *&time_zone=UTC&preview_from={day}", htmx=True
+    )
+    assert response.status_code == 400
+    page = response.get_data(as_text=True)
+    assert 'id="cron-preview"' in page and 'data-field="preview_from"' in page
+    assert "is not a date between 1970-01-01 and 2999-12-31" in page
+
+
+def test_the_form_sends_its_preview_date_with_every_preview_request(
+    app: Flask, world: World
+) -> None:
+    page = Panel(app, world.alice).get("/schedules/new").get_data(as_text=True)
+    assert '<label for="preview_from">Preview from</label>' in page
+    assert 'hx-include="#time_zone, #preview_from"' in page
+    assert 'hx-include="#cron, #preview_from"' in page
+
+
 def test_saving_creates_through_the_service_with_an_audit_event(app: Flask, world: World) -> None:
     response = Panel(app, world.alice).post("/schedules/new", form_data())
     assert response.status_code == 200
@@ -290,7 +336,80 @@ def test_editing_keeps_the_schedule_and_audits_the_change(
     assert response.status_code == 200
     assert db.session.get(Schedule, data.report.id).cron == "0 3 * * *"  # type: ignore[union-attr]
     audit = alice.get("/audit").get_data(as_text=True)
-    assert "<del>0 2 * * *</del>" in audit and "<ins>0 3 * * *</ins>" in audit
+    assert '<del><code class="nowrap">0 2 * * *</code>' in audit
+    assert '<ins><code class="nowrap">0 3 * * *</code>' in audit
+
+
+NOTHING = "\N{EN DASH}"  # an empty side of a change
+
+
+def change_rows(page: str) -> list[tuple[str, str, str]]:
+    """(field, before, after) of each line of the first event's changes, as text."""
+    table = re.search(r'<table class="changes">(.*?)</table>', page, re.S)
+    assert table is not None
+    rows = re.findall(
+        r"<tr><th scope=\"row\">(.*?)</th>\s*<td>(.*?)</td>\s*<td>(.*?)</td>", table.group(1), re.S
+    )
+    return [tuple(" ".join(re.sub(r"<[^>]+>", " ", cell).split()) for cell in row) for row in rows]
+
+
+def test_the_audit_log_uses_the_form_labels_and_values(
+    app: Flask, world: World, data: Seeded
+) -> None:
+    alice = Panel(app, world.alice)
+    response = alice.post(
+        f"/schedules/{data.report.id}/edit",
+        form_data(
+            name="Alpha nightly report",
+            cron="*/7 * * * *",
+            misfire_policy="skip",
+            **{"args.message": "changed <b>"},
+        ),
+    )
+    assert response.status_code == 200
+    page = alice.get("/audit").get_data(as_text=True)
+    assert change_rows(page) == [
+        ("Message parameter", "alpha-secret-message", "changed &lt;b&gt;"),
+        (
+            "Cron expression",
+            "0 2 * * * At 02:00",
+            "*/7 * * * * Every 7 minutes "
+            "(from :00 each hour; the gap across the hour is 4 minutes)",
+        ),
+        (
+            "After downtime (missed fire times)",
+            "Run once for all missed times (default)",
+            "Skip missed times",
+        ),
+    ]
+    alice.post(f"/schedules/{data.report.id}/pause")
+    assert change_rows(alice.get("/audit").get_data(as_text=True)) == [
+        ("Active", "Active", "Paused")
+    ]
+    # The schedule's own page shows its trail the same way.
+    detail = alice.get(f"/schedules/{data.report.id}").get_data(as_text=True)
+    assert change_rows(detail) == [("Active", "Active", "Paused")]
+    alice.post(f"/schedules/{data.report.id}/run")
+    run_id = db.session.scalar(select(func.max(Run.id)))
+    run, at = change_rows(alice.get("/audit").get_data(as_text=True))
+    assert run == ("Run", NOTHING, f"#{run_id}") and at[:2] == ("Run at", NOTHING)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d CES?T just now", at[2])
+    # A creation has nothing before; every field of the form, parameters by their titles.
+    alice.post("/schedules/new", form_data())
+    created = change_rows(alice.get("/audit").get_data(as_text=True))
+    assert [row[0] for row in created] == [
+        "Name",
+        "Key",
+        "Job",
+        "Message parameter",
+        "Cron expression",
+        "Time zone",
+        "After downtime (missed fire times)",
+        "When the previous run is still going",
+        "Active",
+    ]
+    assert {row[1] for row in created} == {NOTHING}
+    assert created[2][2] == "Echo a message (demo.echo)"
 
 
 def test_run_now_queues_a_manual_run_and_shows_its_status_in_place(
@@ -429,6 +548,130 @@ def test_next_runs_lists_the_next_24_hours_in_the_tenant_zone(
     assert page.count("Alpha nightly report") == 1  # daily; the paused one is left out
     assert "Alpha paused cleanup" not in page
     assert "CET" in page or "CEST" in page
+
+
+def upcoming_rows(page: str) -> list[tuple[str, int]]:
+    """(fire time, schedule id) of every row of a Next runs page, in order."""
+    return [
+        (at, int(schedule_id))
+        for at, schedule_id in re.findall(
+            r'<tr>\s*<td[^>]*><time datetime="([^"]+)".*?href="/schedules/(\d+)"', page, re.S
+        )
+    ]
+
+
+def test_next_runs_are_grouped_by_local_day_and_paged_100_at_a_time(
+    app: Flask, world: World
+) -> None:
+    alice_actor = Actor.for_user(world.alice)
+    # Three schedules firing at the same times: pages end between fires of the same instant.
+    for name in ("Every ten A", "Every ten B", "Every ten C"):
+        create_schedule(
+            world.alpha,
+            ScheduleInput(
+                name=name,
+                job="demo.echo",
+                args={"message": "m"},
+                cron="*/10 * * * *",
+                time_zone="UTC",
+            ),
+            alice_actor,
+            datetime.now(UTC),
+        )
+    alice = Panel(app, world.alice)
+    first = alice.get("/upcoming").get_data(as_text=True)
+    rows = upcoming_rows(first)
+    assert len(rows) == 100  # bounded
+    seen = list(rows)
+    later = re.search(r'<a href="(/upcoming\?[^"]+)" hx-get', first)
+    while later is not None:
+        page = alice.get(later.group(1).replace("&amp;", "&"), htmx=True).get_data(as_text=True)
+        assert "<html" not in page and 'id="upcoming"' not in page  # appended in place
+        rows = upcoming_rows(page)
+        assert 0 < len(rows) <= 100
+        seen += rows
+        later = re.search(r'<a href="(/upcoming\?[^"]+)" hx-get', page)
+    # 144 fires each in 24 hours (a few more if a 10-minute mark passed between the pages):
+    # each fire once, in order, none missed.
+    assert 432 <= len(seen) <= 435 and len(set(seen)) == len(seen)
+    assert seen == sorted(seen, key=lambda row: (datetime.fromisoformat(row[0]), row[1]))
+    # Each day's heading names the tenant's local day (Europe/Berlin) of every row under it.
+    berlin = ZoneInfo("Europe/Berlin")
+    sections = first.split('<section class="upcoming-day">')[1:]
+    assert 1 <= len(sections) <= 2
+    for section in sections:
+        heading = re.search(r"<h2>(.*?)</h2>", section, re.S)
+        assert heading is not None
+        for at, _ in upcoming_rows(section):
+            day = datetime.fromisoformat(at).astimezone(berlin)
+            assert f"{day:%A} {day.day} {day:%B %Y}" in heading.group(1)
+
+
+def test_fires_are_grouped_by_their_day_in_the_zone_shown() -> None:
+    schedule = Schedule(id=1, name="s")
+    fires = [Fire(datetime(2026, 12, 3, hour, 30, tzinfo=UTC), schedule, None) for hour in (22, 23)]
+    berlin = by_day(fires, "Europe/Berlin")  # 23:30 and 00:30 the next day
+    assert [(day.isoformat(), len(group)) for day, group in berlin] == [
+        ("2026-12-03", 1),
+        ("2026-12-04", 1),
+    ]
+    assert [(day.isoformat(), len(group)) for day, group in by_day(fires, "UTC")] == [
+        ("2026-12-03", 2)
+    ]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "after=2026-01-01T00:00%2B00:00",
+        "after_id=3",
+        "after=yesterday&after_id=3",
+        "after=2026-01-01T00:00&after_id=3",
+        "after=2026-01-01T00:00Z&after_id=x",
+    ],
+)
+def test_a_bad_next_runs_cursor_is_a_400(app: Flask, world: World, query: str) -> None:
+    assert Panel(app, world.alice).get(f"/upcoming?{query}").status_code == 400
+
+
+def test_the_header_toggle_shows_every_time_in_utc_and_back(
+    app: Flask, world: World, data: Seeded
+) -> None:
+    alice = Panel(app, world.alice)
+    detail = f"/runs/{data.succeeded.id}"
+    local = alice.get(detail).get_data(as_text=True)
+    assert 'aria-pressed="true">Local</button>' in local
+    assert re.search(r"<time [^>]*title=\"[^\"]+ UTC\">\d{4}-\d\d-\d\d \d\d:\d\d CES?T ", local)
+    response = alice.post("/times", {"times": "utc", "next": f"{detail}?x=1"}, htmx=False)
+    assert response.status_code == 303 and response.headers["Location"] == f"{detail}?x=1"
+    utc = alice.get(detail).get_data(as_text=True)
+    assert 'aria-pressed="true">UTC</button>' in utc
+    # UTC shown, the tenant's local time in the title.
+    assert re.search(r"<time [^>]*title=\"[^\"]+ CES?T\">\d{4}-\d\d-\d\d \d\d:\d\d UTC ", utc)
+    assert "who did what, in UTC" in alice.get("/audit").get_data(as_text=True)
+    preview = alice.get(
+        "/schedules/form/preview?cron=30 2 * * *&time_zone=America/New_York"
+        "&preview_from=2027-03-14",
+        htmx=True,
+    ).get_data(as_text=True)
+    assert '03:00 EDT (-04:00)</time> <span class="nowrap">= 07:00 UTC</span>' in preview
+    assert alice.post("/times", {"times": "local"}, htmx=False).headers["Location"] == "/"
+    assert 'aria-pressed="true">Local</button>' in alice.get(detail).get_data(as_text=True)
+
+
+@pytest.mark.parametrize(
+    ("form", "status"),
+    [({"times": "mars"}, 400), ({}, 400), ({"times": "utc", "next": "//evil.example"}, 303)],
+)
+def test_the_times_toggle_refuses_bad_input_and_foreign_targets(
+    app: Flask, world: World, form: dict[str, str], status: int
+) -> None:
+    alice = Panel(app, world.alice)
+    response = alice.post("/times", form, htmx=False)
+    assert response.status_code == status
+    if status == 303:
+        assert response.headers["Location"] == "/"
+    assert alice.post("/times", {"times": "utc"}, htmx=False, csrf=False).status_code == 400
 
 
 def test_the_tenant_switcher_changes_the_current_tenant(

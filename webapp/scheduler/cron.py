@@ -26,13 +26,17 @@ from cron_descriptor import ExpressionDescriptor, FormatError, Options
 
 __all__ = [
     "ALIASES",
+    "ClockChange",
     "CronError",
     "CronSpec",
+    "clock_changes",
     "describe",
     "dst_note",
     "fire_times_between",
     "is_wildcard",
     "next_fire_after",
+    "no_clock_changes",
+    "step_notes",
     "validate",
     "wall_time_to_utc",
 ]
@@ -223,23 +227,21 @@ class CronSpec:
             return None
         # The clock jumped forward at this instant: fixed times in the gap run now.
         gap_start = (fire + offset_before).replace(tzinfo=None)
+        skipped = self._skipped_wall_times(gap_start, wall)
+        if not skipped:
+            return None
+        once = "" if len(skipped) == 1 else "once "
+        return f"{_wall_times(skipped, 'not exist')} on this day: runs {once}at {wall:%H:%M}"
+
+    def _skipped_wall_times(self, start: datetime, end: datetime) -> list[datetime]:
+        """The naive wall times in [start, end) that match all five fields, minute by minute."""
         skipped = []
-        wall_time = gap_start
-        while wall_time < wall:
+        wall_time = start
+        while wall_time < end:
             if self.matches_wall_time(wall_time):
                 skipped.append(wall_time)
             wall_time += ONE_MINUTE
-        if not skipped:
-            return None
-        if len(skipped) == 1:
-            return f"{skipped[0]:%H:%M} does not exist on this day: runs at {wall:%H:%M}"
-        if len(skipped) <= 3:
-            names = _join([f"{t:%H:%M}" for t in skipped], "and")
-            return f"{names} do not exist on this day: runs once at {wall:%H:%M}"
-        return (
-            f"{skipped[0]:%H:%M}-{skipped[-1]:%H:%M} does not exist on this day: "
-            f"runs once at {wall:%H:%M}"
-        )
+        return skipped
 
     def _next_matching_day(self, day: date) -> date | None:
         """The first local day on or after ``day`` on which the job runs."""
@@ -494,6 +496,18 @@ _CYCLE_MONTHS = tuple(
 )
 
 
+def _wall_times(times: list[datetime], verb: str) -> str:
+    """E.g. "02:30 does not exist", "02:00, 02:05 and 02:10 do not exist" or "01:00-01:59
+    happens twice", for the verbs "not exist" and "happen twice"."""
+    singular = {"not exist": "does not exist", "happen twice": "happens twice"}[verb]
+    plural = {"not exist": "do not exist", "happen twice": "happen twice"}[verb]
+    if len(times) == 1:
+        return f"{times[0]:%H:%M} {singular}"
+    if len(times) <= 3:
+        return f"{_join([f'{t:%H:%M}' for t in times], 'and')} {plural}"
+    return f"{times[0]:%H:%M}-{times[-1]:%H:%M} {singular}"
+
+
 def _join(words: list[str], conjunction: str) -> str:
     if len(words) == 1:
         return words[0]
@@ -678,6 +692,125 @@ def wall_time_to_utc(wall: datetime, tz: str) -> datetime:
     return change - timedelta(microseconds=1)
 
 
+# --- clock changes ------------------------------------------------------------------------------
+
+# How far ahead clock_changes looks for a zone's next changes (every zone with DST changes at
+# least once a year).
+CLOCK_CHANGE_HORIZON_DAYS = 2 * 366
+
+
+@dataclass(frozen=True)
+class ClockChange:
+    """What a schedule does at one clock change of its zone, in words."""
+
+    at: datetime  # the instant of the change, UTC
+    day: date  # the local date of the change
+    change: str  # "clocks go forward 1 hour at 02:00 (EST to EDT)"
+    effect: str  # "02:30 does not exist; runs at 03:00 EDT", or "not affected"
+
+    def __str__(self) -> str:
+        return f"{self.day:%Y-%m-%d}: {self.change}: {self.effect}"
+
+
+def no_clock_changes(tz: str) -> str:
+    """What the preview says for a zone that does not change its clocks (Asia/Kolkata)."""
+    return f"{tz} does not change its clocks (no daylight-saving time) in the next two years"
+
+
+def clock_changes(
+    expr: str | CronSpec, tz: str | None, after_utc: datetime, count: int = 2
+) -> list[ClockChange]:
+    """What the schedule does at its zone's next ``count`` clock changes after ``after_utc``.
+
+    The changes come from the zone's rules (looked for up to two years ahead; none for a zone
+    without DST); the effect on the schedule comes from its own fire times around each change,
+    so it follows the same Debian rules as next_fire_after.
+    """
+    spec = _spec(expr, tz)
+    start = _as_utc(after_utc, "after_utc")
+    changes: list[ClockChange] = []
+    # Weekly steps, then a bisection to the second: a step cannot jump over a change and back,
+    # as no zone changes its clocks twice within a week (Morocco's Ramadan breaks last weeks).
+    previous, old = start, _utc_offset(spec.zone, start)
+    for days in range(7, CLOCK_CHANGE_HORIZON_DAYS + 7, 7):
+        moment = start + days * ONE_DAY
+        new = _utc_offset(spec.zone, moment)
+        if new != old:
+            instant = _change_instant(spec.zone, previous, moment)
+            changes.append(_clock_change(spec, instant, old, new))
+            if len(changes) == count:
+                break
+        previous, old = moment, new
+    return changes
+
+
+def _clock_change(spec: CronSpec, instant: datetime, old: timedelta, new: timedelta) -> ClockChange:
+    zone = spec.zone
+    old_name = (instant - ONE_SECOND).astimezone(zone).tzname()
+    new_name = instant.astimezone(zone).tzname()
+    old_wall = (instant + old).replace(tzinfo=None)  # the wall time at which the clock changes
+    new_wall = (instant + new).replace(tzinfo=None)
+    direction = "forward" if new > old else "back"
+    change = (
+        f"clocks go {direction} {_amount(abs(new - old))} at {old_wall:%H:%M} "
+        f"({old_name} to {new_name})"
+    )
+    if new > old:
+        effect = _spring_forward_effect(spec, instant, old_wall, new_wall)
+    else:
+        effect = _fall_back_effect(spec, instant, old - new)
+    return ClockChange(instant, old_wall.date(), change, effect)
+
+
+def _spring_forward_effect(
+    spec: CronSpec, instant: datetime, gap_start: datetime, gap_end: datetime
+) -> str:
+    """Wall times in [gap_start, gap_end) do not exist; Debian runs a fixed-time job once at
+    the first instant after the gap and a wildcard job not at all."""
+    skipped = spec._skipped_wall_times(gap_start, gap_end)
+    if not skipped:
+        return "not affected"
+    missing = _wall_times(skipped, "not exist")
+    fire = spec.next_fire_after(instant - ONE_SECOND)
+    # A fire at the end of the gap may be the job's own time there (03:00 for "0 * * * *"):
+    # dst_note says whether the gap moved it.
+    if fire != instant or spec.dst_note(fire) is None:
+        return f"{missing}; skipped (a wildcard job follows the new clock)"
+    once = "" if len(skipped) == 1 else "once, "
+    return f"{missing}; runs {once}at {fire.astimezone(spec.zone):%H:%M %Z}"
+
+
+def _fall_back_effect(spec: CronSpec, instant: datetime, repeat: timedelta) -> str:
+    """Wall times of the last ``repeat`` before ``instant`` happen again after it; Debian runs
+    a fixed-time job in the first pass only and a wildcard job in both."""
+    first = spec.fire_times_between(instant - repeat - ONE_SECOND, instant - ONE_SECOND)
+    second = spec.fire_times_between(instant - ONE_SECOND, instant + repeat - ONE_SECOND)
+    if not first and not second:
+        return "not affected"
+    local = [fire.astimezone(spec.zone) for fire in first or second]
+    twice = _wall_times([t.replace(tzinfo=None) for t in local], "happen twice")
+    if not second:
+        if len(first) == 1:
+            return f"{twice}; runs once, at {local[0]:%H:%M %Z}"
+        return f"{twice}; runs only in the first pass ({local[0]:%Z})"
+    passes = [fire.astimezone(spec.zone) for fire in (first[0], second[0])]
+    if len(first) == len(second) == 1:
+        both = f"{passes[0]:%H:%M %Z} and {passes[1]:%H:%M %Z}"
+        return f"{twice}; a wildcard job fires at both: {both}"
+    return (
+        f"{twice}; a wildcard job fires in both passes: {len(first)} times in "
+        f"{passes[0]:%Z}, {len(second)} in {passes[1]:%Z}"
+    )
+
+
+def _amount(delta: timedelta) -> str:
+    minutes = delta // ONE_MINUTE
+    if minutes % 60:
+        return f"{minutes} minutes"
+    hours = minutes // 60
+    return "1 hour" if hours == 1 else f"{hours} hours"
+
+
 def describe(expr: str | CronSpec) -> str:
     """The expression in plain English with 24-hour times, e.g. "At 02:30".
 
@@ -688,11 +821,91 @@ def describe(expr: str | CronSpec) -> str:
     # Day-of-week as plain numbers: cron-descriptor misreads 7 and steps there ("5/1" is
     # Friday to Sunday, "*/2" is Sunday, Tuesday, Thursday and Saturday).
     try:
-        return _describe((*spec.fields[:4], plain[4]), spec.days_and)
+        text = _describe((*spec.fields[:4], plain[4]), spec.days_and)
     except (FormatError, ValueError, IndexError, KeyError):
         # It also stumbles on valid lists such as "2,*": describe the same value sets
         # written as plain numbers and ranges instead.
-        return _describe(plain, spec.days_and)
+        text = _describe(plain, spec.days_and)
+    return "".join([text, *(f" ({note})" for note in step_notes(spec))])
+
+
+def step_notes(expr: str | CronSpec) -> list[str]:
+    """Where a step does not divide its field's range, the real gap at the wrap, in words.
+
+    "*/7" in the minute field is "Every 7 minutes" but fires at :56 and then at :00, 4 minutes
+    later: "from :00 each hour; the gap across the hour is 4 minutes". A gap that only a
+    restriction elsewhere crosses (minutes in a single hour) is not mentioned. Day-of-week
+    needs no note: its description names the days.
+    """
+    spec = _spec(expr, "UTC" if isinstance(expr, str) else None)
+    minute, hour, day, month, _ = spec.fields
+    notes = []
+    gap = _wrap_gap(minute, spec.minutes, 60)
+    if gap is not None and _has_neighbours(spec.hours, 24):
+        notes.append(
+            f"from :{spec.minutes[0]:02d} each hour; the gap across the hour is "
+            f"{_plural(gap, 'minute')}"
+        )
+    gap = _wrap_gap(hour, spec.hours, 24)
+    if gap is not None and _fires_on_consecutive_days(spec):
+        notes.append(
+            f"from {spec.hours[0]:02d}:{spec.minutes[0]:02d} each day; the gap across "
+            f"midnight is {_plural(gap, 'hour')}"
+        )
+    days = sorted(spec.days)
+    if _single_step(day) and len(spec.weekdays) == 7 and _has_neighbours(spec.months, 12, 1):
+        # Month lengths vary, so the gap across the month end does too. (With a day of the
+        # week as well, the step is not what sets the gaps.)
+        gaps = {
+            days[0] + length - max(d for d in days if d <= length)
+            for length in range(28, 32)
+            if days[0] <= length
+        }
+        if len(days) > 1 and gaps != {_step(day)}:
+            low, high = min(gaps), max(gaps)
+            size = _plural(low, "day") if low == high else f"{low} to {high} days"
+            notes.append(f"from day {days[0]} each month; the gap across the month end is {size}")
+    months = sorted(spec.months)
+    gap = _wrap_gap(month, months, 12)
+    if gap is not None:
+        notes.append(
+            f"from {calendar.month_name[months[0]]} each year; the gap across the year end "
+            f"is {_plural(gap, 'month')}"
+        )
+    return notes
+
+
+def _single_step(text: str) -> bool:
+    return "/" in text and "," not in text
+
+
+def _step(text: str) -> int:
+    return int(text.partition("/")[2])
+
+
+def _wrap_gap(text: str, values: tuple[int, ...] | list[int], period: int) -> int | None:
+    """The gap from the last value to the first of the next cycle, if the field is one step
+    term and that gap differs from the step."""
+    if not _single_step(text) or len(values) < 2:
+        return None
+    gap = values[0] + period - values[-1]
+    return None if gap == _step(text) else gap
+
+
+def _has_neighbours(values: tuple[int, ...] | frozenset[int], period: int, low: int = 0) -> bool:
+    """Whether two values follow each other (the last and the first count too)."""
+    chosen = set(values)
+    return any((value - low + 1) % period + low in chosen for value in chosen)
+
+
+def _fires_on_consecutive_days(spec: CronSpec) -> bool:
+    weekdays = len(spec.weekdays) == 7 or _has_neighbours(spec.weekdays, 7)
+    days = _has_neighbours(spec.days, 31, low=1)
+    return (days and weekdays) if spec.days_and else (days or weekdays)
+
+
+def _plural(amount: int, unit: str) -> str:
+    return f"{amount} {unit}" if amount == 1 else f"{amount} {unit}s"
 
 
 def _plain_fields(spec: CronSpec) -> tuple[str, ...]:

@@ -10,6 +10,7 @@ from itertools import islice
 
 import click
 
+from webapp.scheduler import cron
 from webapp.scheduler.cron import CronError, CronSpec, describe, validate, wall_time_to_utc
 
 MAX_COUNT = 1000
@@ -39,7 +40,14 @@ def _count(_ctx: click.Context, _param: click.Parameter, value: str) -> int:
 @click.option(
     "--count", default="5", show_default=True, callback=_count, help="How many fire times."
 )
-def preview(expression: tuple[str, ...], tz: str, after: str | None, count: int) -> None:
+@click.option(
+    "--clock-changes",
+    is_flag=True,
+    help="Then say what the schedule does at the zone's next two clock changes.",
+)
+def preview(
+    expression: tuple[str, ...], tz: str, after: str | None, count: int, clock_changes: bool
+) -> None:
     """Describe EXPRESSION and list its next fire times (UTC, then local time).
 
     Quote the expression ("30 2 * * *") or pass its fields as separate arguments.
@@ -49,6 +57,9 @@ def preview(expression: tuple[str, ...], tz: str, after: str | None, count: int)
         start = datetime.now(UTC) if after is None else wall_time_to_utc(_parse_after(after), tz)
         # All lines first: an error half-way must not leave a partial listing behind.
         lines = [format_fire(spec, fire) for fire in islice(spec.iter_fire_times(start), count)]
+        if clock_changes:
+            changes = cron.clock_changes(spec, None, start)
+            lines += [f"# {change}" for change in changes] or [f"# {cron.no_clock_changes(tz)}"]
     except (CronError, OverflowError) as error:
         message = str(error) if isinstance(error, CronError) else "fire times beyond year 9999"
         raise click.ClickException(message) from None

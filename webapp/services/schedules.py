@@ -12,7 +12,7 @@ import unicodedata
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -397,6 +397,8 @@ def run_now(schedule: Schedule, actor: Actor, now: datetime, at: datetime | None
 class CronPreview:
     description: str
     fires: list[tuple[datetime, str, str | None]]  # (UTC, local label, DST note)
+    clock_changes: list[cron.ClockChange]  # the zone's next two, and what the schedule does
+    no_clock_changes: str | None  # what to say instead when the zone has none
 
 
 def local_label(moment: datetime, time_zone: str) -> str:
@@ -405,8 +407,11 @@ def local_label(moment: datetime, time_zone: str) -> str:
     return f"{local:%Y-%m-%d %H:%M} {local.tzname()} ({offset[:3]}:{offset[3:]})"
 
 
-def preview_cron(expression: str, time_zone: str, now: datetime, count: int = 5) -> CronPreview:
-    """The description and the next fire times, or ScheduleError naming the field at fault."""
+def preview_cron(
+    expression: str, time_zone: str, now: datetime, count: int = 5, start: date | None = None
+) -> CronPreview:
+    """The description, the next fire times after ``now`` (or from the start of the local day
+    ``start``) and the zone's next clock changes, or ScheduleError naming the field at fault."""
     try:
         check_time_zone(time_zone)
     except AccountError as error:
@@ -415,12 +420,19 @@ def preview_cron(expression: str, time_zone: str, now: datetime, count: int = 5)
         spec = cron.validate(expression, time_zone)
     except cron.CronError as error:
         raise ScheduleError({"cron": str(error)}) from None
+    if start is not None:
+        # Fires are whole minutes: just before local midnight includes a fire at 00:00.
+        midnight = datetime(start.year, start.month, start.day)
+        now = cron.wall_time_to_utc(midnight, time_zone) - timedelta(microseconds=1)
     fires = [spec.next_fire_after(now)]
     if count > 1:
         fires += spec.fire_times_between(fires[0], fires[0] + timedelta(days=3660), count - 1)
+    changes = cron.clock_changes(spec, None, now)
     return CronPreview(
         description=cron.describe(spec),
         fires=[(fire, local_label(fire, time_zone), spec.dst_note(fire)) for fire in fires],
+        clock_changes=changes,
+        no_clock_changes=None if changes else cron.no_clock_changes(time_zone),
     )
 
 

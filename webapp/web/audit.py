@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
 from flask import Blueprint
 from flask_login import login_required
+from markupsafe import Markup, escape
 from werkzeug.wrappers import Response
 
 from webapp import tenancy
+from webapp.catalog import UnknownJobError
 from webapp.extensions import db
-from webapp.models import AuditEvent
+from webapp.models import AuditEvent, Schedule
+from webapp.services.catalog import current_catalog
 from webapp.web.common import page_or_partial
+from webapp.web.formatting import describe_cron, id_url, moment, pretty_value
+from webapp.web.forms import FIELD_LABELS, MISFIRE_CHOICES, OVERLAP_CHOICES
 from webapp.web.params import id_arg
 
 bp = Blueprint("audit", __name__)
@@ -27,10 +36,140 @@ def index() -> Response:
         query = query.where(AuditEvent.id < before)
     rows = list(db.session.scalars(query.order_by(AuditEvent.id.desc()).limit(PAGE_SIZE + 1)))
     next_before = rows[PAGE_SIZE - 1].id if len(rows) > PAGE_SIZE else None
+    events = rows[:PAGE_SIZE]
     return page_or_partial(
         "audit/index.html",
         "audit/_rows.html" if before is not None else "audit/_log.html",
-        events=rows[:PAGE_SIZE],
+        events=events,
+        audit_jobs=schedule_jobs({e.object_id for e in events if e.object_type == "schedule"}),
         next_before=next_before,
         tenant=tenancy.current_tenant(),
     )
+
+
+def schedule_jobs(schedule_ids: set[int | None]) -> dict[int, str]:
+    """The current job of each schedule still there: it names the parameters of an event
+    that changed only the arguments."""
+    ids = [i for i in schedule_ids if i is not None]
+    if not ids:
+        return {}
+    query = tenancy.schedules().where(Schedule.id.in_(ids))
+    rows = db.session.execute(query.with_only_columns(Schedule.id, Schedule.job))
+    return {schedule_id: job for schedule_id, job in rows}
+
+
+# Fields of audit events that are not fields of the form (run now, resume).
+EVENT_LABELS = {"run_id": "Run", "at": "Run at", "catch_up": "Missed fire times"}
+
+
+@dataclass(frozen=True)
+class ChangeRow:
+    """One line of an event's changes: a field's label and its values as the form shows them;
+    None where the event has no value on that side (nothing before a creation)."""
+
+    label: str
+    hint: str  # "parameter" for a job parameter, else ""
+    before: Markup | None
+    after: Markup | None
+
+
+@bp.app_template_global()
+def audit_changes(event: AuditEvent, job: str | None, time_zone: str) -> list[ChangeRow]:
+    """The changes of an audit event, one row per field, in the form's order and words."""
+    before: dict[str, Any] = event.before or {}
+    after: dict[str, Any] = event.after or {}
+    names = [*before, *(name for name in after if name not in before)]
+    # PostgreSQL's JSONB keeps keys sorted, SQLite as written: order them as the form does.
+    order = [*FIELD_LABELS, *EVENT_LABELS]
+    names.sort(key=lambda name: order.index(name) if name in order else len(order))
+    rows = []
+    for name in names:
+        if name == "args":
+            job = after.get("job") or before.get("job") or job
+            rows += parameter_rows(job, before.get("args"), after.get("args"), "args" in before)
+            continue
+        label = FIELD_LABELS.get(name) or EVENT_LABELS.get(name) or name.replace("_", " ")
+        rows.append(
+            ChangeRow(
+                label[0].upper() + label[1:],
+                "",
+                field_value(name, before[name], time_zone) if name in before else None,
+                field_value(name, after[name], time_zone) if name in after else None,
+            )
+        )
+    return rows
+
+
+def field_value(name: str, value: Any, time_zone: str) -> Markup:
+    """A schedule field's value as the form shows it: choices by their titles, the job by
+    its title, the cron expression with its description."""
+    text: Any = value
+    if name == "active":
+        text = "Active" if value else "Paused"
+    elif name == "misfire_policy":
+        text = MISFIRE_CHOICES.get(value, value)
+    elif name == "overlap_policy":
+        text = OVERLAP_CHOICES.get(value, value)
+    elif name == "catch_up":
+        text = "caught up" if value else "skipped"
+    elif name == "job":
+        text = job_label(value)
+    elif name == "cron" and isinstance(value, str):
+        description = describe_cron(value)
+        return Markup(
+            f'<code class="nowrap">{escape(value)}</code> {escape(description)}'
+        )
+    elif name == "run_id" and isinstance(value, int):
+        url = id_url("runs.detail", run_id=value)
+        return Markup(f'<a href="{escape(url)}">#{value}</a>')
+    elif name == "at" and isinstance(value, str):
+        try:
+            return moment(datetime.fromisoformat(value), time_zone)
+        except ValueError:
+            pass
+    return escape(pretty_value(text))
+
+
+def job_label(name: Any) -> str:
+    catalog = current_catalog()
+    if isinstance(name, str) and name in catalog:
+        return f"{catalog.get(name).title} ({name})"
+    return pretty_value(name)
+
+
+def parameter_rows(job: str | None, before: Any, after: Any, had_before: bool) -> list[ChangeRow]:
+    """One row per job parameter that changed, labelled with the parameter's title."""
+    old = before if isinstance(before, dict) else {}
+    new = after if isinstance(after, dict) else {}
+    titles = parameter_titles(job)
+    order = list(titles)
+    names = [*old, *(n for n in new if n not in old)]
+    names.sort(key=lambda name: order.index(name) if name in order else len(order))
+    rows = []
+    for name in names:
+        if name in old and name in new and old[name] == new[name]:
+            continue
+        rows.append(
+            ChangeRow(
+                titles.get(name, name),
+                "parameter",
+                parameter_value(old[name]) if had_before and name in old else None,
+                parameter_value(new[name]) if name in new else None,
+            )
+        )
+    return rows
+
+
+def parameter_titles(job: str | None) -> dict[str, str]:
+    try:
+        spec = current_catalog().get(job or "")
+    except UnknownJobError:
+        return {}
+    return {param.name: param.title for param in spec.form_fields()}
+
+
+def parameter_value(value: Any) -> Markup:
+    """A parameter as its form field shows it: a checkbox as Yes or No."""
+    if isinstance(value, bool):
+        return escape("Yes" if value else "No")
+    return escape("(default)" if value is None else pretty_value(value))

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from flask import Flask, g, request, url_for
+from flask import Flask, g, request, session, url_for
 from markupsafe import Markup, escape
 
 from webapp import tenancy
@@ -100,14 +100,32 @@ def duration(value: timedelta | None) -> str:
     return f"{sign}{int(seconds // 3600)} h {int(seconds % 3600 // 60)} min"
 
 
-def moment(value: datetime | None, time_zone: str | None) -> Markup:
-    """A `<time>`: local time, relative time beside it, UTC on hover."""
+# The session key of the header's "Times: Local | UTC" toggle.
+TIMES_KEY = "times"
+
+
+def times_in_utc() -> bool:
+    """Whether the user chose to see every time in UTC (the header toggle)."""
+    return session.get(TIMES_KEY) == "utc"
+
+
+def shown_zone(time_zone: str | None) -> str:
+    """The zone that pages show times in: the given one, or UTC if the user chose UTC."""
+    return "UTC" if times_in_utc() else time_zone or "UTC"
+
+
+def moment(value: datetime | None, time_zone: str | None, with_date: bool = True) -> Markup:
+    """A `<time>` in the zone the user chose (local or UTC), relative time beside it, and the
+    other zone in its title. The header toggle makes UTC reachable without a mouse.
+    `with_date=False` leaves out the date, under a heading that names the day."""
     if value is None:
         return Markup('<span class="muted">-</span>')
+    other = local_time(value, time_zone) if times_in_utc() else utc_time(value)
+    shown = local_time(value, shown_zone(time_zone))
     # An f-string of escaped parts: Markup.format costs more than the rest of a history row.
     return Markup(
-        f'<time datetime="{escape(value.isoformat())}" title="{escape(utc_time(value))}">'
-        f"{escape(local_time(value, time_zone))} "
+        f'<time datetime="{escape(value.isoformat())}" title="{escape(other)}">'
+        f"{escape(shown if with_date else shown[11:])} "
         f'<span class="muted">{escape(relative_time(value))}</span></time>'
     )
 
@@ -135,6 +153,8 @@ def install(app: Flask) -> None:
     app.add_template_global(id_url)
     app.add_template_global(tenancy.can_write)
     app.add_template_global(is_htmx)
+    app.add_template_global(times_in_utc)
+    app.add_template_global(shown_zone)
     app.add_template_filter(local_time, "local_time")
     app.add_template_filter(utc_time, "utc_time")
     app.add_template_filter(relative_time, "relative_time")

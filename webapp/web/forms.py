@@ -16,6 +16,18 @@ from webapp.catalog import Catalog, FormField, JobSpec, UnknownJobError
 from webapp.models import MISFIRE_POLICIES, OVERLAP_POLICIES, Schedule, Tenant
 from webapp.services.schedules import ScheduleInput
 
+# The schedule form's labels by field name; the audit log names changed fields with them too.
+FIELD_LABELS = {
+    "name": "Name",
+    "key": "Key",
+    "job": "Job",
+    "args": "Job parameters",
+    "cron": "Cron expression",
+    "time_zone": "Time zone",
+    "misfire_policy": "After downtime (missed fire times)",
+    "overlap_policy": "When the previous run is still going",
+    "active": "Active",
+}
 MISFIRE_CHOICES = {
     "fire_once": "Run once for all missed times (default)",
     "fire_all": "Run once for every missed time",

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from flask import Blueprint, abort, current_app, request, url_for
 from flask_login import login_required
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import load_only
+from werkzeug.exceptions import BadRequest
 from werkzeug.wrappers import Response
 
 from webapp import tenancy
@@ -28,19 +30,34 @@ from webapp.services.schedules import (
     update_schedule,
 )
 from webapp.web.common import actor, done, htmx_redirect, page_or_partial
-from webapp.web.formatting import id_url, is_htmx
-from webapp.web.forms import MISFIRE_CHOICES, OVERLAP_CHOICES, ScheduleForm, default_args
-from webapp.web.params import bad_request, choice_arg, id_arg
+from webapp.web.formatting import id_url, is_htmx, shown_zone
+from webapp.web.forms import (
+    FIELD_LABELS,
+    MISFIRE_CHOICES,
+    OVERLAP_CHOICES,
+    ScheduleForm,
+    default_args,
+)
+from webapp.web.params import bad_request, choice_arg, date_arg, id_arg, shown
 from webapp.web.time_zones import time_zone_names
-from webapp.web.upcoming import upcoming_fires
+from webapp.web.upcoming import Cursor, by_day, upcoming_fires
 
 bp = Blueprint("schedules", __name__)
 bp.before_request(login_required(lambda: None))
+
+
+@bp.app_context_processor
+def form_labels() -> dict[str, Any]:
+    """The schedule form's labels, for the form and for the audit trail's field names."""
+    return {"field_labels": FIELD_LABELS}
+
 
 LIST_LIMIT = 50
 DETAIL_RUNS = 20
 DETAIL_AUDIT = 20
 STATUS_FILTERS = ("active", "paused")
+UPCOMING_HOURS = 24
+UPCOMING_PAGE = 100  # fire times per page of Next runs
 
 
 def last_runs(schedule_ids: list[int]) -> dict[int, Run]:
@@ -161,11 +178,13 @@ def form_context(form: ScheduleForm, schedule: Schedule | None) -> dict[str, Any
     }
 
 
-def cron_preview(expression: str, time_zone: str, count: int = 5) -> dict[str, Any]:
+def cron_preview(
+    expression: str, time_zone: str, count: int = 5, start: date | None = None
+) -> dict[str, Any]:
     if not expression.strip():
         return {"empty": True}
     try:
-        return {"result": preview_cron(expression, time_zone, utcnow(), count=count)}
+        return {"result": preview_cron(expression, time_zone, utcnow(), count, start)}
     except ScheduleError as error:
         return {"errors": error.errors}
 
@@ -233,11 +252,23 @@ def preview() -> Response:
     form = ScheduleForm(
         cron=request.args.get("cron", ""), time_zone=request.args.get("time_zone", "").strip()
     )
+    try:
+        start = date_arg("preview_from")  # "Preview from": the start of that local day
+    except BadRequest as error:
+        # Shown in place of the preview, where the admin is looking.
+        return page_or_partial(
+            "schedules/preview.html",
+            "schedules/_preview.html",
+            400,
+            preview={"errors": {"preview_from": error.description}},
+            form=form,
+        )
     return page_or_partial(
         "schedules/preview.html",
         "schedules/_preview.html",
-        preview=cron_preview(form.cron, form.time_zone),
+        preview=cron_preview(form.cron, form.time_zone, start=start),
         form=form,
+        start=start,
     )
 
 
@@ -276,6 +307,7 @@ def detail_context(schedule: Schedule) -> dict[str, Any]:
         "runs": runs[:DETAIL_RUNS],
         "more_runs": len(runs) > DETAIL_RUNS,
         "events": events,
+        "audit_jobs": {schedule.id: schedule.job},
         "last_run": runs[0] if runs else None,
         "tenant": tenancy.current_tenant(),
         "titles": job_titles(),
@@ -373,17 +405,51 @@ def delete(schedule_id: int) -> Response:
     return done(message, url_for("schedules.index"))
 
 
+def upcoming_cursor() -> Cursor | None:
+    """The `after` (an ISO 8601 time with its offset) and `after_id` (a schedule id) of a later
+    page of Next runs: the last fire time of the page before; or 400."""
+    text = request.args.get("after", "")
+    schedule_id = id_arg("after_id")
+    if not text and schedule_id is None:
+        return None
+    if not text or schedule_id is None:
+        bad_request("“after” and “after_id” go together: the last fire time of a page.")
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        at = None
+    if at is None or at.utcoffset() is None:
+        bad_request(f"“after={shown(text)}” is not a time with its UTC offset (ISO 8601).")
+    return at.astimezone(UTC), schedule_id
+
+
 @bp.get("/upcoming")
 def upcoming() -> Response:
-    """The tenant's fire times across all active schedules in the next 24 hours."""
+    """The tenant's fire times across all active schedules in the next 24 hours, by day,
+    UPCOMING_PAGE at a time ("Later fire times" continues after the last one shown)."""
     now = utcnow()
+    cursor = upcoming_cursor()
     active = db.session.scalars(tenancy.schedules().where(Schedule.active.is_(True)))
-    fires, more = upcoming_fires(active, now, now + timedelta(hours=24))
+    fires, more = upcoming_fires(
+        active, now, now + timedelta(hours=UPCOMING_HOURS), UPCOMING_PAGE, cursor
+    )
+    tenant = tenancy.current_tenant()
+    zone = shown_zone(tenant.time_zone)
+    today = now.astimezone(ZoneInfo(zone)).date()
+    later = None
+    if more:
+        last = fires[-1]
+        later = {"after": last.at.isoformat(), "after_id": str(last.schedule.id)}
+    # A later page appends to the list; its first day may continue the last one shown.
+    later_page = "after" in request.args
     return page_or_partial(
         "schedules/upcoming.html",
-        "schedules/_upcoming.html",
-        fires=fires,
-        more=more,
-        tenant=tenancy.current_tenant(),
+        "schedules/_upcoming_days.html" if later_page else "schedules/_upcoming.html",
+        days=by_day(fires, zone),
+        today=today,
+        tomorrow=today + timedelta(days=1),
+        continued=cursor[0].astimezone(ZoneInfo(zone)).date() if cursor else None,
+        later=later,
+        tenant=tenant,
         titles=job_titles(),
     )

@@ -1,0 +1,86 @@
+"""The panel in headless Chromium, for the cron preview and the times: the zone's next clock
+changes and "Preview from" in the form; UTC revealed by keyboard focus or a tap."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from tests import test_panel_browser as panel_browser
+from tests.browser_support import LiveServer, PageErrors
+from webapp.accounts import find_tenant
+from webapp.extensions import db
+from webapp.services.audit import Actor
+from webapp.services.schedules import ScheduleInput, create_schedule
+
+pytestmark = pytest.mark.browser
+
+# The browser fixtures of the main browser tests: alpha (Europe/Berlin) with alice and bob.
+server = panel_browser.server
+chromium = panel_browser.chromium
+errors = panel_browser.errors
+new_page = panel_browser.new_page
+log_in = panel_browser.log_in
+
+
+def test_the_preview_shows_clock_changes_and_a_chosen_day_changes_the_fire_times(
+    new_page: Any, server: LiveServer, errors: PageErrors
+) -> None:
+    page = new_page
+    log_in(page, server, "alice@example.com")
+    page.goto(server.url + "/schedules/new")
+    page.get_by_label("Time zone").fill("America/New_York")
+    page.get_by_label("Cron expression").fill("30 2 * * *")
+    preview = page.locator("#cron-preview")
+    preview.get_by_text("02:30 does not exist; runs at 03:00 EDT").wait_for()
+    preview.get_by_text("clocks go forward 1 hour at 02:00 (EST to EDT)").wait_for()
+    first = preview.locator(".fires li").first
+    assert "2027-03-14" not in first.inner_text()
+    page.get_by_label("Preview from").fill("2027-03-14")
+    preview.locator(".fires li").first.get_by_text("2027-03-14 03:00 EDT").wait_for()
+    assert preview.locator(".fires li").count() == 5
+    # The chosen day stays when the expression changes.
+    page.get_by_label("Cron expression").fill("30 1 * * *")
+    preview.locator(".fires li").first.get_by_text("2027-03-14 01:30 EST").wait_for()
+    preview.get_by_text("01:30 happens twice; runs once, at 01:30 EDT").wait_for()
+    assert errors.messages == []
+
+
+def test_the_keyboard_reaches_the_utc_times(
+    new_page: Any, server: LiveServer, errors: PageErrors
+) -> None:
+    with server.app.app_context():
+        create_schedule(
+            find_tenant("alpha"),
+            ScheduleInput(
+                name="Timed",
+                job="demo.echo",
+                args={"message": "m"},
+                cron="@daily",
+                time_zone="Europe/Berlin",
+            ),
+            Actor.cli(),
+            datetime.now(UTC),
+        )
+        db.session.remove()
+    page = new_page
+    log_in(page, server, "alice@example.com")
+    page.goto(server.url + "/audit")
+    when = page.locator("#audit-log time").first
+    assert when.inner_text().split(" ")[2] in ("CET", "CEST")
+    page.get_by_role("button", name="Log out").focus()  # last in the header
+    # Tab backwards from there (no mouse, no hover) to the UTC button, and press it.
+    for _ in range(10):
+        if page.evaluate("document.activeElement.textContent.trim()") == "UTC":
+            break
+        page.keyboard.press("Shift+Tab")
+    assert page.evaluate("document.activeElement.textContent.trim()") == "UTC"
+    page.keyboard.press("Enter")
+    page.get_by_text("who did what, in UTC").wait_for()
+    assert page.get_by_role("button", name="UTC").get_attribute("aria-pressed") == "true"
+    assert when.inner_text().split(" ")[2] == "UTC"
+    page.goto(server.url + "/upcoming")
+    page.get_by_role("columnheader", name="When (UTC)").first.wait_for()
+    assert errors.messages == []
