@@ -1,0 +1,101 @@
+"""Every page of the panel with the demo's content, for the phone-width and axe-core browser
+tests: one live server and one Chromium per test module, a logged-in context per width."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import select
+
+from tests.browser_support import LiveServer
+from tests.conftest import PASSWORD
+from tests.panel_helpers import make_run
+from webapp.accounts import add_user, create_tenant
+from webapp.demo_panel import seed_demo_schedules
+from webapp.extensions import db
+from webapp.models import Run, Schedule, User
+from webapp.services.audit import Actor
+from webapp.services.schedules import ScheduleInput, create_schedule
+
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1280, "height": 800}
+WIDTHS = {"phone": PHONE, "desktop": DESKTOP}
+ADMIN = "admin@demo.example"
+
+
+@dataclass
+class DemoPages:
+    """The paths of every kind of page, on a tenant seeded like `make run`'s demo."""
+
+    server: LiveServer
+    schedule: int  # active, with runs and an audit trail
+    paused: int
+    failed_run: int
+
+    def logged_in(self) -> dict[str, str]:
+        """Name -> path of the pages an admin sees."""
+        return {
+            "schedules": "/",
+            "new schedule": "/schedules/new",
+            "edit schedule": f"/schedules/{self.schedule}/edit",
+            "schedule": f"/schedules/{self.schedule}",
+            "paused schedule": f"/schedules/{self.paused}",
+            "resume": f"/schedules/{self.paused}/resume",
+            "next runs": "/upcoming",
+            "run history": "/runs",
+            "run": f"/runs/{self.failed_run}",
+            "not found": "/schedules/999999",
+            "bad request": "/runs?before=x",
+        }
+
+
+def seed_demo_pages(server: LiveServer) -> DemoPages:
+    """The demo tenant, plus enough schedules, runs and audit events that every list pages."""
+    now = datetime.now(UTC)
+    with server.app.app_context():
+        tenant = create_tenant("demo", "Demo Company", "Europe/Berlin")
+        add_user(ADMIN, "demo", "admin", PASSWORD)
+        admin = db.session.scalar(select(User).where(User.email == ADMIN))
+        assert admin is not None
+        seed_demo_schedules(tenant, admin, now)
+        actor = Actor.for_user(admin)
+        for number in range(50):  # a second page of schedules and of audit events
+            data = ScheduleInput(
+                name=f"Zz extra {number:02}",
+                job="demo.echo",
+                args={"message": "extra"},
+                cron="0 9 * * 1",
+                time_zone="America/New_York",
+            )
+            create_schedule(tenant, data, actor, now)
+        schedules = list(db.session.scalars(select(Schedule).order_by(Schedule.id)))
+        active = next(s for s in schedules if s.active and s.name == "Morning hello")
+        paused = next(s for s in schedules if not s.active)
+        for minutes in range(60):  # a second page of runs
+            make_run(active, "succeeded", 30 + minutes)
+        failed = make_run(
+            active,
+            "failed",
+            20,
+            trigger="manual",
+            error="Traceback (most recent call last):\n"
+            + "  a frame of the job\n" * 40
+            + "RuntimeError: upstream returned 503 "
+            + "x" * 200,
+            output="a long line of output " * 30,
+        )
+        db.session.commit()
+        assert db.session.scalar(select(Run.id).where(Run.status == "failed")) is not None
+        pages = DemoPages(server, active.id, paused.id, failed.id)
+        db.session.remove()
+    return pages
+
+
+def log_in(page: Any, server: LiveServer) -> None:
+    page.goto(server.url + "/login")
+    page.get_by_label("Email").fill(ADMIN)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(server.url + "/")
