@@ -3,13 +3,15 @@ tests: one live server and one Chromium per test module, a logged-in context per
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import select
 
-from tests.browser_support import LiveServer
+from tests.browser_support import LiveServer, live_server
 from tests.conftest import PASSWORD
 from tests.panel_helpers import make_run
 from webapp.accounts import add_user, create_tenant
@@ -49,6 +51,15 @@ class DemoPages:
             "not found": "/schedules/999999",
             "bad request": "/runs?before=x",
         }
+
+
+@contextmanager
+def demo_pages(sqlite_template: str, directory: str) -> Iterator[DemoPages]:
+    """A live server with the demo's content."""
+    with live_server(sqlite_template, directory) as server:
+        yield seed_demo_pages(server)
+        with server.app.app_context():
+            db.engine.dispose()
 
 
 def seed_demo_pages(server: LiveServer) -> DemoPages:

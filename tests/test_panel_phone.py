@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.browser_support import PageErrors, chromium_browser, live_server
-from tests.panel_pages import WIDTHS, DemoPages, log_in, seed_demo_pages
+from tests.browser_support import PageErrors, chromium_browser
+from tests.panel_pages import WIDTHS, DemoPages, demo_pages, log_in
 
 pytestmark = pytest.mark.browser
 
@@ -50,13 +50,8 @@ BROKEN_CRON = """() => Array.from(document.querySelectorAll('code.cron'))
 
 @pytest.fixture(scope="module")
 def demo(sqlite_template: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoPages]:
-    directory = tmp_path_factory.mktemp("phone")
-    with live_server(sqlite_template, str(directory)) as server:
-        yield seed_demo_pages(server)
-        with server.app.app_context():
-            from webapp.extensions import db
-
-            db.engine.dispose()
+    with demo_pages(sqlite_template, str(tmp_path_factory.mktemp("phone"))) as pages:
+        yield pages
 
 
 @pytest.fixture(scope="module")
