@@ -48,6 +48,7 @@ class DemoPages:
             "next runs": "/upcoming",
             "run history": "/runs",
             "run": f"/runs/{self.failed_run}",
+            "audit log": "/audit",
             "not found": "/schedules/999999",
             "bad request": "/runs?before=x",
         }
@@ -68,6 +69,9 @@ def seed_demo_pages(server: LiveServer) -> DemoPages:
     with server.app.app_context():
         tenant = create_tenant("demo", "Demo Company", "Europe/Berlin")
         add_user(ADMIN, "demo", "admin", PASSWORD)
+        # A second tenant, so that the header shows the switcher ("Demo" sorts first: current).
+        create_tenant("other", "Zenith Holdings, a Tenant With A Long Name", "UTC")
+        add_user(ADMIN, "other", "viewer", None)
         admin = db.session.scalar(select(User).where(User.email == ADMIN))
         assert admin is not None
         seed_demo_schedules(tenant, admin, now)
@@ -81,7 +85,8 @@ def seed_demo_pages(server: LiveServer) -> DemoPages:
                 time_zone="America/New_York",
             )
             create_schedule(tenant, data, actor, now)
-        schedules = list(db.session.scalars(select(Schedule).order_by(Schedule.id)))
+        mine = select(Schedule).where(Schedule.tenant_id == tenant.id).order_by(Schedule.id)
+        schedules = list(db.session.scalars(mine))
         active = next(s for s in schedules if s.active and s.name == "Morning hello")
         paused = next(s for s in schedules if not s.active)
         for minutes in range(60):  # a second page of runs
