@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
 from tests.browser_support import LiveServer, live_server
 from tests.conftest import PASSWORD
@@ -17,7 +17,7 @@ from tests.panel_helpers import make_run
 from webapp.accounts import add_user, create_tenant
 from webapp.demo_panel import seed_demo_schedules
 from webapp.extensions import db
-from webapp.models import Run, Schedule, User
+from webapp.models import Membership, Schedule, User
 from webapp.services.audit import Actor
 from webapp.services.schedules import ScheduleInput, create_schedule
 
@@ -25,6 +25,7 @@ PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1280, "height": 800}
 WIDTHS = {"phone": PHONE, "desktop": DESKTOP}
 ADMIN = "admin@demo.example"
+NO_TENANT = "newcomer@demo.example"  # a user in no tenant: the "No tenant yet" page
 
 
 @dataclass
@@ -49,6 +50,11 @@ class DemoPages:
             "run history": "/runs",
             "run": f"/runs/{self.failed_run}",
             "audit log": "/audit",
+            # The pages behind htmx's fragments, for a browser without JavaScript.
+            "run status": f"/runs/{self.failed_run}/status",
+            "schedule filter": "/runs/schedule-options?schedule_q=zz",
+            "job parameters": "/schedules/form/params?job=demo.echo",
+            "cron preview": "/schedules/form/preview?cron=30+2+*+*+*&time_zone=America/New_York",
             "not found": "/schedules/999999",
             "bad request": "/runs?before=x",
         }
@@ -74,6 +80,9 @@ def seed_demo_pages(server: LiveServer) -> DemoPages:
         add_user(ADMIN, "other", "viewer", None)
         admin = db.session.scalar(select(User).where(User.email == ADMIN))
         assert admin is not None
+        add_user(NO_TENANT, "demo", "viewer", PASSWORD)
+        newcomer = select(User.id).where(User.email == NO_TENANT).scalar_subquery()
+        db.session.execute(delete(Membership).where(Membership.user_id == newcomer))
         seed_demo_schedules(tenant, admin, now)
         actor = Actor.for_user(admin)
         for number in range(50):  # a second page of schedules and of audit events
@@ -103,15 +112,14 @@ def seed_demo_pages(server: LiveServer) -> DemoPages:
             output="a long line of output " * 30,
         )
         db.session.commit()
-        assert db.session.scalar(select(Run.id).where(Run.status == "failed")) is not None
         pages = DemoPages(server, active.id, paused.id, failed.id)
         db.session.remove()
     return pages
 
 
-def log_in(page: Any, server: LiveServer) -> None:
+def log_in(page: Any, server: LiveServer, email: str = ADMIN) -> None:
     page.goto(server.url + "/login")
-    page.get_by_label("Email").fill(ADMIN)
+    page.get_by_label("Email").fill(email)
     page.get_by_label("Password").fill(PASSWORD)
     page.get_by_role("button", name="Log in").click()
     page.wait_for_url(server.url + "/")

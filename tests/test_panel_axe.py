@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.browser_support import chromium_browser
-from tests.panel_pages import WIDTHS, DemoPages, demo_pages, log_in
+from tests.panel_pages import NO_TENANT, WIDTHS, DemoPages, demo_pages, log_in
 
 pytestmark = pytest.mark.browser
 
@@ -81,6 +81,10 @@ def test_no_page_has_a_serious_or_critical_violation(
     page.set_default_timeout(10_000)
     page.goto(demo.server.url + "/login")
     found = describe("login", severe_violations(page))
+    log_in(page, demo.server, NO_TENANT)
+    page.get_by_text("No tenant yet").wait_for()
+    found += describe("no tenant", severe_violations(page))
+    page.get_by_role("button", name="Log out").click()
     log_in(page, demo.server)
     for name, path in demo.logged_in().items():
         page.goto(demo.server.url + path)

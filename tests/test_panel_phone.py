@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.browser_support import PageErrors, chromium_browser
-from tests.panel_pages import WIDTHS, DemoPages, demo_pages, log_in
+from tests.panel_pages import NO_TENANT, WIDTHS, DemoPages, demo_pages, log_in
 
 pytestmark = pytest.mark.browser
 
@@ -112,13 +112,17 @@ def test_every_page_fits_the_width_and_keeps_its_controls_inside(
             check_reachable(page, navigation.get_by_role("link", name=link), name)
 
 
-def test_the_login_page_fits(browser: Any, demo: DemoPages) -> None:
+def test_the_login_and_the_no_tenant_pages_fit(browser: Any, demo: DemoPages) -> None:
     for viewport in WIDTHS.values():
         context = browser.new_context(viewport=viewport)
         page = context.new_page()
         page.goto(demo.server.url + "/login")
         check_layout(page, f"login at {viewport['width']}")
         check_reachable(page, page.get_by_role("button", name="Log in"), "login")
+        log_in(page, demo.server, NO_TENANT)
+        page.get_by_text("No tenant yet").wait_for()
+        check_layout(page, f"no tenant at {viewport['width']}")
+        check_reachable(page, page.get_by_role("button", name="Log out"), "no tenant")
         context.close()
 
 
