@@ -1,4 +1,5 @@
-"""Takes the panel screenshots in docs/ with Playwright and Debian's Chromium.
+"""Takes the panel screenshots in docs/ with Playwright and Debian's Chromium, at desktop width
+and at phone width (390 px, the files ending in -phone.png).
 
     .venv/bin/python docs/take_screenshots.py
 """
@@ -9,6 +10,7 @@ import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -23,6 +25,26 @@ from webapp.extensions import db  # noqa: E402
 from webapp.models import User  # noqa: E402
 
 PASSWORD = "demo-password"
+# File name suffix and viewport: desktop, then a phone (390 px wide, as the browser tests check).
+WIDTHS = (("", {"width": 1320, "height": 820}), ("-phone", {"width": 390, "height": 844}))
+
+
+def take(page: Any, url: str, suffix: str) -> None:
+    """Logs in and takes the schedules, new schedule and history screenshots."""
+    page.goto(url + "/login")
+    page.get_by_label("Email").fill("admin@demo.example")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(url + "/")
+    page.screenshot(path=str(ROOT / f"docs/panel-schedules{suffix}.png"), full_page=True)
+    page.goto(url + "/schedules/new")
+    page.get_by_label("Name").fill("Weekly digest")
+    page.get_by_label("Message").fill("Here is your week")
+    page.get_by_label("Cron expression").fill("0 8 * * 1")
+    page.locator("#cron-preview").get_by_text("At 08:00").wait_for()
+    page.screenshot(path=str(ROOT / f"docs/panel-new-schedule{suffix}.png"), full_page=True)
+    page.goto(url + "/runs")
+    page.screenshot(path=str(ROOT / f"docs/panel-history{suffix}.png"), full_page=False)
 
 
 def main() -> None:
@@ -40,21 +62,10 @@ def main() -> None:
                 browser = playwright.chromium.launch(
                     executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
                 )
-                page = browser.new_page(viewport={"width": 1320, "height": 820})
-                page.goto(server.url + "/login")
-                page.get_by_label("Email").fill("admin@demo.example")
-                page.get_by_label("Password").fill(PASSWORD)
-                page.get_by_role("button", name="Log in").click()
-                page.wait_for_url(server.url + "/")
-                page.screenshot(path=str(ROOT / "docs/panel-schedules.png"), full_page=True)
-                page.goto(server.url + "/schedules/new")
-                page.get_by_label("Name").fill("Weekly digest")
-                page.get_by_label("Message").fill("Here is your week")
-                page.get_by_label("Cron expression").fill("0 8 * * 1")
-                page.locator("#cron-preview").get_by_text("At 08:00").wait_for()
-                page.screenshot(path=str(ROOT / "docs/panel-new-schedule.png"), full_page=True)
-                page.goto(server.url + "/runs")
-                page.screenshot(path=str(ROOT / "docs/panel-history.png"), full_page=False)
+                for suffix, viewport in WIDTHS:
+                    context = browser.new_context(viewport=viewport)
+                    take(context.new_page(), server.url, suffix)
+                    context.close()
                 browser.close()
             db.session.remove()
             db.engine.dispose()

@@ -91,6 +91,21 @@ def worker_process(server: LiveServer) -> Iterator[subprocess.Popen[bytes]]:
         worker.wait(timeout=30)
 
 
+@contextmanager
+def chromium_browser() -> Iterator[Any]:
+    require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
 # Chromium logs every 4xx fetch; a 422 is how the forms answer invalid input, on purpose.
 EXPECTED_CONSOLE_ERRORS = ("the server responded with a status of 422",)
 

@@ -13,10 +13,9 @@ import pytest
 from sqlalchemy import select
 
 from tests.browser_support import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
     LiveServer,
     PageErrors,
+    chromium_browser,
     live_server,
     require_chromium,
     worker_process,
@@ -47,17 +46,8 @@ def server(sqlite_template: str, tmp_path: Path) -> Iterator[LiveServer]:
 
 @pytest.fixture
 def chromium() -> Iterator[Any]:
-    require_chromium()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
-        )
-        try:
-            yield browser
-        finally:
-            browser.close()
+    with chromium_browser() as browser:
+        yield browser
 
 
 @pytest.fixture

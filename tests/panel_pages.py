@@ -1,0 +1,125 @@
+"""Every page of the panel with the demo's content, for the phone-width and axe-core browser
+tests: one live server and one Chromium per test module, a logged-in context per width."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import delete, select
+
+from tests.browser_support import LiveServer, live_server
+from tests.conftest import PASSWORD
+from tests.panel_helpers import make_run
+from webapp.accounts import add_user, create_tenant
+from webapp.demo_panel import seed_demo_schedules
+from webapp.extensions import db
+from webapp.models import Membership, Schedule, User
+from webapp.services.audit import Actor
+from webapp.services.schedules import ScheduleInput, create_schedule
+
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1280, "height": 800}
+WIDTHS = {"phone": PHONE, "desktop": DESKTOP}
+ADMIN = "admin@demo.example"
+NO_TENANT = "newcomer@demo.example"  # a user in no tenant: the "No tenant yet" page
+
+
+@dataclass
+class DemoPages:
+    """The paths of every kind of page, on a tenant seeded like `make run`'s demo."""
+
+    server: LiveServer
+    schedule: int  # active, with runs and an audit trail
+    paused: int
+    failed_run: int
+
+    def logged_in(self) -> dict[str, str]:
+        """Name -> path of the pages an admin sees."""
+        return {
+            "schedules": "/",
+            "new schedule": "/schedules/new",
+            "edit schedule": f"/schedules/{self.schedule}/edit",
+            "schedule": f"/schedules/{self.schedule}",
+            "paused schedule": f"/schedules/{self.paused}",
+            "resume": f"/schedules/{self.paused}/resume",
+            "next runs": "/upcoming",
+            "run history": "/runs",
+            "run": f"/runs/{self.failed_run}",
+            "audit log": "/audit",
+            # The pages behind htmx's fragments, for a browser without JavaScript.
+            "run status": f"/runs/{self.failed_run}/status",
+            "schedule filter": "/runs/schedule-options?schedule_q=zz",
+            "job parameters": "/schedules/form/params?job=demo.echo",
+            "cron preview": "/schedules/form/preview?cron=30+2+*+*+*&time_zone=America/New_York",
+            "not found": "/schedules/999999",
+            "bad request": "/runs?before=x",
+        }
+
+
+@contextmanager
+def demo_pages(sqlite_template: str, directory: str) -> Iterator[DemoPages]:
+    """A live server with the demo's content."""
+    with live_server(sqlite_template, directory) as server:
+        yield seed_demo_pages(server)
+        with server.app.app_context():
+            db.engine.dispose()
+
+
+def seed_demo_pages(server: LiveServer) -> DemoPages:
+    """The demo tenant, plus enough schedules, runs and audit events that every list pages."""
+    now = datetime.now(UTC)
+    with server.app.app_context():
+        tenant = create_tenant("demo", "Demo Company", "Europe/Berlin")
+        add_user(ADMIN, "demo", "admin", PASSWORD)
+        # A second tenant, so that the header shows the switcher ("Demo" sorts first: current).
+        create_tenant("other", "Zenith Holdings, a Tenant With A Long Name", "UTC")
+        add_user(ADMIN, "other", "viewer", None)
+        admin = db.session.scalar(select(User).where(User.email == ADMIN))
+        assert admin is not None
+        add_user(NO_TENANT, "demo", "viewer", PASSWORD)
+        newcomer = select(User.id).where(User.email == NO_TENANT).scalar_subquery()
+        db.session.execute(delete(Membership).where(Membership.user_id == newcomer))
+        seed_demo_schedules(tenant, admin, now)
+        actor = Actor.for_user(admin)
+        for number in range(50):  # a second page of schedules and of audit events
+            data = ScheduleInput(
+                name=f"Zz extra {number:02}",
+                job="demo.echo",
+                args={"message": "extra"},
+                cron="0 9 * * 1",
+                time_zone="America/New_York",
+            )
+            create_schedule(tenant, data, actor, now)
+        mine = select(Schedule).where(Schedule.tenant_id == tenant.id).order_by(Schedule.id)
+        schedules = list(db.session.scalars(mine))
+        active = next(s for s in schedules if s.active and s.name == "Morning hello")
+        paused = next(s for s in schedules if not s.active)
+        for minutes in range(60):  # a second page of runs
+            make_run(active, "succeeded", 30 + minutes)
+        failed = make_run(
+            active,
+            "failed",
+            20,
+            trigger="manual",
+            error="Traceback (most recent call last):\n"
+            + "  a frame of the job\n" * 40
+            + "RuntimeError: upstream returned 503 "
+            + "x" * 200,
+            output="a long line of output " * 30,
+        )
+        db.session.commit()
+        pages = DemoPages(server, active.id, paused.id, failed.id)
+        db.session.remove()
+    return pages
+
+
+def log_in(page: Any, server: LiveServer, email: str = ADMIN) -> None:
+    page.goto(server.url + "/login")
+    page.get_by_label("Email").fill(email)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(server.url + "/")

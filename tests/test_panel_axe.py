@@ -1,0 +1,106 @@
+"""axe-core, an independent accessibility checker, on every page of the panel at phone and at
+desktop width: no violation of impact serious or critical (contrast, names, roles, keyboard
+reachable scrolling regions, ...). axe-core is vendored for the tests only, in tests/vendor/axe-core
+(see its README); the app never serves it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.browser_support import chromium_browser
+from tests.panel_pages import NO_TENANT, WIDTHS, DemoPages, demo_pages, log_in
+
+pytestmark = pytest.mark.browser
+
+AXE = Path(__file__).resolve().parent / "vendor/axe-core/axe.min.js"
+SEVERE = ("serious", "critical")
+
+
+@pytest.fixture(scope="module")
+def demo(sqlite_template: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoPages]:
+    with demo_pages(sqlite_template, str(tmp_path_factory.mktemp("axe"))) as pages:
+        yield pages
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with chromium_browser() as chromium:
+        yield chromium
+
+
+def new_context(browser: Any, width: str) -> Any:
+    # Playwright injects axe as an inline <script>, which the app's CSP (script-src 'self')
+    # refuses: this test alone bypasses the CSP. The other browser tests keep it and fail on any
+    # CSP violation, so the app's own pages are still checked under the real policy.
+    return browser.new_context(viewport=WIDTHS[width], bypass_csp=True)
+
+
+def severe_violations(page: Any) -> list[dict[str, Any]]:
+    page.wait_for_load_state("networkidle")
+    page.add_script_tag(path=str(AXE))
+    results = page.evaluate("() => axe.run(document, {resultTypes: ['violations']})")
+    return [v for v in results["violations"] if v["impact"] in SEVERE]
+
+
+def describe(where: str, violations: list[dict[str, Any]]) -> list[str]:
+    """One line per violation and element: what, where, and axe's summary of how to fix it."""
+    lines = []
+    for violation in violations:
+        for node in violation["nodes"]:
+            summary = " ".join(node.get("failureSummary", "").split())
+            lines.append(
+                f"{where}: {violation['id']} ({violation['impact']}) {violation['help']} at "
+                f"{' '.join(map(str, node['target']))}: {summary}"
+            )
+    return lines
+
+
+@pytest.fixture(params=list(WIDTHS))
+def width(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def test_the_checker_reports_a_serious_violation(browser: Any, width: str) -> None:
+    context = new_context(browser, width)
+    page = context.new_page()
+    page.set_content('<html lang="en"><title>t</title><p style="color:#aaa">faint</p></html>')
+    found = severe_violations(page)
+    context.close()
+    assert [v["id"] for v in found] == ["color-contrast"]
+
+
+def test_no_page_has_a_serious_or_critical_violation(
+    browser: Any, demo: DemoPages, width: str
+) -> None:
+    context = new_context(browser, width)
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    page.goto(demo.server.url + "/login")
+    found = describe("login", severe_violations(page))
+    log_in(page, demo.server, NO_TENANT)
+    page.get_by_text("No tenant yet").wait_for()
+    found += describe("no tenant", severe_violations(page))
+    page.get_by_role("button", name="Log out").click()
+    log_in(page, demo.server)
+    for name, path in demo.logged_in().items():
+        page.goto(demo.server.url + path)
+        found += describe(name, severe_violations(page))
+    # The states that htmx swaps in: the resume question in a list row, the live preview and
+    # the form's errors.
+    page.goto(demo.server.url + "/")
+    page.locator(f"#schedule-{demo.paused}").get_by_role("link", name="Resume").click()
+    page.get_by_role("button", name="Resume, skip missed").wait_for()
+    found += describe("resume in the list", severe_violations(page))
+    page.goto(demo.server.url + "/schedules/new")
+    page.get_by_label("Cron expression").fill("30 2 * * *")
+    page.locator("#cron-preview li").first.wait_for()
+    page.get_by_role("button", name="Save").click()
+    page.get_by_text("Please fix the fields marked below.").wait_for()
+    found += describe("form with a preview and errors", severe_violations(page))
+    context.close()
+    if found:
+        pytest.fail(f"{len(found)} serious or critical violations:\n" + "\n".join(found), False)

@@ -1,0 +1,212 @@
+"""Every page of the panel at phone width (390 px) and at desktop width: the page never scrolls
+sideways, every control is inside the viewport (or inside a table that scrolls on its own), every
+action of the page is visible and clickable, and no cron expression is broken across lines."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.browser_support import PageErrors, chromium_browser
+from tests.panel_pages import NO_TENANT, WIDTHS, DemoPages, demo_pages, log_in
+
+pytestmark = pytest.mark.browser
+
+# The controls outside the viewport's width, the page's own horizontal overflow excepted: a
+# control inside a region that scrolls sideways on its own (a wide table) is reached by
+# scrolling that region, so it only has to be inside it.
+CONTROLS_OUTSIDE = """() => {
+  const width = document.documentElement.clientWidth;
+  const inScroller = (element) => {
+    for (let up = element.parentElement; up; up = up.parentElement) {
+      const overflow = getComputedStyle(up).overflowX;
+      if ((overflow === 'auto' || overflow === 'scroll') && up.scrollWidth > up.clientWidth) {
+        return true;
+      }
+    }
+    return false;
+  };
+  const outside = [];
+  const controls = 'a[href], button, input:not([type=hidden]), select, textarea, [tabindex]';
+  for (const element of document.querySelectorAll(controls)) {
+    const box = element.getBoundingClientRect();
+    if (box.width === 0 && box.height === 0) continue;  // not rendered (a datalist's option)
+    if (inScroller(element)) continue;
+    if (box.left < 0 || box.right > width + 0.5) {
+      const name = (element.innerText || element.name || element.id || '').trim();
+      outside.push(`${element.tagName.toLowerCase()} "${name}" at ${box.left}..${box.right}`);
+    }
+  }
+  return outside;
+}"""
+
+# A cron expression is an inline <code class="cron">: more than one client rectangle means a line
+# break inside it.
+BROKEN_CRON = """() => Array.from(document.querySelectorAll('code.cron'))
+  .filter((code) => code.getClientRects().length > 1).map((code) => code.textContent)"""
+
+
+@pytest.fixture(scope="module")
+def demo(sqlite_template: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoPages]:
+    with demo_pages(sqlite_template, str(tmp_path_factory.mktemp("phone"))) as pages:
+        yield pages
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with chromium_browser() as chromium:
+        yield chromium
+
+
+@pytest.fixture(params=list(WIDTHS))
+def page(request: pytest.FixtureRequest, browser: Any, demo: DemoPages) -> Iterator[Any]:
+    """A logged-in admin's page at the parameter's width, failing on any JavaScript error."""
+    context = browser.new_context(viewport=WIDTHS[request.param])
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    errors = PageErrors()
+    errors.watch(page)
+    page.on("dialog", lambda dialog: dialog.dismiss())
+    log_in(page, demo.server)
+    yield page
+    context.close()
+    # Chromium logs the status of the error pages that the tests open on purpose.
+    expected = ("/schedules/999999", "/runs?before=x")
+    assert [m for m in errors.messages if not any(url in m for url in expected)] == []
+
+
+def check_layout(page: Any, where: str) -> None:
+    page.wait_for_load_state("networkidle")
+    width = page.evaluate("document.documentElement.clientWidth")
+    scroll_width = page.evaluate("document.documentElement.scrollWidth")
+    assert scroll_width <= width, f"{where}: the page is {scroll_width} px wide in {width} px"
+    assert page.evaluate(CONTROLS_OUTSIDE) == [], where
+    assert page.evaluate(BROKEN_CRON) == [], where
+
+
+def check_reachable(page: Any, locator: Any, where: str) -> None:
+    """Visible, clickable (nothing covers it) and wholly inside the viewport's width."""
+    locator.scroll_into_view_if_needed()
+    if locator.is_enabled():
+        locator.click(trial=True)  # checks that nothing covers it
+    else:  # "Resume and catch up" when nothing was missed
+        assert locator.is_visible(), where
+    box = locator.bounding_box()
+    width = page.evaluate("document.documentElement.clientWidth")
+    assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width, where
+
+
+def test_every_page_fits_the_width_and_keeps_its_controls_inside(
+    page: Any, demo: DemoPages
+) -> None:
+    for name, path in demo.logged_in().items():
+        page.goto(demo.server.url + path)
+        check_layout(page, name)
+        check_reachable(page, page.get_by_role("button", name="Log out"), name)
+        check_reachable(page, page.get_by_label("Tenant"), name)
+        check_reachable(page, page.get_by_role("button", name="Switch"), name)
+        navigation = page.get_by_role("navigation", name="Main")
+        for link in ("Schedules", "Next runs", "Run history", "Audit log"):
+            check_reachable(page, navigation.get_by_role("link", name=link), name)
+
+
+def test_the_login_and_the_no_tenant_pages_fit(browser: Any, demo: DemoPages) -> None:
+    for viewport in WIDTHS.values():
+        context = browser.new_context(viewport=viewport)
+        page = context.new_page()
+        page.goto(demo.server.url + "/login")
+        check_layout(page, f"login at {viewport['width']}")
+        check_reachable(page, page.get_by_role("button", name="Log in"), "login")
+        log_in(page, demo.server, NO_TENANT)
+        page.get_by_text("No tenant yet").wait_for()
+        check_layout(page, f"no tenant at {viewport['width']}")
+        check_reachable(page, page.get_by_role("button", name="Log out"), "no tenant")
+        context.close()
+
+
+def test_every_action_of_the_schedule_list_is_reachable(page: Any, demo: DemoPages) -> None:
+    page.goto(demo.server.url + "/")
+    check_reachable(page, page.get_by_role("link", name="New schedule"), "new")
+    for label in ("Search by name", "Job", "State"):
+        check_reachable(page, page.get_by_label(label, exact=True), label)
+    check_reachable(page, page.get_by_role("button", name="Filter"), "filter")
+    active = page.locator(f"#schedule-{demo.schedule}")
+    paused = page.locator(f"#schedule-{demo.paused}")
+    for row, toggle in ((active, "button"), (paused, "link")):
+        check_reachable(page, row.get_by_role("link").first, "name link")
+        check_reachable(page, row.get_by_role("button", name="Run now"), "run now")
+        pause_or_resume = row.get_by_role(toggle, name="Pause" if toggle == "button" else "Resume")
+        check_reachable(page, pause_or_resume, "pause or resume")
+        check_reachable(page, row.get_by_role("link", name="Edit"), "edit")
+        check_reachable(page, row.get_by_role("button", name="Delete"), "delete")
+        for what in ("Next run", "Last run"):  # the cells the phone layout used to hide
+            assert row.locator(f'[data-label="{what}"]').is_visible(), what
+    check_reachable(page, page.get_by_role("link", name="Load more schedules"), "more")
+    # The resume question opens inside the row: its buttons fit too.
+    paused.get_by_role("link", name="Resume").click()
+    check_reachable(page, page.get_by_role("button", name="Resume, skip missed"), "skip")
+    check_reachable(page, page.get_by_role("button", name="Resume and catch up"), "catch up")
+    check_layout(page, "resume in the list")
+    page.get_by_role("link", name="Load more schedules").click()
+    page.locator(f"#schedule-{demo.schedule}").wait_for()
+    check_layout(page, "second page of schedules")
+
+
+def test_every_action_of_a_schedule_and_its_resume_page_is_reachable(
+    page: Any, demo: DemoPages
+) -> None:
+    page.goto(demo.server.url + f"/schedules/{demo.schedule}")
+    for role, name in (
+        ("button", "Run now"),
+        ("button", "Pause"),
+        ("link", "Edit"),
+        ("button", "Delete"),
+        ("link", "All runs of this schedule →"),
+    ):
+        check_reachable(page, page.get_by_role(role, name=name), name)
+    page.goto(demo.server.url + f"/schedules/{demo.paused}")
+    check_reachable(page, page.get_by_role("link", name="Resume"), "resume")
+    page.goto(demo.server.url + f"/schedules/{demo.paused}/resume")
+    for name in ("Resume, skip missed", "Resume and catch up"):
+        check_reachable(page, page.get_by_role("button", name=name), name)
+    check_reachable(page, page.get_by_role("link", name="Cancel"), "cancel")
+
+
+def test_the_form_its_preview_and_its_errors_fit(page: Any, demo: DemoPages) -> None:
+    page.goto(demo.server.url + "/schedules/new")
+    page.get_by_label("Cron expression").fill("30 2 * * *")
+    page.locator("#cron-preview li").first.wait_for()
+    check_layout(page, "form with a preview")
+    page.get_by_label("Name").fill("")
+    page.get_by_role("button", name="Save").click()
+    page.get_by_text("Please fix the fields marked below.").wait_for()
+    check_layout(page, "form with errors")
+    check_reachable(page, page.get_by_role("button", name="Save"), "save")
+    check_reachable(page, page.get_by_role("link", name="Cancel"), "cancel")
+
+
+def test_the_history_and_the_audit_log_load_older_rows_within_the_width(
+    page: Any, demo: DemoPages
+) -> None:
+    page.goto(demo.server.url + "/runs")
+    for label in (
+        "Find a schedule",
+        "Schedule",
+        "Status",
+        "Trigger",
+        "Scheduled from",
+        "Scheduled until",
+    ):
+        check_reachable(page, page.get_by_label(label, exact=True), label)
+    check_reachable(page, page.get_by_role("button", name="Filter"), "filter")
+    check_reachable(page, page.get_by_role("link", name="Load older runs"), "older runs")
+    page.get_by_role("link", name="Load older runs").click()
+    page.get_by_role("link", name="Load older runs").wait_for(state="detached")
+    check_layout(page, "second page of runs")
+    page.goto(demo.server.url + "/audit")
+    check_reachable(page, page.get_by_role("link", name="Load older events"), "older events")
+    page.get_by_role("link", name="Load older events").click()
+    page.get_by_role("link", name="Load older events").wait_for(state="detached")
+    check_layout(page, "second page of the audit log")
