@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from flask import Flask
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from tests.conftest import World
 from tests.panel_helpers import ALPHA_SECRETS, Panel, Seeded, make_run, seed
@@ -324,6 +324,22 @@ def test_pause_and_resume_swap_the_row(app: Flask, world: World, data: Seeded) -
     assert ">Pause<" in resumed.get_data(as_text=True)
     event = db.session.scalar(select(AuditEvent).order_by(AuditEvent.id.desc()))
     assert event is not None and event.after == {"active": True, "catch_up": True}
+
+
+def test_resuming_a_schedule_the_tick_would_refuse_answers_409_not_500(
+    app: Flask, world: World, data: Seeded
+) -> None:
+    alice = Panel(app, world.alice)
+    alice.post(f"/schedules/{data.report.id}/pause")
+    db.session.execute(
+        update(Schedule).where(Schedule.id == data.report.id).values(time_zone="posix/UTC")
+    )
+    db.session.commit()
+    response = alice.post(f"/schedules/{data.report.id}/resume", {"missed": "skip"})
+    assert response.status_code == 409
+    assert "cannot resume: unknown time zone &#39;posix/UTC&#39;" in response.get_data(as_text=True)
+    db.session.expire_all()
+    assert db.session.get(Schedule, data.report.id).active is False  # type: ignore[union-attr]
 
 
 def test_delete_removes_the_schedule_and_keeps_its_history(

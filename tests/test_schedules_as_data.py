@@ -317,6 +317,18 @@ def test_schedule_run_at_follows_the_dst_rules_and_refuses_odd_years(
     assert aware.stdout.endswith("queued for 2027-01-01T03:30:00Z\n"), aware.output
     far = cli.invoke(args=["schedule", "run", "a", "--tenant", "alpha", "--at", "0001-01-01T00:00"])
     assert far.exit_code == 2 and "outside the years 1970 to 2999" in far.stderr
+    # Year 2999 with the most negative offset is the year 3000 in UTC: refused as any run more
+    # than the cron horizon away, in one line, and nothing is stored.
+    runs = count(Run)
+    extreme = cli.invoke(
+        args=["schedule", "run", "a", "--tenant", "alpha", "--at", "2999-12-31T23:00-23:59"]
+    )
+    assert (extreme.exit_code, extreme.stderr) == (
+        1,
+        "Error: at: 3000-01-01T22:59:00Z is more than 1827 days from now, further than any "
+        "schedule fires\n",
+    )
+    assert count(Run) == runs
 
 
 @pytest.mark.parametrize(

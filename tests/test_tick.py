@@ -177,6 +177,10 @@ def test_overlap_allow_queues_beside_a_running_run(app: Flask, world: World) -> 
         ({"cron": "61 * * * *"}, "schedule deactivated: minute 61 is out of range 0-59"),
         ({"job": "os.system"}, "schedule deactivated: job 'os.system' is not in the catalog"),
         ({"time_zone": "Mars/Olympus"}, "schedule deactivated: unknown time zone 'Mars/Olympus'"),
+        # Zones that ZoneInfo opens but saving refuses: the tick applies the same check.
+        ({"time_zone": "posix/UTC"}, "schedule deactivated: unknown time zone 'posix/UTC'"),
+        ({"time_zone": "right/UTC"}, "schedule deactivated: unknown time zone 'right/UTC'"),
+        ({"time_zone": "localtime"}, "schedule deactivated: unknown time zone 'localtime'"),
     ],
 )
 def test_a_tampered_schedule_fails_once_is_deactivated_and_others_still_fire(

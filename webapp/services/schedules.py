@@ -33,6 +33,9 @@ from webapp.services.catalog import current_catalog
 KEY_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 MAX_NAME_LENGTH = 200
 MAX_CRON_LENGTH = 200  # the width of schedules.cron
+# How far from now a run may be requested: as far as the cron module plans (a valid schedule
+# fires at least once in that time), so that no run is queued for the year 3000.
+RUN_AT_HORIZON = timedelta(days=cron.MAX_GAP_DAYS)
 # Fires looked at to find a schedule's shortest gap for the minimum-interval quota.
 INTERVAL_SAMPLE = 500
 
@@ -323,8 +326,12 @@ def resume_schedule(schedule: Schedule, actor: Actor, now: datetime, catch_up: b
     with write_transaction(db.session) as session:
         if schedule.active:
             return
+        try:  # the checks of the tick: a schedule it would deactivate again is not resumed
+            spec = cron.validate(schedule.cron, schedule.time_zone)
+        except cron.CronError as error:
+            raise ScheduleError({"resume": f"cannot resume: {error}; edit it first"}) from None
         if not catch_up or schedule.next_run_at is None:
-            schedule.next_run_at = cron.next_fire_after(schedule.cron, schedule.time_zone, now)
+            schedule.next_run_at = spec.next_fire_after(now)
         schedule.active = True
         schedule.inactive_reason = None
         record(
@@ -355,6 +362,13 @@ def run_now(schedule: Schedule, actor: Actor, now: datetime, at: datetime | None
     With the overlap policy `skip`, a run while an earlier one is unfinished is recorded as
     skipped, so that the history explains why nothing ran.
     """
+    if at is not None and abs(at - now) > RUN_AT_HORIZON:
+        raise ScheduleError(
+            {
+                "at": f"{at:%Y-%m-%dT%H:%M:%SZ} is more than {RUN_AT_HORIZON.days} days from "
+                "now, further than any schedule fires"
+            }
+        )
     with write_transaction(db.session) as session:
         try:
             spec = clean_job(current_catalog(), schedule.job, schedule.scope)
