@@ -269,6 +269,37 @@ def test_errors_are_shown_next_to_their_fields_with_422_and_values_kept(
     assert db.session.scalar(select(func.count()).select_from(Schedule)) == 0
 
 
+def test_an_argument_over_its_size_limit_is_refused_next_to_its_field_and_kept(
+    app: Flask, world: World
+) -> None:
+    alice = Panel(app, world.alice)
+    form = alice.get("/schedules/new").get_data(as_text=True)
+    assert 'maxlength="4096"' in form and "At most 4096 bytes (UTF-8)." in form
+    too_long = "é" * 2049  # fits the input's maxlength (characters), not the limit (bytes)
+    for htmx in (True, False):
+        response = alice.post("/schedules/new", form_data(**{"args.message": too_long}), htmx=htmx)
+        assert response.status_code == 422
+        page = response.get_data(as_text=True)
+        assert 'id="args-message-error"' in page
+        assert "should be at most 4096 bytes, not 4098" in page
+        assert f'value="{too_long}"' in page
+    assert db.session.scalar(select(func.count()).select_from(Schedule)) == 0
+
+
+def test_run_now_refuses_stored_arguments_over_the_limit(
+    app: Flask, world: World, data: Seeded
+) -> None:
+    db.session.execute(
+        update(Schedule).where(Schedule.id == data.report.id).values(args={"message": "x" * 5000})
+    )
+    db.session.commit()
+    runs = db.session.scalar(select(func.count()).select_from(Run))
+    response = Panel(app, world.alice).post(f"/schedules/{data.report.id}/run")
+    assert response.status_code == 409
+    assert "should be at most 4096 bytes, not 5000" in response.get_data(as_text=True)
+    assert db.session.scalar(select(func.count()).select_from(Run)) == runs
+
+
 def test_a_typed_parameter_refuses_text(app: Flask, world: World) -> None:
     response = Panel(app, world.alice).post(
         "/schedules/new", form_data(job="demo.sleep", **{"args.seconds": "soon"})

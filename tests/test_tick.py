@@ -181,10 +181,15 @@ def test_overlap_allow_queues_beside_a_running_run(app: Flask, world: World) -> 
         ({"time_zone": "posix/UTC"}, "schedule deactivated: unknown time zone 'posix/UTC'"),
         ({"time_zone": "right/UTC"}, "schedule deactivated: unknown time zone 'right/UTC'"),
         ({"time_zone": "localtime"}, "schedule deactivated: unknown time zone 'localtime'"),
+        # Arguments stored before the size limits: not copied into a run at every fire.
+        (
+            {"args": {"message": "x" * 5000}},
+            "schedule deactivated: args.message: should be at most 4096 bytes, not 5000",
+        ),
     ],
 )
 def test_a_tampered_schedule_fails_once_is_deactivated_and_others_still_fire(
-    app: Flask, world: World, fields: dict[str, str], reason: str
+    app: Flask, world: World, fields: dict[str, object], reason: str
 ) -> None:
     bad = add_schedule(world.alpha.id, "bad", datetime(2026, 3, 7, 11, tzinfo=UTC), **fields)
     add_schedule(world.alpha.id, "good", datetime(2026, 3, 7, 12, tzinfo=UTC))

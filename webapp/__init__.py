@@ -10,7 +10,7 @@ from typing import Any
 from flask import Flask
 from werkzeug.middleware.proxy_fix import ProxyFix
 
-from webapp.config import from_environment, is_secret_key_optional, trusted_proxies
+from webapp.config import args_limits, from_environment, is_secret_key_optional, trusted_proxies
 from webapp.database import install_engine_hooks
 from webapp.extensions import csrf, db, login_manager, migrate
 
@@ -51,6 +51,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         secure_cookies = not (app.debug or app.testing)
     app.config.update(SESSION_COOKIE_SECURE=secure_cookies, REMEMBER_COOKIE_SECURE=secure_cookies)
 
+    args_limits(app.config)  # a bad limit stops the app now, not each save or run
     proxies = trusted_proxies(app.config)
     if proxies:
         # The client's address (the login limiter's key) and scheme come from the proxies'

@@ -21,7 +21,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from webapp.accounts import AccountError, check_time_zone
-from webapp.catalog import ArgsError, Catalog, JobSpec, UnknownJobError
+from webapp.catalog import ArgsError, Catalog, JobSpec, UnknownJobError, args_path, size_errors
+from webapp.config import args_limits
 from webapp.database import write_transaction
 from webapp.extensions import db
 from webapp.models import MISFIRE_POLICIES, OVERLAP_POLICIES, Run, Schedule, Tenant
@@ -158,7 +159,7 @@ def clean(
             errors.update(nul_errors(values["args"]))
         except ArgsError as error:
             for path, message in error.errors:
-                errors[f"args.{path}" if path else "args"] = message
+                errors[args_path(path)] = message
     try:
         values["time_zone"] = check_time_zone(data.time_zone)
     except (AccountError, TypeError) as error:
@@ -374,6 +375,10 @@ def run_now(schedule: Schedule, actor: Actor, now: datetime, at: datetime | None
             spec = clean_job(current_catalog(), schedule.job, schedule.scope)
         except UnknownJobError as error:
             raise ScheduleError({"job": str(error)}) from None
+        # Arguments stored before the size limits (or over lowered ones) are not copied again.
+        too_large = size_errors(schedule.args or {}, args_limits(current_app.config))
+        if too_large:
+            raise ScheduleError({args_path(path): message for path, message in too_large})
         start = at or now
         run = Run(
             tenant_id=schedule.tenant_id,
