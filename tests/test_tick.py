@@ -202,6 +202,20 @@ def test_a_tampered_schedule_fails_once_is_deactivated_and_others_still_fire(
     assert run_tick(now=NOW + timedelta(days=1)).failed == 0  # type: ignore[attr-defined]
 
 
+def test_stored_arguments_that_are_not_an_object_are_measured_without_a_crash(
+    app: Flask, world: World
+) -> None:
+    small = add_schedule(world.alpha.id, "small", datetime(2026, 3, 7, 12, tzinfo=UTC), args=[1])
+    large = ["x" * 20_000]
+    big = add_schedule(world.alpha.id, "big", datetime(2026, 3, 7, 12, tzinfo=UTC), args=large)
+    result = run_tick()
+    assert (result.queued, result.failed) == (1, 1)  # type: ignore[attr-defined]
+    assert reload(small).active  # its run fails when executed: not an object
+    assert reload(big).inactive_reason == (
+        "schedule deactivated: args: should be at most 16384 bytes as JSON in all, not 20004"
+    )
+
+
 def test_a_system_job_in_a_tenant_schedule_is_deactivated(app: Flask, world: World) -> None:
     bad = add_schedule(
         world.alpha.id,

@@ -323,7 +323,7 @@ class Catalog:
         self._defaults.update(other._defaults)
 
 
-def size_errors(args: Mapping[str, object], limits: tuple[int, int]) -> list[tuple[str, str]]:
+def size_errors(args: object, limits: tuple[int, int]) -> list[tuple[str, str]]:
     """(path, message) for arguments over the limits (per text, in all: see `args_limits`):
     all of them as JSON first, else each text.
 
@@ -336,7 +336,8 @@ def size_errors(args: Mapping[str, object], limits: tuple[int, int]) -> list[tup
     if size > total:
         return [("", f"should be at most {total} bytes as JSON in all, not {size}")]
     errors = []
-    for key, value in args.items():
+    # Not a mapping: stored by hand (the tick measures what it finds); parse_args refuses it.
+    for key, value in args.items() if isinstance(args, Mapping) else ():
         if isinstance(value, str):
             length = len(value.encode("utf-8", "surrogatepass"))
             if length > per_arg:

@@ -107,7 +107,7 @@ def resolve(
         job = catalog.get(schedule.job)
     except (cron.CronError, UnknownJobError) as error:
         raise BadSchedule(str(error)) from None
-    too_large = size_errors(schedule.args or {}, limits or args_limits({}))
+    too_large = size_errors(schedule.args, limits or args_limits({}))
     if too_large:
         raise BadSchedule(str(ArgsError(too_large)))
     scope = "tenant" if schedule.tenant_id is not None else "system"

@@ -376,7 +376,7 @@ def run_now(schedule: Schedule, actor: Actor, now: datetime, at: datetime | None
         except UnknownJobError as error:
             raise ScheduleError({"job": str(error)}) from None
         # Arguments stored before the size limits (or over lowered ones) are not copied again.
-        too_large = size_errors(schedule.args or {}, args_limits(current_app.config))
+        too_large = size_errors(schedule.args, args_limits(current_app.config))
         if too_large:
             raise ScheduleError({args_path(path): message for path, message in too_large})
         start = at or now
