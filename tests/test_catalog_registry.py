@@ -15,6 +15,7 @@ from typing import Any, Literal
 import pytest
 from pydantic import BaseModel, Field
 
+from webapp import create_app
 from webapp.catalog import (
     ArgsError,
     Catalog,
@@ -25,6 +26,7 @@ from webapp.catalog import (
     build_catalog,
     load_job_modules,
 )
+from webapp.config import ConfigError
 
 
 class LineCollector(logging.Handler):
@@ -375,6 +377,95 @@ def test_calling_a_job_validates_its_stored_arguments_again() -> None:
         catalog.get("demo.echo").call(ctx, {"message": "hello", "code": "import os"})
 
     assert lines == ["hello"]
+
+
+# Size limits (SCHEDULER_MAX_ARG_BYTES, SCHEDULER_MAX_ARGS_BYTES)
+
+
+class ShortParams(BaseModel):
+    code: str = Field(max_length=8, description="A short code.")
+    note: str = ""
+    count: int = 0
+
+
+def test_each_text_argument_is_bounded_in_utf8_bytes() -> None:
+    catalog = Catalog()
+    register(catalog, params=ShortParams)
+    spec = catalog.get("acme.thing")
+    settings = {"SCHEDULER_MAX_ARG_BYTES": 10}
+
+    assert spec.validate_args({"code": "a", "note": "x" * 10}, settings)["note"] == "x" * 10
+    with pytest.raises(ArgsError) as refused:
+        spec.validate_args({"code": "a", "note": "é" * 6}, settings)  # 6 characters, 12 bytes
+    assert refused.value.errors == [("note", "should be at most 10 bytes, not 12")]
+    assert str(refused.value) == "args.note: should be at most 10 bytes, not 12"
+
+
+def test_the_default_limits_apply_without_settings() -> None:
+    spec = build_catalog(demo_jobs=True).get("demo.echo")
+
+    assert spec.validate_args({"message": "x" * 4096}) == {"message": "x" * 4096}
+    with pytest.raises(ArgsError) as refused:
+        spec.validate_args({"message": "x" * 10 * 1024 * 1024})  # the 10 MB of the report
+    assert refused.value.errors == [
+        ("", "should be at most 16384 bytes as JSON in all, not 10485774")
+    ]
+
+
+def test_all_arguments_together_are_bounded_and_reported_alone() -> None:
+    catalog = Catalog()
+    register(catalog, params=ShortParams)
+    spec = catalog.get("acme.thing")
+    settings = {"SCHEDULER_MAX_ARG_BYTES": 100, "SCHEDULER_MAX_ARGS_BYTES": 40}
+
+    # {"code":"a","note":"xxxxxxxxxxxxxxxxxx"} is 40 bytes; an extra key is not even read.
+    assert spec.validate_args({"code": "a", "note": "x" * 18}, settings)["note"] == "x" * 18
+    with pytest.raises(ArgsError) as refused:
+        spec.validate_args({"code": "a", "note": "x" * 22, "x" * 50: 1}, settings)
+    assert refused.value.errors == [("", "should be at most 40 bytes as JSON in all, not 99")]
+
+
+def test_a_lone_surrogate_is_measured_not_a_crash() -> None:
+    spec = build_catalog(demo_jobs=True).get("demo.echo")
+
+    with pytest.raises(ArgsError) as refused:
+        spec.validate_args({"message": "\ud800" * 2000}, {"SCHEDULER_MAX_ARG_BYTES": 4096})
+    assert refused.value.errors == [("message", "should be at most 4096 bytes, not 6000")]
+
+
+def test_a_job_may_declare_a_tighter_limit() -> None:
+    catalog = Catalog()
+    register(catalog, params=ShortParams)
+
+    with pytest.raises(ArgsError) as refused:
+        catalog.get("acme.thing").validate_args({"code": "x" * 9})
+    assert refused.value.errors == [("code", "String should have at most 8 characters")]
+
+
+def test_the_form_states_the_limits_of_text_fields() -> None:
+    catalog = Catalog()
+    register(catalog, params=ShortParams)
+    settings = {"SCHEDULER_MAX_ARG_BYTES": 20}
+
+    code, note, count = catalog.get("acme.thing").form_fields(settings)
+
+    # 8 characters are at most 32 bytes: both limits can bind.
+    assert (code.help, code.max_length, code.max_bytes, code.input_maxlength) == (
+        "A short code. At most 8 characters and 20 bytes (UTF-8).",
+        8,
+        20,
+        8,
+    )
+    assert (note.help, note.input_maxlength) == ("At most 20 bytes (UTF-8).", 20)
+    assert (count.help, count.input_maxlength) == ("", None)  # JSON's limit bounds numbers
+    code, _, _ = catalog.get("acme.thing").form_fields({"SCHEDULER_MAX_ARG_BYTES": 4096})
+    assert code.help == "A short code. At most 8 characters."
+
+
+@pytest.mark.parametrize("value", [0, -1, "4096", True, 1.5])
+def test_a_limit_that_is_not_a_positive_number_stops_the_app(value: object) -> None:
+    with pytest.raises(ConfigError, match=r"SCHEDULER_MAX_ARGS_BYTES=.* must be a whole number"):
+        create_app({"TESTING": True, "SCHEDULER_MAX_ARGS_BYTES": value})
 
 
 # Forms

@@ -7,7 +7,9 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -451,15 +453,72 @@ def test_it_keeps_only_the_first_4_kib_of_the_answer(server: LoopbackServer) -> 
     assert lines[1:] == ["x" * 4096, "(answer cut at 4096 bytes)"]
 
 
-def test_a_server_that_never_answers_times_out() -> None:
+@pytest.mark.parametrize("scheme", ["http", "https"])  # https: the TLS handshake never ends
+def test_a_server_that_never_answers_times_out(scheme: str) -> None:
     with socket.create_server(("127.0.0.1", 0)) as silent:  # listens, never accepts
         port = silent.getsockname()[1]
         ctx, _ = run_context({**LOOPBACK_ALLOWED, "SCHEDULER_WEBHOOK_TIMEOUT": 0.05})
 
         with pytest.raises(WebhookError) as failed:
-            webhook(ctx, WebhookParams(url=f"http://127.0.0.1:{port}/"))
+            webhook(ctx, WebhookParams(url=f"{scheme}://127.0.0.1:{port}/"))
 
-    assert str(failed.value) == f"webhook request to http://127.0.0.1:{port}/ failed: timed out"
+    assert str(failed.value) == (
+        f"webhook request to {scheme}://127.0.0.1:{port}/ timed out after 0.05 s"
+    )
+
+
+@contextmanager
+def trickling_server(interval: float, headers_at_once: bool) -> Iterator[int]:
+    """A real server on 127.0.0.1 that answers one byte every `interval` seconds (after the
+    headers, sent at once, if `headers_at_once`)."""
+    stop = threading.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            headers = b"HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n"
+            answer = headers + b"x" * 20  # about 12 s in all: a failure, not a hang, if unbounded
+            if headers_at_once:
+                connection.sendall(headers)
+                answer = answer[len(headers) :]
+            for byte in answer:
+                if stop.wait(interval):
+                    return
+                try:
+                    connection.sendall(bytes([byte]))
+                except OSError:
+                    return  # the client gave up
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        stop.set()
+        listener.close()
+        thread.join(5)
+
+
+@pytest.mark.parametrize("headers_at_once", [False, True], ids=["headers", "body"])
+def test_a_server_sending_a_byte_at_a_time_times_out_at_the_deadline(
+    headers_at_once: bool,
+) -> None:
+    # Each byte comes well within the timeout; the whole answer never does. Before, the timeout
+    # applied to each read and such a server held the thread for as long as it liked.
+    with trickling_server(0.2, headers_at_once) as port:
+        ctx, _ = run_context({**LOOPBACK_ALLOWED, "SCHEDULER_WEBHOOK_TIMEOUT": 1})
+        started = time.monotonic()
+        with pytest.raises(WebhookError) as failed:
+            webhook(ctx, WebhookParams(method="GET", url=f"http://127.0.0.1:{port}/slow"))
+        elapsed = time.monotonic() - started
+
+    assert (
+        str(failed.value) == f"webhook request to http://127.0.0.1:{port}/slow timed out after 1 s"
+    )
+    assert not isinstance(failed.value, PermanentError)  # retried: it may be quicker next time
+    assert elapsed < 3  # about 1 s; generous for a busy machine
 
 
 def test_a_refused_connection_fails_the_run() -> None:
@@ -529,7 +588,7 @@ def test_timeouts_and_refused_connections_are_retried(app: Flask, world: World) 
     with socket.create_server(("127.0.0.1", 0)) as silent:  # listens, never accepts
         port = silent.getsockname()[1]
         timed_out = run_webhook_once(app, world.alpha.id, url=f"http://127.0.0.1:{port}/")
-    assert timed_out.status == "queued" and "failed: timed out" in (timed_out.error or "")
+    assert timed_out.status == "queued" and "timed out after 0.05 s" in (timed_out.error or "")
     db.session.delete(timed_out)
     db.session.commit()
     refused = run_webhook_once(app, world.alpha.id, url=f"http://127.0.0.1:{port}/")  # closed

@@ -141,6 +141,20 @@ def test_args_are_validated_again_before_execution(app: Flask, world: World) -> 
     assert run.error is not None and "args.message: Input should be a valid string" in run.error
 
 
+def test_stored_arguments_over_the_size_limits_fail_the_run_at_once(
+    app: Flask, world: World
+) -> None:
+    worker = worker_id()
+    add_run(world.alpha.id, NOW, args={"message": "x" * 5000}, max_attempts=3)
+    (run,) = run_leased(worker)
+    assert (run.status, run.attempt, run.error) == (
+        "failed",
+        1,
+        "not retried: args.message: should be at most 4096 bytes, not 5000",
+    )
+    assert run.output == ""  # the job never ran
+
+
 def test_the_reaper_requeues_an_expired_lease_and_fails_a_spent_one(
     app: Flask, world: World
 ) -> None:

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from flask import Flask
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from tests.conftest import World
 from tests.panel_helpers import ALPHA_SECRETS, Panel, Seeded, make_run, seed
@@ -315,6 +315,37 @@ def test_errors_are_shown_next_to_their_fields_with_422_and_values_kept(
     assert db.session.scalar(select(func.count()).select_from(Schedule)) == 0
 
 
+def test_an_argument_over_its_size_limit_is_refused_next_to_its_field_and_kept(
+    app: Flask, world: World
+) -> None:
+    alice = Panel(app, world.alice)
+    form = alice.get("/schedules/new").get_data(as_text=True)
+    assert 'maxlength="4096"' in form and "At most 4096 bytes (UTF-8)." in form
+    too_long = "é" * 2049  # fits the input's maxlength (characters), not the limit (bytes)
+    for htmx in (True, False):
+        response = alice.post("/schedules/new", form_data(**{"args.message": too_long}), htmx=htmx)
+        assert response.status_code == 422
+        page = response.get_data(as_text=True)
+        assert 'id="args-message-error"' in page
+        assert "should be at most 4096 bytes, not 4098" in page
+        assert f'value="{too_long}"' in page
+    assert db.session.scalar(select(func.count()).select_from(Schedule)) == 0
+
+
+def test_run_now_refuses_stored_arguments_over_the_limit(
+    app: Flask, world: World, data: Seeded
+) -> None:
+    db.session.execute(
+        update(Schedule).where(Schedule.id == data.report.id).values(args={"message": "x" * 5000})
+    )
+    db.session.commit()
+    runs = db.session.scalar(select(func.count()).select_from(Run))
+    response = Panel(app, world.alice).post(f"/schedules/{data.report.id}/run")
+    assert response.status_code == 409
+    assert "should be at most 4096 bytes, not 5000" in response.get_data(as_text=True)
+    assert db.session.scalar(select(func.count()).select_from(Run)) == runs
+
+
 def test_a_typed_parameter_refuses_text(app: Flask, world: World) -> None:
     response = Panel(app, world.alice).post(
         "/schedules/new", form_data(job="demo.sleep", **{"args.seconds": "soon"})
@@ -443,6 +474,22 @@ def test_pause_and_resume_swap_the_row(app: Flask, world: World, data: Seeded) -
     assert ">Pause<" in resumed.get_data(as_text=True)
     event = db.session.scalar(select(AuditEvent).order_by(AuditEvent.id.desc()))
     assert event is not None and event.after == {"active": True, "catch_up": True}
+
+
+def test_resuming_a_schedule_the_tick_would_refuse_answers_409_not_500(
+    app: Flask, world: World, data: Seeded
+) -> None:
+    alice = Panel(app, world.alice)
+    alice.post(f"/schedules/{data.report.id}/pause")
+    db.session.execute(
+        update(Schedule).where(Schedule.id == data.report.id).values(time_zone="posix/UTC")
+    )
+    db.session.commit()
+    response = alice.post(f"/schedules/{data.report.id}/resume", {"missed": "skip"})
+    assert response.status_code == 409
+    assert "cannot resume: unknown time zone &#39;posix/UTC&#39;" in response.get_data(as_text=True)
+    db.session.expire_all()
+    assert db.session.get(Schedule, data.report.id).active is False  # type: ignore[union-attr]
 
 
 def test_delete_removes_the_schedule_and_keeps_its_history(

@@ -187,6 +187,40 @@ def test_resume_with_catch_up_leaves_missed_fires_due(app: Flask, world: World) 
     assert schedule.next_run_at == datetime(2026, 3, 7, 13, 0, tzinfo=UTC)
 
 
+@pytest.mark.parametrize("zone", ["posix/UTC", "right/Europe/Berlin", "Mars/Olympus"])
+def test_a_schedule_with_a_zone_that_saving_refuses_is_not_resumed(
+    app: Flask, world: World, zone: str
+) -> None:
+    schedule = create_schedule(world.alpha, echo(active=False), alice(world), NOW)
+    schedule.time_zone = zone  # stored by hand or by an older version: the tick refuses it
+    db.session.commit()
+    with pytest.raises(ScheduleError) as caught:
+        resume_schedule(schedule, alice(world), NOW, catch_up=False)
+    assert caught.value.errors == {
+        "resume": f"cannot resume: unknown time zone '{zone}'; edit it first"
+    }
+    db.session.expire_all()
+    assert db.session.scalar(select(Schedule.active)) is False
+    assert count(AuditEvent) == 1  # the creation only
+
+
+@pytest.mark.parametrize("days", [1827, -1827])
+def test_a_run_is_not_requested_further_away_than_any_schedule_fires(
+    app: Flask, world: World, days: int
+) -> None:
+    schedule = create_schedule(world.alpha, echo(), alice(world), NOW)
+    far = NOW + timedelta(days=days, seconds=1 if days > 0 else -1)
+    with pytest.raises(ScheduleError) as caught:
+        run_now(schedule, alice(world), NOW, at=far)
+    assert caught.value.errors == {
+        "at": f"{far:%Y-%m-%dT%H:%M:%SZ} is more than 1827 days from now, further than any "
+        "schedule fires"
+    }
+    assert count(Run) == 0
+    edge = run_now(schedule, alice(world), NOW, at=NOW + timedelta(days=days))
+    assert edge.available_at == NOW + timedelta(days=days)
+
+
 def test_delete_keeps_the_run_history(app: Flask, world: World) -> None:
     schedule = create_schedule(world.alpha, echo(), alice(world), NOW)
     run = run_now(schedule, alice(world), NOW)

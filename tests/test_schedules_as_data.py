@@ -211,6 +211,14 @@ def test_catalog_list_shows_jobs_and_parameters(cli: FlaskCliRunner) -> None:
     assert "demo.echo  [tenant]  Echo a message" in lines
     assert "maintenance.prune_runs  [system]  Prune run history" in lines
     assert "    seconds (number, required, min 0, max 3600): How long the run lasts." in lines
+    assert lines[0] == (
+        "Arguments: each text at most 4096 bytes (UTF-8), all of a schedule's together at most "
+        "16384 bytes as JSON (SCHEDULER_MAX_ARG_BYTES, SCHEDULER_MAX_ARGS_BYTES)."
+    )
+    assert (
+        "    message (text, required): Written to the run's output. At most 4096 bytes (UTF-8)."
+        in lines
+    )
 
 
 def test_schedule_run_queues_a_manual_run(
@@ -320,6 +328,18 @@ def test_schedule_run_at_follows_the_dst_rules_and_refuses_odd_years(
     assert aware.stdout.endswith("queued for 2027-01-01T03:30:00Z\n"), aware.output
     far = cli.invoke(args=["schedule", "run", "a", "--tenant", "alpha", "--at", "0001-01-01T00:00"])
     assert far.exit_code == 2 and "outside the years 1970 to 2999" in far.stderr
+    # Year 2999 with the most negative offset is the year 3000 in UTC: refused as any run more
+    # than the cron horizon away, in one line, and nothing is stored.
+    runs = count(Run)
+    extreme = cli.invoke(
+        args=["schedule", "run", "a", "--tenant", "alpha", "--at", "2999-12-31T23:00-23:59"]
+    )
+    assert (extreme.exit_code, extreme.stderr) == (
+        1,
+        "Error: at: 3000-01-01T22:59:00Z is more than 1827 days from now, further than any "
+        "schedule fires\n",
+    )
+    assert count(Run) == runs
 
 
 @pytest.mark.parametrize(
@@ -351,6 +371,41 @@ def test_values_the_database_could_not_store_are_refused_first(
     assert code == 1
     assert err.splitlines()[0] == line
     assert count(Schedule) == 0
+
+
+def test_arguments_over_the_size_limits_are_refused_and_nothing_is_written(
+    cli: FlaskCliRunner, world: World, tmp_path: Path
+) -> None:
+    document = [
+        item("a"),
+        item("b", args={"message": "é" * 2049}),  # 2,049 characters, 4,098 bytes
+        item("c", args={"message": "x" * 4000, "y" * 13_000: 1}),  # all together too large
+        item("d", args={"message": "x" * 10 * 1024 * 1024}),  # the 10 MB of the report
+    ]
+    code, _, err = import_file(cli, write(tmp_path, document))
+    assert code == 1
+    assert err.splitlines() == [
+        "item 1 (key 'b'): args.message: should be at most 4096 bytes, not 4098",
+        "item 2 (key 'c'): args: should be at most 16384 bytes as JSON in all, not 17019",
+        "item 3 (key 'd'): args: should be at most 16384 bytes as JSON in all, not 10485774",
+        "nothing was imported",
+    ]
+    assert count(Schedule) == 0
+
+
+def test_the_stored_arguments_are_checked_again_by_schedule_run(
+    cli: FlaskCliRunner, world: World, tmp_path: Path
+) -> None:
+    import_file(cli, write(tmp_path, [item("a")]))
+    # Stored before the limits existed, or over limits lowered since.
+    db.session.execute(Schedule.__table__.update().values(args={"message": "x" * 5000}))
+    db.session.commit()
+    result = cli.invoke(args=["schedule", "run", "a", "--tenant", "alpha"])
+    assert (result.exit_code, result.stderr) == (
+        1,
+        "Error: args.message: should be at most 4096 bytes, not 5000\n",
+    )
+    assert count(Run) == 0
 
 
 def test_deeply_nested_json_is_malformed_not_a_crash(

@@ -177,10 +177,19 @@ def test_overlap_allow_queues_beside_a_running_run(app: Flask, world: World) -> 
         ({"cron": "61 * * * *"}, "schedule deactivated: minute 61 is out of range 0-59"),
         ({"job": "os.system"}, "schedule deactivated: job 'os.system' is not in the catalog"),
         ({"time_zone": "Mars/Olympus"}, "schedule deactivated: unknown time zone 'Mars/Olympus'"),
+        # Zones that ZoneInfo opens but saving refuses: the tick applies the same check.
+        ({"time_zone": "posix/UTC"}, "schedule deactivated: unknown time zone 'posix/UTC'"),
+        ({"time_zone": "right/UTC"}, "schedule deactivated: unknown time zone 'right/UTC'"),
+        ({"time_zone": "localtime"}, "schedule deactivated: unknown time zone 'localtime'"),
+        # Arguments stored before the size limits: not copied into a run at every fire.
+        (
+            {"args": {"message": "x" * 5000}},
+            "schedule deactivated: args.message: should be at most 4096 bytes, not 5000",
+        ),
     ],
 )
 def test_a_tampered_schedule_fails_once_is_deactivated_and_others_still_fire(
-    app: Flask, world: World, fields: dict[str, str], reason: str
+    app: Flask, world: World, fields: dict[str, object], reason: str
 ) -> None:
     bad = add_schedule(world.alpha.id, "bad", datetime(2026, 3, 7, 11, tzinfo=UTC), **fields)
     add_schedule(world.alpha.id, "good", datetime(2026, 3, 7, 12, tzinfo=UTC))
@@ -191,6 +200,20 @@ def test_a_tampered_schedule_fails_once_is_deactivated_and_others_still_fire(
     fresh = reload(bad)
     assert (fresh.active, fresh.inactive_reason) == (False, reason)
     assert run_tick(now=NOW + timedelta(days=1)).failed == 0  # type: ignore[attr-defined]
+
+
+def test_stored_arguments_that_are_not_an_object_are_measured_without_a_crash(
+    app: Flask, world: World
+) -> None:
+    small = add_schedule(world.alpha.id, "small", datetime(2026, 3, 7, 12, tzinfo=UTC), args=[1])
+    large = ["x" * 20_000]
+    big = add_schedule(world.alpha.id, "big", datetime(2026, 3, 7, 12, tzinfo=UTC), args=large)
+    result = run_tick()
+    assert (result.queued, result.failed) == (1, 1)  # type: ignore[attr-defined]
+    assert reload(small).active  # its run fails when executed: not an object
+    assert reload(big).inactive_reason == (
+        "schedule deactivated: args: should be at most 16384 bytes as JSON in all, not 20004"
+    )
 
 
 def test_a_system_job_in_a_tenant_schedule_is_deactivated(app: Flask, world: World) -> None:

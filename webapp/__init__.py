@@ -14,6 +14,7 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 from webapp.config import (
     INSTANCE_FILE,
     ConfigError,
+    args_limits,
     default_settings,
     from_instance_file,
     is_secret_key_optional,
@@ -65,6 +66,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         secure_cookies = not (app.debug or app.testing)
     app.config.update(SESSION_COOKIE_SECURE=secure_cookies, REMEMBER_COOKIE_SECURE=secure_cookies)
 
+    args_limits(app.config)  # a bad limit stops the app now, not each save or run
     proxies = trusted_proxies(app.config)
     if proxies:
         # The client's address (the login limiter's key) and scheme come from the proxies'

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass
-from zoneinfo import available_timezones
 
 from sqlalchemy import delete, select
 from werkzeug.security import generate_password_hash
@@ -13,6 +11,7 @@ from werkzeug.security import generate_password_hash
 from webapp.database import utcnow, write_transaction
 from webapp.extensions import db
 from webapp.models import ROLES, Membership, Tenant, User
+from webapp.scheduler import cron
 from webapp.services import sessions
 
 SLUG_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
@@ -27,16 +26,9 @@ class AccountError(ValueError):
     """Bad input for a tenant or user change; the message is shown to the operator as is."""
 
 
-@functools.cache
 def known_time_zones() -> frozenset[str]:
-    # available_timezones() walks the zone database on disk: read it once. Host-specific and
-    # placeholder entries are not zones a tenant means.
-    return frozenset(
-        zone
-        for zone in available_timezones()
-        if zone not in {"localtime", "Factory", "posixrules"}
-        and not zone.startswith(("posix/", "right/"))
-    )
+    # The cron module's list: the tick checks a stored zone against the same one.
+    return cron.known_time_zones()
 
 
 def check_time_zone(name: object) -> str:

@@ -32,6 +32,10 @@ SCHEDULER_DEFAULTS: dict[str, Any] = {
     "SCHEDULER_WEBHOOK_TIMEOUT": 10.0,
     "SCHEDULER_TRUSTED_PROXIES": 0,
     "SCHEDULER_MAX_REQUEST_BYTES": 1024 * 1024,
+    # Every run copies its schedule's arguments: a fire a minute stores them 1,440 times a day.
+    # 4 KiB holds any URL a server takes and a small JSON body; 16 KiB, four such fields.
+    "SCHEDULER_MAX_ARG_BYTES": 4096,
+    "SCHEDULER_MAX_ARGS_BYTES": 16384,
     "SCHEDULER_SESSION_IDLE_TIMEOUT": 8 * 3600,
     "SCHEDULER_SESSION_MAX_AGE": 7 * 86400,
 }
@@ -112,6 +116,19 @@ def check_value(name: str, value: object, where: str) -> Any:
     if not valid:
         raise ConfigError(f"{name}={value!r} is not a valid {kind(name)}{where}")
     return value
+
+
+def args_limits(settings: Mapping[str, Any]) -> tuple[int, int]:
+    """The most UTF-8 bytes of one text argument and of all of a schedule's arguments as JSON
+    (SCHEDULER_MAX_ARG_BYTES, SCHEDULER_MAX_ARGS_BYTES); the defaults where a setting is
+    missing."""
+    limits = []
+    for name in ("SCHEDULER_MAX_ARG_BYTES", "SCHEDULER_MAX_ARGS_BYTES"):
+        value = settings.get(name, SCHEDULER_DEFAULTS[name])
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{name}={value!r} must be a whole number of bytes above zero")
+        limits.append(value)
+    return limits[0], limits[1]
 
 
 def default_settings(instance_path: str) -> dict[str, Any]:

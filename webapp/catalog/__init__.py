@@ -14,7 +14,9 @@ from webapp.catalog.registry import (
     FormField,
     JobSpec,
     UnknownJobError,
+    args_path,
     load_job_modules,
+    size_errors,
 )
 from webapp.catalog.webhook import WebhookError, check_webhook_target
 
@@ -30,10 +32,12 @@ __all__ = [
     "PermanentError",
     "UnknownJobError",
     "WebhookError",
+    "args_path",
     "build_catalog",
     "check_webhook_target",
     "load_job_modules",
     "register_builtin_jobs",
+    "size_errors",
 ]
 
 

@@ -49,7 +49,7 @@ def register_builtin_jobs(catalog: Catalog, demo: bool) -> None:
         params=WebhookParams,
         max_attempts=3,
         retry_backoff=60.0,
-        timeout=300.0,  # the socket timeout (SCHEDULER_WEBHOOK_TIMEOUT) applies per operation
+        timeout=300.0,  # a backstop: SCHEDULER_WEBHOOK_TIMEOUT bounds the whole request
     )(webhook)
     catalog.job(
         "maintenance.prune_runs",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import importlib
 import inspect
+import json
 import re
 import types
 import typing
@@ -18,11 +19,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar, cast
 
-from annotated_types import Ge, Le
+from annotated_types import Ge, Le, MaxLen
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from webapp.catalog.context import JobContext
+from webapp.config import args_limits
 
 Scope = Literal["tenant", "system"]
 FieldKind = Literal["text", "number", "integer", "checkbox", "select"]
@@ -61,11 +63,12 @@ class ArgsError(CatalogError):
     """
 
     def __init__(self, errors: list[tuple[str, str]]) -> None:
-        super().__init__("; ".join(f"{_args_path(path)}: {message}" for path, message in errors))
+        super().__init__("; ".join(f"{args_path(path)}: {message}" for path, message in errors))
         self.errors = errors
 
 
-def _args_path(path: str) -> str:
+def args_path(path: str) -> str:
+    """The name of an argument's field: `args.message`, or `args` for all of them."""
     return f"args.{path}" if path else "args"
 
 
@@ -86,6 +89,15 @@ class FormField:
     choices: tuple[str, ...] = ()  # for 'select'
     min: float | None = None  # from Field(ge=...)
     max: float | None = None  # from Field(le=...)
+    max_length: int | None = None  # characters, from Field(max_length=...)
+    max_bytes: int | None = None  # UTF-8 bytes of a text field (SCHEDULER_MAX_ARG_BYTES)
+
+    @property
+    def input_maxlength(self) -> int | None:
+        """The form input's maxlength: a browser counts UTF-16 units, never more than UTF-8
+        bytes, so this refuses nothing the server accepts; the server checks bytes."""
+        limits = [limit for limit in (self.max_length, self.max_bytes) if limit is not None]
+        return min(limits) if limits else None
 
 
 @dataclass(frozen=True)
@@ -112,6 +124,9 @@ class JobSpec:
         """
         if not isinstance(args, dict):
             raise ArgsError([("", "Input should be a JSON object")])
+        too_large = size_errors(args, args_limits({} if settings is None else settings))
+        if too_large:  # first, and alone: nothing else is worth reading in an oversized input
+            raise ArgsError(too_large)
         # Refused whatever the model's own `extra` setting: a stray key is usually a typo.
         errors = [
             (str(key), "Extra inputs are not permitted")
@@ -134,17 +149,22 @@ class JobSpec:
         return self.parse_args(args, settings).model_dump(mode="json")
 
     def form_fields(self, settings: Mapping[str, object] | None = None) -> list[FormField]:
-        """The parameters for a form; with the app's settings, a model's optional
-        `settings_help(settings) -> {field: text}` adds to the fields' help (the webhook's
-        allowed hosts)."""
-        settings_help = getattr(self.params, "settings_help", None)
-        if settings is None or not callable(settings_help):
+        """The parameters for a form; with the app's settings, text fields get their size limit
+        (SCHEDULER_MAX_ARG_BYTES) and a model's optional `settings_help(settings) -> {field:
+        text}` adds to the fields' help (the webhook's allowed hosts)."""
+        if settings is None:
             return list(self.fields)
-        extra: Mapping[str, str] = settings_help(settings)
-        return [
-            replace(f, help=f"{f.help} {extra[f.name]}".strip()) if f.name in extra else f
-            for f in self.fields
-        ]
+        settings_help = getattr(self.params, "settings_help", None)
+        extra: Mapping[str, str] = settings_help(settings) if callable(settings_help) else {}
+        max_bytes, _ = args_limits(settings)
+        fields = []
+        for f in self.fields:
+            notes = [f.help, extra.get(f.name, "")]
+            if f.kind == "text":
+                f = replace(f, max_bytes=max_bytes)
+                notes.append(size_help(f.max_length, max_bytes))
+            fields.append(replace(f, help=" ".join(note for note in notes if note)))
+        return fields
 
     def call(self, ctx: JobContext, args: object) -> object:
         """Runs the job, validating the stored arguments again: the job may have changed since."""
@@ -303,6 +323,36 @@ class Catalog:
         self._defaults.update(other._defaults)
 
 
+def size_errors(args: object, limits: tuple[int, int]) -> list[tuple[str, str]]:
+    """(path, message) for arguments over the limits (per text, in all: see `args_limits`):
+    all of them as JSON first, else each text.
+
+    Bytes of UTF-8, which is what storage pays for; every run stores a copy of them.
+    """
+    per_arg, total = limits
+    # surrogatepass: a lone surrogate from JSON ("\ud800") is measured, not a crash.
+    document = json.dumps(args, ensure_ascii=False, separators=(",", ":"), default=str)
+    size = len(document.encode("utf-8", "surrogatepass"))
+    if size > total:
+        return [("", f"should be at most {total} bytes as JSON in all, not {size}")]
+    errors = []
+    # Not a mapping: stored by hand (the tick measures what it finds); parse_args refuses it.
+    for key, value in args.items() if isinstance(args, Mapping) else ():
+        if isinstance(value, str):
+            length = len(value.encode("utf-8", "surrogatepass"))
+            if length > per_arg:
+                errors.append((str(key), f"should be at most {per_arg} bytes, not {length}"))
+    return errors
+
+
+def size_help(max_length: int | None, max_bytes: int) -> str:
+    """The size limits of a text field in words, as the form and `catalog list` show them."""
+    limits = [] if max_length is None else [f"{max_length} characters"]
+    if max_length is None or 4 * max_length > max_bytes:  # a character is 1 to 4 bytes
+        limits.append(f"{max_bytes} bytes (UTF-8)")
+    return f"At most {' and '.join(limits)}."
+
+
 def _form_field(job: str, name: str, info: FieldInfo) -> FormField:
     """Describes one parameter for a form, or refuses a type that no form input can hold."""
     if info.alias not in (None, name) or info.validation_alias not in (None, name):
@@ -328,6 +378,7 @@ def _form_field(job: str, name: str, info: FieldInfo) -> FormField:
         choices=choices,
         min=next((cast(float, m.ge) for m in info.metadata if isinstance(m, Ge)), None),
         max=next((cast(float, m.le) for m in info.metadata if isinstance(m, Le)), None),
+        max_length=next((m.max_length for m in info.metadata if isinstance(m, MaxLen)), None),
     )
 
 

@@ -21,6 +21,7 @@ import json
 import re
 import socket
 import ssl
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
@@ -227,43 +228,116 @@ def _timeout(config: Mapping[str, object]) -> float:
     return float(value)
 
 
-def _connect_first(addresses: Iterable[str], port: int, timeout: float | None) -> socket.socket:
-    """Connects to the first checked address that answers, as socket.create_connection would."""
+class Deadline:
+    """The end of a whole request: each socket operation may take only the time left.
+
+    A socket timeout alone applies to each read: a server sending a byte at a time would hold
+    the worker's thread as long as it likes."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        """Seconds left, or TimeoutError once the deadline has passed."""
+        left = self.end - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"timed out after {self.seconds:g} s")
+        return left
+
+
+class _DeadlineIO:
+    """Sets the socket's timeout to the time left before each send and receive: http.client
+    reads the status line, headers and body through these, however the server splits them."""
+
+    deadline: Deadline | None = None
+
+    def _before(self) -> None:
+        if self.deadline is not None:
+            cast(socket.socket, self).settimeout(self.deadline.left())
+
+    def recv(self, *args: Any) -> Any:
+        self._before()
+        return super().recv(*args)  # type: ignore[misc]
+
+    def recv_into(self, *args: Any) -> Any:
+        self._before()
+        return super().recv_into(*args)  # type: ignore[misc]
+
+    def send(self, *args: Any) -> Any:
+        self._before()
+        return super().send(*args)  # type: ignore[misc]
+
+    def sendall(self, *args: Any) -> Any:
+        self._before()  # sendall's timeout bounds the whole call, not each chunk
+        return super().sendall(*args)  # type: ignore[misc]
+
+
+class DeadlineSocket(_DeadlineIO, socket.socket):
+    pass
+
+
+class DeadlineSSLSocket(_DeadlineIO, ssl.SSLSocket):
+    pass
+
+
+def _connect_first(addresses: Iterable[str], port: int, deadline: Deadline) -> DeadlineSocket:
+    """Connects to the first checked address that answers, as socket.create_connection would,
+    within the deadline."""
     error: OSError = OSError("no address to connect to")
     for address in addresses:
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        sock = DeadlineSocket(family, socket.SOCK_STREAM)
         try:
-            return socket.create_connection((address, port), timeout)
+            sock.settimeout(deadline.left())
+            sock.connect((address, port))
         except OSError as exc:
+            sock.close()
             error = exc
+            continue
+        sock.deadline = deadline
+        return sock
     raise error
 
 
 class PinnedHTTPConnection(http.client.HTTPConnection):
     """Sends `Host: <the URL's host>` but connects only to addresses checked beforehand."""
 
-    def __init__(self, target: WebhookTarget, timeout: float) -> None:
-        super().__init__(target.url.host, target.url.port, timeout=timeout)
+    def __init__(self, target: WebhookTarget, deadline: Deadline) -> None:
+        super().__init__(target.url.host, target.url.port, timeout=deadline.seconds)
         self.addresses = target.addresses
+        self.deadline = deadline
 
     def connect(self) -> None:
-        self.sock = _connect_first(self.addresses, self.port, self.timeout)
+        self.sock = _connect_first(self.addresses, self.port, self.deadline)
 
 
 class PinnedHTTPSConnection(http.client.HTTPSConnection):
     """As PinnedHTTPConnection; the certificate is verified for the URL's host (SNI too)."""
 
-    def __init__(self, target: WebhookTarget, timeout: float) -> None:
+    def __init__(self, target: WebhookTarget, deadline: Deadline) -> None:
         self.tls = ssl.create_default_context()
-        super().__init__(target.url.host, target.url.port, timeout=timeout, context=self.tls)
+        self.tls.sslsocket_class = DeadlineSSLSocket
+        super().__init__(
+            target.url.host, target.url.port, timeout=deadline.seconds, context=self.tls
+        )
         self.addresses = target.addresses
+        self.deadline = deadline
 
     def connect(self) -> None:
-        sock = _connect_first(self.addresses, self.port, self.timeout)
-        self.sock = self.tls.wrap_socket(sock, server_hostname=self.host)
+        sock = _connect_first(self.addresses, self.port, self.deadline)
+        sock.settimeout(self.deadline.left())  # the handshake is one call: bounded by this
+        tls = cast(DeadlineSSLSocket, self.tls.wrap_socket(sock, server_hostname=self.host))
+        tls.deadline = self.deadline
+        self.sock = tls
 
 
 def webhook(ctx: JobContext, params: WebhookParams, resolve: Resolver = socket.getaddrinfo) -> None:
-    """Sends one HTTP request; the run fails unless the answer has the expected status."""
+    """Sends one HTTP request; the run fails unless the answer has the expected status.
+
+    SCHEDULER_WEBHOOK_TIMEOUT bounds the whole request: connecting, sending, and reading the
+    answer (of which at most BODY_LIMIT + 1 bytes are read). Resolving the host is not counted.
+    """
     timeout = _timeout(ctx.config)
     target = check_webhook_target(
         params.url,
@@ -278,12 +352,15 @@ def webhook(ctx: JobContext, params: WebhookParams, resolve: Resolver = socket.g
         body = params.body.encode()
         headers["Content-Type"] = "application/json"
     # http.client follows no redirects: a 3xx answer is reported like any other status.
-    with closing(pinned(target, timeout)) as connection:
+    with closing(pinned(target, Deadline(timeout))) as connection:
         try:
             connection.request(params.method, target.url.target, body=body, headers=headers)
             with connection.getresponse() as response:
                 status, reason = response.status, response.reason
                 content = response.read(BODY_LIMIT + 1)
+        except TimeoutError as exc:  # a WebhookError: a slow server may be quicker next time
+            message = f"webhook request to {target.url.shown} timed out after {timeout:g} s"
+            raise WebhookError(message) from exc
         except (OSError, http.client.HTTPException) as exc:
             raise WebhookError(f"webhook request to {target.url.shown} failed: {exc}") from exc
     ctx.log(f"{params.method} {target.url.shown} -> HTTP {status} {reason}")

@@ -13,6 +13,7 @@ from flask.cli import AppGroup
 from webapp import accounts
 from webapp.cli import reports_errors
 from webapp.cli.accounts import tenant_cli
+from webapp.config import args_limits
 from webapp.database import utcnow
 from webapp.scheduler import cron
 from webapp.services.audit import Actor
@@ -93,6 +94,11 @@ def parse_at(text: str, time_zone: str) -> datetime:
 @reports_errors
 def list_catalog() -> None:
     """List the jobs with their scope and parameters."""
+    max_arg, max_args = args_limits(current_app.config)
+    click.echo(
+        f"Arguments: each text at most {max_arg} bytes (UTF-8), all of a schedule's together at "
+        f"most {max_args} bytes as JSON (SCHEDULER_MAX_ARG_BYTES, SCHEDULER_MAX_ARGS_BYTES)."
+    )
     for spec in current_catalog().jobs():
         click.echo(f"{spec.name}  [{spec.scope}]  {spec.title}")
         for field in spec.form_fields(current_app.config):
@@ -100,7 +106,11 @@ def list_catalog() -> None:
             choices = f", one of {', '.join(field.choices)}" if field.choices else ""
             bounds = "".join(
                 f", {label} {value:g}"
-                for label, value in (("min", field.min), ("max", field.max))
+                for label, value in (
+                    ("min", field.min),
+                    ("max", field.max),
+                    ("max length", field.max_length),
+                )
                 if value is not None
             )
             click.echo(

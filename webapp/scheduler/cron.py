@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 from itertools import pairwise
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from cron_descriptor import ExpressionDescriptor, FormatError, Options
 
@@ -34,6 +34,7 @@ __all__ = [
     "dst_note",
     "fire_times_between",
     "is_wildcard",
+    "known_time_zones",
     "next_fire_after",
     "no_clock_changes",
     "step_notes",
@@ -514,9 +515,26 @@ def _join(words: list[str], conjunction: str) -> str:
     return f"{', '.join(words[:-1])} {conjunction} {words[-1]}"
 
 
+@lru_cache(maxsize=1)
+def known_time_zones() -> frozenset[str]:
+    """The zone names a schedule may use: real IANA zones.
+
+    The one list that saving a schedule and the tick both check, so that the tick never runs a
+    zone that saving refuses. available_timezones() walks the zone database on disk: read once.
+    Left out: the host's `localtime` (its meaning changes from machine to machine), placeholders
+    (`Factory`, `posixrules`) and the `posix/` and `right/` copies of the database (`right/`
+    counts leap seconds, so its clock is not the one cron users mean).
+    """
+    return frozenset(
+        zone
+        for zone in available_timezones()
+        if zone not in {"localtime", "Factory", "posixrules"}
+        and not zone.startswith(("posix/", "right/"))
+    )
+
+
 def _zone(tz: str) -> ZoneInfo:
-    # 'localtime' is the host's zone file: its meaning changes from machine to machine.
-    if tz != "localtime":
+    if tz in known_time_zones():
         try:
             return ZoneInfo(tz)
         except (ZoneInfoNotFoundError, ValueError, OSError):

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session
 
-from webapp.catalog import Catalog, UnknownJobError
+from webapp.catalog import ArgsError, Catalog, UnknownJobError, size_errors
+from webapp.config import args_limits
 from webapp.database import write_transaction
 from webapp.models import Schedule
 from webapp.scheduler import claims, cron
@@ -48,6 +49,7 @@ class TickSettings:
     grace: timedelta
     recovery_window: timedelta
     max_catchup: int
+    args_limits: tuple[int, int] = field(default_factory=lambda: args_limits({}))
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> TickSettings:
@@ -56,11 +58,13 @@ class TickSettings:
             grace=timedelta(seconds=float(config["SCHEDULER_MISFIRE_GRACE"])),
             recovery_window=timedelta(seconds=float(config["SCHEDULER_RECOVERY_WINDOW"])),
             max_catchup=int(config["SCHEDULER_MAX_CATCHUP"]),
+            args_limits=args_limits(config),
         )
 
 
 class BadSchedule(Exception):
-    """A schedule whose stored data cannot be evaluated (tampered cron, job gone)."""
+    """A schedule whose stored data cannot be evaluated (tampered cron, job gone, arguments
+    over the size limits)."""
 
 
 def fire_key(schedule_id: int, fire: datetime) -> str:
@@ -95,13 +99,22 @@ def run_row(
     }
 
 
-def resolve(schedule: Row[Any], catalog: Catalog) -> tuple[cron.CronSpec, int]:
-    """The compiled expression and the job's max attempts, or BadSchedule with the reason."""
+def resolve(
+    schedule: Row[Any], catalog: Catalog, limits: tuple[int, int] | None = None
+) -> tuple[cron.CronSpec, int]:
+    """The compiled expression and the job's max attempts, or BadSchedule with the reason.
+
+    Arguments over the size `limits` (stored before the limits or lowered since) stop here:
+    each fire would copy them into a run that can only fail.
+    """
     try:
         spec = cron.validate(schedule.cron, schedule.time_zone)
         job = catalog.get(schedule.job)
     except (cron.CronError, UnknownJobError) as error:
         raise BadSchedule(str(error)) from None
+    too_large = size_errors(schedule.args, limits or args_limits({}))
+    if too_large:
+        raise BadSchedule(str(ArgsError(too_large)))
     scope = "tenant" if schedule.tenant_id is not None else "system"
     if job.scope != scope:
         raise BadSchedule(
@@ -129,7 +142,7 @@ def tick_once(
         deactivations: list[dict[str, Any]] = []
         for schedule in due:
             try:
-                spec, max_attempts = resolve(schedule, catalog)
+                spec, max_attempts = resolve(schedule, catalog, settings.args_limits)
             except BadSchedule as error:
                 why = f"schedule deactivated: {error}"
                 failed = PlannedRun(schedule.next_run_at, "schedule", "failed")

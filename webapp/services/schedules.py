@@ -21,7 +21,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from webapp.accounts import AccountError, check_time_zone
-from webapp.catalog import ArgsError, Catalog, JobSpec, UnknownJobError
+from webapp.catalog import ArgsError, Catalog, JobSpec, UnknownJobError, args_path, size_errors
+from webapp.config import args_limits
 from webapp.database import write_transaction
 from webapp.extensions import db
 from webapp.models import MISFIRE_POLICIES, OVERLAP_POLICIES, Run, Schedule, Tenant
@@ -33,6 +34,9 @@ from webapp.services.catalog import current_catalog
 KEY_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 MAX_NAME_LENGTH = 200
 MAX_CRON_LENGTH = 200  # the width of schedules.cron
+# How far from now a run may be requested: as far as the cron module plans (a valid schedule
+# fires at least once in that time), so that no run is queued for the year 3000.
+RUN_AT_HORIZON = timedelta(days=cron.MAX_GAP_DAYS)
 # Fires looked at to find a schedule's shortest gap for the minimum-interval quota.
 INTERVAL_SAMPLE = 500
 
@@ -155,7 +159,7 @@ def clean(
             errors.update(nul_errors(values["args"]))
         except ArgsError as error:
             for path, message in error.errors:
-                errors[f"args.{path}" if path else "args"] = message
+                errors[args_path(path)] = message
     try:
         values["time_zone"] = check_time_zone(data.time_zone)
     except (AccountError, TypeError) as error:
@@ -323,8 +327,12 @@ def resume_schedule(schedule: Schedule, actor: Actor, now: datetime, catch_up: b
     with write_transaction(db.session) as session:
         if schedule.active:
             return
+        try:  # the checks of the tick: a schedule it would deactivate again is not resumed
+            spec = cron.validate(schedule.cron, schedule.time_zone)
+        except cron.CronError as error:
+            raise ScheduleError({"resume": f"cannot resume: {error}; edit it first"}) from None
         if not catch_up or schedule.next_run_at is None:
-            schedule.next_run_at = cron.next_fire_after(schedule.cron, schedule.time_zone, now)
+            schedule.next_run_at = spec.next_fire_after(now)
         schedule.active = True
         schedule.inactive_reason = None
         record(
@@ -355,11 +363,22 @@ def run_now(schedule: Schedule, actor: Actor, now: datetime, at: datetime | None
     With the overlap policy `skip`, a run while an earlier one is unfinished is recorded as
     skipped, so that the history explains why nothing ran.
     """
+    if at is not None and abs(at - now) > RUN_AT_HORIZON:
+        raise ScheduleError(
+            {
+                "at": f"{at:%Y-%m-%dT%H:%M:%SZ} is more than {RUN_AT_HORIZON.days} days from "
+                "now, further than any schedule fires"
+            }
+        )
     with write_transaction(db.session) as session:
         try:
             spec = clean_job(current_catalog(), schedule.job, schedule.scope)
         except UnknownJobError as error:
             raise ScheduleError({"job": str(error)}) from None
+        # Arguments stored before the size limits (or over lowered ones) are not copied again.
+        too_large = size_errors(schedule.args, args_limits(current_app.config))
+        if too_large:
+            raise ScheduleError({args_path(path): message for path, message in too_large})
         start = at or now
         run = Run(
             tenant_id=schedule.tenant_id,

@@ -388,7 +388,10 @@ def resume(schedule_id: int) -> Response:
             tenant=tenancy.current_tenant(),
         )
     catch_up = request.form.get("missed") == "catch_up"
-    resume_schedule(schedule, actor(), utcnow(), catch_up=catch_up)
+    try:
+        resume_schedule(schedule, actor(), utcnow(), catch_up=catch_up)
+    except ScheduleError as error:
+        abort(409, "; ".join(error.errors.values()))
     how = "missed fire times will run" if catch_up else "missed fire times skipped"
     return action_done(f"Schedule “{schedule.name}” resumed ({how}).", schedule)
 

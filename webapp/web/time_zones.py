@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from functools import cache
-from zoneinfo import available_timezones
+
+from webapp.scheduler.cron import known_time_zones
 
 
 @cache
 def time_zone_names() -> tuple[str, ...]:
-    return tuple(sorted(name for name in available_timezones() if "/" in name or name == "UTC"))
+    # The zones saving accepts (no `posix/` or `right/` copies where the host's tzdata has them).
+    return tuple(sorted(name for name in known_time_zones() if "/" in name or name == "UTC"))
