@@ -5,11 +5,13 @@ charlie 404, everywhere."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from flask import Flask
-from sqlalchemy import select
+from sqlalchemy import func, select
 
-from tests.conftest import World
+from tests.conftest import PASSWORD, World
 from tests.panel_helpers import Panel, Seeded, seed
 from webapp.extensions import db
 from webapp.models import Run, Schedule
@@ -160,3 +162,39 @@ def test_run_now_of_a_job_gone_from_the_catalog_is_409_with_the_reason(
     assert page.status_code == 409
     assert "Not possible" in page.get_data(as_text=True) and "reports.retired" in page.text
     assert db.session.scalar(select(Run).where(Run.id > data.beta_run.id)) is None
+
+
+@pytest.mark.parametrize("action", ["pause", "run", "resume"])
+def test_cr_lf_in_next_returns_to_a_safe_page_after_the_write(
+    app: Flask, world: World, data: Seeded, action: str
+) -> None:
+    schedule = data.paused if action == "resume" else data.report
+    runs_before = db.session.scalar(select(func.count()).select_from(Run))
+    response = Panel(app, world.alice).post(
+        f"/schedules/{schedule.id}/{action}",
+        {"next": "/\r\nSet-Cookie: stolen=1", "missed": "skip"},
+        htmx=False,
+    )
+    assert response.status_code == 303
+    assert response.headers["Location"] in (f"/schedules/{schedule.id}", "/")
+    assert "stolen" not in str(response.headers)
+    db.session.expire_all()
+    changed = db.session.get(Schedule, schedule.id)
+    assert changed is not None
+    if action == "run":
+        assert db.session.scalar(select(func.count()).select_from(Run)) == runs_before + 1
+    else:
+        assert changed.active is (action == "resume")
+
+
+def test_cr_lf_in_next_after_login_lands_on_the_schedules(app: Flask, world: World) -> None:
+    client = app.test_client()
+    page = client.get("/login").get_data(as_text=True)
+    token = re.search(r'name="csrf_token" type="hidden" value="([^"]+)"', page)
+    assert token
+    response = client.post(
+        "/login?next=/%0d%0aSet-Cookie:%20stolen=1",
+        data={"email": "alice@example.com", "password": PASSWORD, "csrf_token": token.group(1)},
+    )
+    assert response.status_code == 303
+    assert response.headers["Location"] == "/"

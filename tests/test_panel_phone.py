@@ -187,6 +187,15 @@ def test_the_form_its_preview_and_its_errors_fit(page: Any, demo: DemoPages) -> 
     check_reachable(page, page.get_by_role("link", name="Cancel"), "cancel")
 
 
+def load_older(page: Any, name: str) -> None:
+    """Clicks the link and waits until the page it loaded replaced it (the new page may end
+    with a link of the same name to the page after)."""
+    link = page.get_by_role("link", name=name)
+    href = link.get_attribute("href")
+    link.click()
+    page.locator(f'a[href="{href}"]').wait_for(state="detached")
+
+
 def test_the_history_and_the_audit_log_load_older_rows_within_the_width(
     page: Any, demo: DemoPages
 ) -> None:
@@ -202,11 +211,9 @@ def test_the_history_and_the_audit_log_load_older_rows_within_the_width(
         check_reachable(page, page.get_by_label(label, exact=True), label)
     check_reachable(page, page.get_by_role("button", name="Filter"), "filter")
     check_reachable(page, page.get_by_role("link", name="Load older runs"), "older runs")
-    page.get_by_role("link", name="Load older runs").click()
-    page.get_by_role("link", name="Load older runs").wait_for(state="detached")
+    load_older(page, "Load older runs")
     check_layout(page, "second page of runs")
     page.goto(demo.server.url + "/audit")
     check_reachable(page, page.get_by_role("link", name="Load older events"), "older events")
-    page.get_by_role("link", name="Load older events").click()
-    page.get_by_role("link", name="Load older events").wait_for(state="detached")
+    load_older(page, "Load older events")
     check_layout(page, "second page of the audit log")

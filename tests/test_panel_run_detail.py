@@ -47,7 +47,7 @@ def counted_statements() -> Iterator[list[str]]:
 
 
 def error_text(page: str, run: Run) -> str:
-    found = re.search(rf'<pre class="log" id="{dom_id(run, "error")}">(.*?)</pre>', page, re.S)
+    found = re.search(rf'<pre class="log" id="{dom_id(run, "error")}"[^>]*>(.*?)</pre>', page, re.S)
     assert found, "no error on the page"
     return html.unescape(found.group(1))
 

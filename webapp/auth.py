@@ -55,8 +55,12 @@ def load_user(token: str) -> User | None:
 
 
 def is_own_path(target: str | None) -> bool:
-    """`next` may only send the user to a path of this site, never to another host."""
+    """`next` may only send the user to a path of this site, never to another host. Control
+    characters (CR/LF) are refused too: a Location header cannot carry them, and the redirect
+    comes after the action's write, so it must never fail."""
     if not target or not target.startswith("/") or target.startswith("//"):
+        return False
+    if any(ord(character) < 0x20 or ord(character) == 0x7F for character in target):
         return False
     parts = urlsplit(target)
     return not parts.scheme and not parts.netloc and "\\" not in target
