@@ -218,9 +218,9 @@ def test_the_cron_preview_describes_and_lists_fire_times(app: Flask, world: Worl
     ).get_data(as_text=True)
     assert "Every 7 minutes" in ok
     assert len(re.findall(r"<li>", ok)) == 5
-    never = alice.get(
-        "/schedules/form/preview?cron=0 0 30 2 *&time_zone=UTC", htmx=True
-    ).get_data(as_text=True)
+    never = alice.get("/schedules/form/preview?cron=0 0 30 2 *&time_zone=UTC", htmx=True).get_data(
+        as_text=True
+    )
     assert "would never fire" in never
     bad_zone = alice.get(
         "/schedules/form/preview?cron=0 0 * * *&time_zone=Mars/Base", htmx=True
@@ -749,3 +749,30 @@ def test_a_user_without_tenant_is_told_what_to_do(app: Flask, world: World) -> N
     db.session.commit()
     response = Panel(app, lonely).get("/runs")
     assert response.status_code == 403 and "No tenant yet" in response.get_data(as_text=True)
+
+
+def test_next_runs_with_2000_active_schedules_shows_its_bound(app: Flask, world: World) -> None:
+    alice_actor = Actor.for_user(world.alice)
+    now = datetime.now(UTC)
+    for number in range(2000):
+        create_schedule(
+            world.alpha,
+            ScheduleInput(
+                name=f"Every minute {number:04}",
+                job="demo.echo",
+                args={"message": "m"},
+                cron="* * * * *",
+                time_zone="UTC",
+            ),
+            alice_actor,
+            now,
+        )
+    page = Panel(app, world.alice).get("/upcoming").get_data(as_text=True)
+    rows = upcoming_rows(page)
+    # The first minute's fires, one per schedule in id order, 100 of them: the merge stops there.
+    assert len(rows) == 100
+    assert len({at for at, _ in rows}) == 1
+    assert [schedule_id for _, schedule_id in rows] == sorted(
+        schedule_id for _, schedule_id in rows
+    )
+    assert "Later fire times" in page

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from itertools import groupby
+from itertools import groupby, islice
 from zoneinfo import ZoneInfo
 
 from webapp.models import Schedule
@@ -33,7 +33,7 @@ def upcoming_fires(
 ) -> tuple[list[Fire], bool]:
     """Fires with start < t <= end, earliest first (then by schedule id), at most `limit`; and
     whether more exist. With `after`, only the fires that come after that one in this order."""
-    per_schedule: list[list[Fire]] = []
+    per_schedule: list[Iterator[Fire]] = []
     for schedule in schedules:
         try:
             spec = cron.validate(schedule.cron, schedule.time_zone)
@@ -45,10 +45,22 @@ def upcoming_fires(
             # time, for the schedules after the cursor's one.
             at, schedule_id = after
             first = max(start, at - timedelta(microseconds=1) if schedule.id > schedule_id else at)
-        times = spec.fire_times_between(first, end, limit + 1)
-        per_schedule.append([Fire(t, schedule, spec.dst_note(t)) for t in times])
-    merged = list(heapq.merge(*per_schedule, key=lambda fire: (fire.at, fire.schedule.id)))
-    return merged[:limit], len(merged) > limit
+        per_schedule.append(fires_of(schedule, spec, first, end))
+    # Lazy: the merge asks each schedule for its next fire only when that one is shown, so a
+    # page costs one fire per schedule plus the fires it shows, however many schedules fire.
+    merged = heapq.merge(*per_schedule, key=lambda fire: (fire.at, fire.schedule.id))
+    shown = list(islice(merged, limit + 1))
+    return shown[:limit], len(shown) > limit
+
+
+def fires_of(
+    schedule: Schedule, spec: cron.CronSpec, start: datetime, end: datetime
+) -> Iterator[Fire]:
+    """The schedule's fires with start < t <= end, computed one at a time as they are asked for."""
+    for at in spec.iter_fire_times(start):
+        if at > end:
+            return
+        yield Fire(at, schedule, spec.dst_note(at))
 
 
 def by_day(fires: list[Fire], time_zone: str) -> list[tuple[date, list[Fire]]]:
