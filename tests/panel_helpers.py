@@ -13,7 +13,7 @@ from werkzeug.test import TestResponse
 from tests.conftest import World
 from webapp.database import utcnow
 from webapp.extensions import db
-from webapp.models import Run, Schedule, User
+from webapp.models import Run, Schedule, Tenant, User
 from webapp.services import sessions
 from webapp.services.audit import Actor
 from webapp.services.schedules import ScheduleInput, create_schedule, pause_schedule
@@ -102,6 +102,18 @@ def make_run(schedule: Schedule, status: str, minutes_ago: int, **fields: Any) -
     )
     db.session.add(run)
     return run
+
+
+def echo_schedule(tenant: Tenant, user: User, name: str, cron: str) -> Schedule:
+    """A `demo.echo` schedule in UTC, created by `user` through the service as the panel does."""
+    return create_schedule(
+        tenant,
+        ScheduleInput(
+            name=name, job="demo.echo", args={"message": "m"}, cron=cron, time_zone="UTC"
+        ),
+        Actor.for_user(user),
+        datetime.now(UTC),
+    )
 
 
 def seed(world: World) -> Seeded:

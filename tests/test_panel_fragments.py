@@ -6,17 +6,14 @@ from __future__ import annotations
 import html
 import re
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from html.parser import HTMLParser
 
 import pytest
 from flask import Flask
 
 from tests.conftest import World
-from tests.panel_helpers import Panel, Seeded, make_run, seed
+from tests.panel_helpers import Panel, Seeded, echo_schedule, make_run, seed
 from webapp.extensions import db
-from webapp.services.audit import Actor
-from webapp.services.schedules import ScheduleInput, create_schedule
 
 
 @dataclass
@@ -90,20 +87,8 @@ def paged(world: World) -> Seeded:
     """More than a page of everything: 55 more schedules (and so 55 more audit events) and 60
     more runs of one schedule."""
     data = seed(world)
-    alice = Actor.for_user(world.alice)
     for number in range(55):
-        create_schedule(
-            world.alpha,
-            ScheduleInput(
-                name=f"Paged {number:02d}",
-                job="demo.echo",
-                args={"message": "m"},
-                cron="@daily",
-                time_zone="UTC",
-            ),
-            alice,
-            datetime.now(UTC),
-        )
+        echo_schedule(world.alpha, world.alice, f"Paged {number:02d}", "@daily")
     for minute in range(60):
         make_run(data.report, "succeeded", 200 + minute)
     db.session.commit()

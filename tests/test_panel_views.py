@@ -12,11 +12,9 @@ from flask import Flask
 from sqlalchemy import func, select, update
 
 from tests.conftest import World
-from tests.panel_helpers import ALPHA_SECRETS, Panel, Seeded, make_run, seed
+from tests.panel_helpers import ALPHA_SECRETS, Panel, Seeded, echo_schedule, make_run, seed
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule
-from webapp.services.audit import Actor
-from webapp.services.schedules import ScheduleInput, create_schedule
 from webapp.web.formatting import dom_id
 from webapp.web.upcoming import Fire, by_day
 
@@ -610,21 +608,9 @@ def upcoming_rows(page: str) -> list[tuple[str, int]]:
 def test_next_runs_are_grouped_by_local_day_and_paged_100_at_a_time(
     app: Flask, world: World
 ) -> None:
-    alice_actor = Actor.for_user(world.alice)
     # Three schedules firing at the same times: pages end between fires of the same instant.
     for name in ("Every ten A", "Every ten B", "Every ten C"):
-        create_schedule(
-            world.alpha,
-            ScheduleInput(
-                name=name,
-                job="demo.echo",
-                args={"message": "m"},
-                cron="*/10 * * * *",
-                time_zone="UTC",
-            ),
-            alice_actor,
-            datetime.now(UTC),
-        )
+        echo_schedule(world.alpha, world.alice, name, "*/10 * * * *")
     alice = Panel(app, world.alice)
     first = alice.get("/upcoming").get_data(as_text=True)
     rows = upcoming_rows(first)
@@ -752,21 +738,8 @@ def test_a_user_without_tenant_is_told_what_to_do(app: Flask, world: World) -> N
 
 
 def test_next_runs_with_2000_active_schedules_shows_its_bound(app: Flask, world: World) -> None:
-    alice_actor = Actor.for_user(world.alice)
-    now = datetime.now(UTC)
     for number in range(2000):
-        create_schedule(
-            world.alpha,
-            ScheduleInput(
-                name=f"Every minute {number:04}",
-                job="demo.echo",
-                args={"message": "m"},
-                cron="* * * * *",
-                time_zone="UTC",
-            ),
-            alice_actor,
-            now,
-        )
+        echo_schedule(world.alpha, world.alice, f"Every minute {number:04}", "* * * * *")
     page = Panel(app, world.alice).get("/upcoming").get_data(as_text=True)
     rows = upcoming_rows(page)
     # The first minute's fires, one per schedule in id order, 100 of them: the merge stops there.
