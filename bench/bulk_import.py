@@ -36,8 +36,8 @@ from bench.common import (
     write_results,
 )
 from bench.workloads import realistic
+from webapp import cron
 from webapp.models import Schedule, Tenant
-from webapp.scheduler import cron
 
 
 def flask(env: dict[str, str], *args: str) -> float:

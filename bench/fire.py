@@ -37,8 +37,8 @@ from bench.common import (
     write_results,
 )
 from bench.workloads import realistic, worst_case
+from webapp import cron
 from webapp.models import Run, Schedule, Tenant
-from webapp.scheduler import cron
 
 PROJECT_BATCH = 300  # SCHEDULER_BATCH_SIZE's default
 CEILING_BATCH = 500

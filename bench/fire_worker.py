@@ -68,9 +68,9 @@ def project(url: str, now: datetime, batch_size: int) -> dict[str, Any]:
     from sqlalchemy import event, text
 
     from bench.common import make_app
+    from webapp.catalog.current import current_catalog
     from webapp.extensions import db
     from webapp.scheduler.tick import TickResult, TickSettings, tick
-    from webapp.services.catalog import current_catalog
 
     app = make_app(url, SCHEDULER_BATCH_SIZE=batch_size)
     with app.app_context():

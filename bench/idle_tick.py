@@ -67,9 +67,9 @@ class Ticker:
     """One app and session per database; `block(k)` times k ticks of the real tick."""
 
     def __init__(self, server: Server, database: str) -> None:
+        from webapp.catalog.current import current_catalog
         from webapp.extensions import db
         from webapp.scheduler.tick import TickSettings
-        from webapp.services.catalog import current_catalog
 
         self.app = make_app(server.url(database))
         with self.app.app_context():

@@ -19,10 +19,10 @@ from playwright.sync_api import sync_playwright  # noqa: E402
 
 from tests.browser_support import CHROMIUM, CHROMIUM_ARGS, live_server  # noqa: E402
 from tests.conftest import run_migrations  # noqa: E402
-from webapp.accounts import add_user, create_tenant  # noqa: E402
-from webapp.demo_panel import seed_demo_schedules  # noqa: E402
 from webapp.extensions import db  # noqa: E402
 from webapp.models import User  # noqa: E402
+from webapp.services.accounts import add_user, create_tenant  # noqa: E402
+from webapp.services.demo import seed_demo_schedules  # noqa: E402
 
 PASSWORD = "demo-password"
 # File name suffix and viewport: desktop, then a phone (390 px wide, as the browser tests check).

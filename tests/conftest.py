@@ -19,9 +19,9 @@ from sqlalchemy.engine import make_url
 
 from tests.pg_cluster import Cluster, ClusterUnavailable, start_cluster
 from webapp import create_app
-from webapp.accounts import hash_password
 from webapp.extensions import db
 from webapp.models import Membership, Tenant, User
+from webapp.services.accounts import hash_password
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 PASSWORD = "correct-horse-battery"

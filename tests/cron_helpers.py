@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo
 
-from webapp.scheduler.cron import CronSpec
+from webapp.cron import CronSpec
 
 # Northern and southern hemisphere, a 30-minute shift, and a zone without DST.
 DST_ZONES = (

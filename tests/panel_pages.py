@@ -14,11 +14,11 @@ from sqlalchemy import delete, select
 from tests.browser_support import LiveServer, live_server
 from tests.conftest import PASSWORD
 from tests.panel_helpers import make_run
-from webapp.accounts import add_user, create_tenant
-from webapp.demo_panel import seed_demo_schedules
 from webapp.extensions import db
 from webapp.models import Membership, Schedule, User
+from webapp.services.accounts import add_user, create_tenant
 from webapp.services.audit import Actor
+from webapp.services.demo import seed_demo_schedules
 from webapp.services.schedules import ScheduleInput, create_schedule
 
 PHONE = {"width": 390, "height": 844}

@@ -8,10 +8,10 @@ from typing import Any
 from flask import current_app
 from sqlalchemy import select
 
+from webapp.catalog.current import current_catalog
 from webapp.extensions import db
 from webapp.models import Run, Schedule
 from webapp.scheduler.tick import TickSettings
-from webapp.services.catalog import current_catalog
 
 
 def add_schedule(tenant_id: int | None, key: str, next_run_at: datetime, **fields: Any) -> Schedule:

@@ -28,12 +28,12 @@ from webapp.catalog import (
     build_catalog,
     check_webhook_target,
 )
+from webapp.catalog.current import current_catalog
 from webapp.catalog.webhook import Resolver, WebhookParams, WebhookRefused, webhook
 from webapp.extensions import db
 from webapp.models import Run, Worker
 from webapp.scheduler.execution import execute
 from webapp.scheduler.leases import lease_once
-from webapp.services.catalog import current_catalog
 
 
 class LineCollector(logging.Handler):

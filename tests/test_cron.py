@@ -7,7 +7,7 @@ from datetime import datetime
 import pytest
 
 from tests.cron_helpers import utc
-from webapp.scheduler.cron import (
+from webapp.cron import (
     CronError,
     CronSpec,
     describe,

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from click.testing import CliRunner, Result
 
-from webapp.scheduler.cron_cli import cron_cli
+from webapp.cli.cron import cron_cli
 
 BOTH = "  # 01:00-01:59 happens twice: fires in both"
 
@@ -164,7 +164,7 @@ def test_preview_allows_a_thousand_fire_times() -> None:
 def test_after_outside_the_supported_years_is_one_line_and_nothing_else() -> None:
     from click.testing import CliRunner
 
-    from webapp.scheduler.cron_cli import cron_cli
+    from webapp.cli.cron import cron_cli
 
     for after in ("0001-01-01T00:00", "9990-01-01T00:00"):
         result = CliRunner().invoke(cron_cli, ["preview", "0 0 * * *", "--after", after])

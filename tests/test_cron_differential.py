@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 from crondst import CronDst
 
 from tests.cron_helpers import DST_ZONES, random_expression, transitions
-from webapp.scheduler.cron import CronError, validate
+from webapp.cron import CronError, validate
 
 CASES = 3000
 FIRES_PER_CASE = 16

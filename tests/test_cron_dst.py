@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.cron_helpers import DST_ZONES, EXTRA_ZONES, oracle_fires, transitions, utc
-from webapp.scheduler.cron import (
+from webapp.cron import (
     CronError,
     clock_changes,
     describe,

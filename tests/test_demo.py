@@ -7,9 +7,9 @@ from datetime import timedelta
 from flask.testing import FlaskCliRunner
 from sqlalchemy import func, select
 
+from webapp import cron
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule, Tenant, User
-from webapp.scheduler import cron
 from webapp.scheduler.tick import OVERLAP_REASON, fire_key
 
 

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from webapp.cron import validate
 from webapp.scheduler import misfire
-from webapp.scheduler.cron import validate
 from webapp.scheduler.misfire import plan_fires
 
 NOW = datetime(2026, 3, 10, 12, 0, 30, tzinfo=UTC)

@@ -152,7 +152,7 @@ def check(panel: Panel, url: str, htmx: bool, statuses: tuple[int, ...] = (200,)
 def test_every_page_of_the_crawl_labels_its_fields_and_names_its_buttons(
     app: Flask, world: World, data: Seeded
 ) -> None:
-    from webapp.accounts import add_user
+    from webapp.services.accounts import add_user
 
     add_user("alice@example.com", "beta", "viewer", None)  # so that the tenant switcher shows
     for user in (world.alice, world.bob):

@@ -17,9 +17,9 @@ from tests import test_panel_browser as panel_browser
 from tests.browser_support import LiveServer, PageErrors, worker_process
 from tests.panel_helpers import make_run
 from tests.test_panel_browser import log_in
-from webapp.accounts import find_tenant
 from webapp.extensions import db
 from webapp.models import Run, Schedule
+from webapp.services.accounts import find_tenant
 from webapp.services.audit import Actor
 from webapp.services.schedules import ScheduleInput, create_schedule
 

@@ -22,9 +22,9 @@ from tests.browser_support import (
 )
 from tests.conftest import PASSWORD
 from tests.panel_helpers import make_run
-from webapp.accounts import add_user, create_tenant, find_tenant
 from webapp.extensions import db
 from webapp.models import Run
+from webapp.services.accounts import add_user, create_tenant, find_tenant
 from webapp.services.audit import Actor
 from webapp.services.schedules import ScheduleInput, create_schedule
 

@@ -15,12 +15,12 @@ from flask.testing import FlaskClient
 from sqlalchemy import func, select
 
 from tests.conftest import PASSWORD, World, migrated_app
-from webapp import login_limiter
 from webapp.config import ConfigError
 from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import LoginAttempt, UserSession
 from webapp.services import sessions
+from webapp.web import login_limiter
 
 
 def csrf_token(client: object) -> str:

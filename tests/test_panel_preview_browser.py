@@ -10,8 +10,8 @@ import pytest
 
 from tests import test_panel_browser as panel_browser
 from tests.browser_support import LiveServer, PageErrors
-from webapp.accounts import find_tenant
 from webapp.extensions import db
+from webapp.services.accounts import find_tenant
 from webapp.services.audit import Actor
 from webapp.services.schedules import ScheduleInput, create_schedule
 

@@ -15,12 +15,12 @@ from sqlalchemy import event
 
 from tests.conftest import World
 from tests.panel_helpers import Panel, Seeded, make_run, seed
+from webapp.catalog.current import current_catalog
 from webapp.extensions import db
 from webapp.models import Run, Worker
 from webapp.scheduler.execution import execute
 from webapp.scheduler.leases import lease_once
 from webapp.services.audit import Actor
-from webapp.services.catalog import current_catalog
 from webapp.services.schedules import ScheduleInput, create_schedule, run_now
 from webapp.web.formatting import dom_id
 

@@ -15,8 +15,8 @@ from tests.conftest import World
 from tests.panel_helpers import ALPHA_SECRETS, Panel, Seeded, echo_schedule, make_run, seed
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule
+from webapp.services.upcoming import Fire, by_day
 from webapp.web.formatting import dom_id
-from webapp.web.upcoming import Fire, by_day
 
 
 @pytest.fixture
@@ -710,7 +710,7 @@ def test_the_times_toggle_refuses_bad_input_and_foreign_targets(
 def test_the_tenant_switcher_changes_the_current_tenant(
     app: Flask, world: World, data: Seeded
 ) -> None:
-    from webapp.accounts import add_user
+    from webapp.services.accounts import add_user
 
     add_user("alice@example.com", "beta", "viewer", None)
     alice = Panel(app, world.alice)
@@ -727,8 +727,8 @@ def test_the_tenant_switcher_changes_the_current_tenant(
 
 
 def test_a_user_without_tenant_is_told_what_to_do(app: Flask, world: World) -> None:
-    from webapp.accounts import hash_password
     from webapp.models import User
+    from webapp.services.accounts import hash_password
 
     lonely = User(email="lonely@example.com", password_hash=hash_password("x" * 12))
     db.session.add(lonely)

@@ -333,7 +333,7 @@ def test_an_edit_that_reactivates_skips_the_missed_fires(app: Flask, world: Worl
 
 
 def test_a_tenant_name_with_nul_or_too_long_is_refused(app: Flask) -> None:
-    from webapp.accounts import AccountError, create_tenant
+    from webapp.services.accounts import AccountError, create_tenant
 
     for name in ("a\x00b", "x" * 201):
         with pytest.raises(AccountError, match="at most 200 characters, without NUL"):

@@ -13,10 +13,10 @@ from flask.testing import FlaskCliRunner
 from sqlalchemy import func, select
 
 from tests.conftest import World, migrated_app
-from webapp import accounts
 from webapp.catalog.maintenance import prune_finished_runs
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule
+from webapp.services import accounts
 
 
 def item(key: str, **changes: object) -> dict[str, object]:

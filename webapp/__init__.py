@@ -84,17 +84,17 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         app, db, directory=os.path.join(PROJECT_ROOT, "migrations"), render_as_batch=True
     )
     login_manager.init_app(app)
-    from webapp import security
+    from webapp.web import security
 
     security.install_request_guard(app)  # first: before the CSRF check reads the form
     csrf.init_app(app)
     with app.app_context():
         install_engine_hooks(db.engine)
 
-    from webapp import auth
+    from webapp.catalog.current import install_catalog
     from webapp.cli import register_commands
     from webapp.services import sessions
-    from webapp.services.catalog import install_catalog
+    from webapp.web import auth
 
     install_catalog(app)
     sessions.Lifetimes.of(app.config)  # a bad lifetime stops the app here, not at a login

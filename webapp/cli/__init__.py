@@ -10,7 +10,7 @@ import click
 from flask import Flask
 from sqlalchemy.exc import OperationalError
 
-from webapp.accounts import AccountError
+from webapp.services.accounts import AccountError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -33,9 +33,11 @@ def reports_errors(command: F) -> F:
 
 def register_commands(app: Flask) -> None:
     from webapp.cli.accounts import tenant_cli, user_cli
+    from webapp.cli.catalog import catalog_cli
+    from webapp.cli.cron import cron_cli
     from webapp.cli.demo import demo_command
     from webapp.cli.scheduler import scheduler_cli, worker_command
-    from webapp.cli.schedules import catalog_cli, schedule_cli
+    from webapp.cli.schedules import schedule_cli
     from webapp.cli.serve import serve_command
 
     app.cli.add_command(tenant_cli)
@@ -47,8 +49,4 @@ def register_commands(app: Flask) -> None:
     app.cli.add_command(serve_command)
     app.cli.add_command(schedule_cli)
     app.cli.add_command(catalog_cli)
-    try:
-        from webapp.scheduler.cron_cli import cron_cli
-    except ImportError:  # pragma: no cover - the cron module lands with the Cron issue
-        return
     app.cli.add_command(cron_cli)

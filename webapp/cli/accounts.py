@@ -1,4 +1,4 @@
-"""`flask tenant ...` and `flask user ...`."""
+"""`flask tenant ...` (create, list, set quotas) and `flask user ...`."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import sys
 import click
 from flask.cli import AppGroup
 
-from webapp import accounts
 from webapp.cli import reports_errors
 from webapp.models import ROLES
+from webapp.services import accounts
 
 tenant_cli = AppGroup("tenant", help="Create and list tenants.")
 user_cli = AppGroup("user", help="Create and list users.")
@@ -83,3 +83,33 @@ def read_password(from_stdin: bool) -> str | None:
     if sys.stdin.isatty():
         return str(click.prompt("Password", hide_input=True, confirmation_prompt=True))
     return None
+
+
+@tenant_cli.command("set")
+@click.argument("slug")
+@click.option("--max-schedules", help="Most schedules the tenant may have; 'default' to clear.")
+@click.option("--min-interval", help="Fewest seconds between fires; 'default' to clear.")
+@reports_errors
+def set_tenant(slug: str, max_schedules: str | None, min_interval: str | None) -> None:
+    """Set a tenant's quotas (unset options keep their value)."""
+    tenant = accounts.find_tenant(slug)
+    limits = {
+        "--max-schedules": tenant.max_schedules,
+        "--min-interval": tenant.min_interval_seconds,
+    }
+    for label, given in (("--max-schedules", max_schedules), ("--min-interval", min_interval)):
+        if given is None:
+            continue
+        if given == "default":
+            limits[label] = None
+        elif given.isascii() and given.isdigit() and int(given) <= accounts.MAX_INTEGER:
+            limits[label] = int(given)
+        else:
+            message = f"{given!r} is not a whole number up to {accounts.MAX_INTEGER} or 'default'"
+            raise click.BadParameter(message, param_hint=label)
+    tenant = accounts.set_limits(slug, limits["--max-schedules"], limits["--min-interval"])
+    shown = {k: "default" if v is None else v for k, v in limits.items()}
+    click.echo(
+        f"tenant {tenant.slug}: max schedules {shown['--max-schedules']}, "
+        f"min interval {shown['--min-interval']}"
+    )

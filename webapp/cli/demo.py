@@ -5,13 +5,13 @@ from __future__ import annotations
 import click
 from sqlalchemy import select
 
-from webapp import accounts
 from webapp.cli import reports_errors
 from webapp.database import utcnow
-from webapp.demo_panel import seed_demo_schedules
 from webapp.extensions import db
 from webapp.models import Tenant
+from webapp.services import accounts
 from webapp.services.defaults import sync_defaults
+from webapp.services.demo import seed_demo_schedules
 
 DEMO_TENANT = "demo"
 DEMO_ADMIN = "admin@demo.example"

@@ -40,9 +40,9 @@ def sync_command() -> None:
 @reports_errors
 def tick_command() -> None:
     """Run one tick: fire every due schedule, print how many runs were queued."""
+    from webapp.catalog.current import current_catalog
     from webapp.extensions import db
     from webapp.scheduler.tick import TickSettings, tick
-    from webapp.services.catalog import current_catalog
 
     result = tick(db.session(), current_catalog(), TickSettings.from_config(current_app.config))
     click.echo(

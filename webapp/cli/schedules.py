@@ -1,4 +1,4 @@
-"""`flask schedule ...`, `flask catalog list` and `flask tenant set`: schedules as data."""
+"""`flask schedule ...`: schedules as data (import, export) and one-off runs."""
 
 from __future__ import annotations
 
@@ -7,22 +7,17 @@ from typing import IO
 from zoneinfo import ZoneInfo
 
 import click
-from flask import current_app
 from flask.cli import AppGroup
 
-from webapp import accounts
+from webapp import cron
 from webapp.cli import reports_errors
-from webapp.cli.accounts import tenant_cli
-from webapp.config import args_limits
 from webapp.database import utcnow
-from webapp.scheduler import cron
+from webapp.services import accounts
 from webapp.services.audit import Actor
-from webapp.services.catalog import current_catalog
 from webapp.services.schedules import find_schedule, run_now
 from webapp.services.transfer import ImportProblems, export_schedules, import_schedules
 
 schedule_cli = AppGroup("schedule", help="Import, export and run schedules.")
-catalog_cli = AppGroup("catalog", help="The jobs that schedules may use.")
 
 
 @schedule_cli.command("import")
@@ -88,61 +83,3 @@ def parse_at(text: str, time_zone: str) -> datetime:
     except OverflowError:
         message = f"{text!r} is outside the years 1970 to 2999"
     raise click.BadParameter(message, param_hint="--at")
-
-
-@catalog_cli.command("list")
-@reports_errors
-def list_catalog() -> None:
-    """List the jobs with their scope and parameters."""
-    max_arg, max_args = args_limits(current_app.config)
-    click.echo(
-        f"Arguments: each text at most {max_arg} bytes (UTF-8), all of a schedule's together at "
-        f"most {max_args} bytes as JSON (SCHEDULER_MAX_ARG_BYTES, SCHEDULER_MAX_ARGS_BYTES)."
-    )
-    for spec in current_catalog().jobs():
-        click.echo(f"{spec.name}  [{spec.scope}]  {spec.title}")
-        for field in spec.form_fields(current_app.config):
-            required = "required" if field.required else f"default {field.default!r}"
-            choices = f", one of {', '.join(field.choices)}" if field.choices else ""
-            bounds = "".join(
-                f", {label} {value:g}"
-                for label, value in (
-                    ("min", field.min),
-                    ("max", field.max),
-                    ("max length", field.max_length),
-                )
-                if value is not None
-            )
-            click.echo(
-                f"    {field.name} ({field.kind}, {required}{choices}{bounds}): {field.help}"
-            )
-
-
-@tenant_cli.command("set")
-@click.argument("slug")
-@click.option("--max-schedules", help="Most schedules the tenant may have; 'default' to clear.")
-@click.option("--min-interval", help="Fewest seconds between fires; 'default' to clear.")
-@reports_errors
-def set_tenant(slug: str, max_schedules: str | None, min_interval: str | None) -> None:
-    """Set a tenant's quotas (unset options keep their value)."""
-    tenant = accounts.find_tenant(slug)
-    limits = {
-        "--max-schedules": tenant.max_schedules,
-        "--min-interval": tenant.min_interval_seconds,
-    }
-    for label, given in (("--max-schedules", max_schedules), ("--min-interval", min_interval)):
-        if given is None:
-            continue
-        if given == "default":
-            limits[label] = None
-        elif given.isascii() and given.isdigit() and int(given) <= accounts.MAX_INTEGER:
-            limits[label] = int(given)
-        else:
-            message = f"{given!r} is not a whole number up to {accounts.MAX_INTEGER} or 'default'"
-            raise click.BadParameter(message, param_hint=label)
-    tenant = accounts.set_limits(slug, limits["--max-schedules"], limits["--min-interval"])
-    shown = {k: "default" if v is None else v for k, v in limits.items()}
-    click.echo(
-        f"tenant {tenant.slug}: max schedules {shown['--max-schedules']}, "
-        f"min interval {shown['--min-interval']}"
-    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from webapp.scheduler.cron import CronSpec
+from webapp.cron import CronSpec
 
 # Fire times counted at most when a schedule has been down for long (a minutely schedule down
 # for a week): past this the count says "at least".

@@ -15,11 +15,12 @@ from typing import Any
 from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session
 
+from webapp import cron
 from webapp.catalog import ArgsError, Catalog, UnknownJobError, size_errors
 from webapp.config import args_limits
 from webapp.database import write_transaction
 from webapp.models import Schedule
-from webapp.scheduler import claims, cron
+from webapp.scheduler import claims
 from webapp.scheduler.misfire import PlannedRun, plan_fires
 
 log = logging.getLogger("webapp.scheduler")

@@ -29,6 +29,7 @@ from sqlalchemy import update
 from sqlalchemy.exc import DBAPIError
 
 from webapp.catalog import Catalog
+from webapp.catalog.current import current_catalog
 from webapp.database import utcnow, write_transaction
 from webapp.extensions import db
 from webapp.models import Worker
@@ -44,7 +45,6 @@ from webapp.scheduler.execution import (
 from webapp.scheduler.leases import LeasedRun, lease_once, reap_once, release_leases, renew_leases
 from webapp.scheduler.tick import TickSettings, tick
 from webapp.scheduler.wakeup import CHANNEL
-from webapp.services.catalog import current_catalog
 
 log = logging.getLogger("webapp.worker")
 

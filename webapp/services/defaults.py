@@ -11,13 +11,13 @@ from datetime import datetime
 from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
+from webapp import cron
 from webapp.catalog import Catalog, CatalogError
+from webapp.catalog.current import current_catalog
 from webapp.database import write_transaction
 from webapp.extensions import db
 from webapp.models import AuditEvent, Schedule, Tenant
-from webapp.scheduler import cron
 from webapp.services.audit import DEFAULTS, audit_row, schedule_snapshot
-from webapp.services.catalog import current_catalog
 
 
 def sync_defaults(now: datetime) -> int:

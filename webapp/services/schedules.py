@@ -20,16 +20,16 @@ from flask import current_app
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from webapp.accounts import AccountError, check_time_zone
+from webapp import cron
 from webapp.catalog import ArgsError, Catalog, JobSpec, UnknownJobError, args_path, size_errors
+from webapp.catalog.current import current_catalog
 from webapp.config import args_limits
 from webapp.database import write_transaction
 from webapp.extensions import db
 from webapp.models import MISFIRE_POLICIES, OVERLAP_POLICIES, Run, Schedule, Tenant
-from webapp.scheduler import cron
 from webapp.scheduler.wakeup import notify_workers
+from webapp.services.accounts import AccountError, check_time_zone
 from webapp.services.audit import Actor, audit_row, changed_fields, record, schedule_snapshot
-from webapp.services.catalog import current_catalog
 
 KEY_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 MAX_NAME_LENGTH = 200

@@ -13,11 +13,11 @@ from typing import Any
 
 from sqlalchemy import insert, select, update
 
+from webapp.catalog.current import current_catalog
 from webapp.database import write_transaction
 from webapp.extensions import db
 from webapp.models import AuditEvent, Schedule, Tenant
 from webapp.services.audit import Actor, audit_row, changed_fields
-from webapp.services.catalog import current_catalog
 from webapp.services.schedules import (
     ScheduleInput,
     clean,

@@ -6,14 +6,13 @@ from flask import Flask, make_response, render_template, request
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
-from webapp import tenancy
-from webapp.web import formatting, params
+from webapp.web import formatting, params, tenancy
 from webapp.web.formatting import is_htmx
 
 
 def register_panel(app: Flask) -> None:
     """Registers the panel's blueprints, template helpers and error pages."""
-    from webapp.services.catalog import EXTENSION_KEY, install_catalog
+    from webapp.catalog.current import EXTENSION_KEY, install_catalog
     from webapp.web import audit, runs, schedules, tenants
 
     if EXTENSION_KEY not in app.extensions:

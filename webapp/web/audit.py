@@ -11,11 +11,11 @@ from flask_login import login_required
 from markupsafe import Markup, escape
 from werkzeug.wrappers import Response
 
-from webapp import tenancy
 from webapp.catalog import UnknownJobError
+from webapp.catalog.current import current_catalog
 from webapp.extensions import db
 from webapp.models import AuditEvent, Schedule
-from webapp.services.catalog import current_catalog
+from webapp.web import tenancy
 from webapp.web.common import page_or_partial
 from webapp.web.formatting import describe_cron, id_url, moment, pretty_value
 from webapp.web.forms import FIELD_LABELS, MISFIRE_CHOICES, OVERLAP_CHOICES

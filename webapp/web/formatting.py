@@ -10,9 +10,9 @@ from zoneinfo import ZoneInfo
 from flask import Flask, g, request, session, url_for
 from markupsafe import Markup, escape
 
-from webapp import tenancy
+from webapp import cron
 from webapp.database import utcnow
-from webapp.scheduler import cron
+from webapp.web import tenancy
 
 
 def dom_id(obj: Any, suffix: str | None = None) -> str:

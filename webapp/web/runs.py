@@ -12,10 +12,10 @@ from sqlalchemy import Select, func
 from sqlalchemy.orm import defer, joinedload, load_only
 from werkzeug.wrappers import Response
 
-from webapp import tenancy
 from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import RUN_STATUSES, TRIGGERS, Run, Schedule, User, Worker
+from webapp.web import tenancy
 from webapp.web.common import page_or_partial
 from webapp.web.formatting import is_htmx, zone
 from webapp.web.params import bad_request, choice_arg, date_arg, id_arg

@@ -13,12 +13,10 @@ from sqlalchemy.orm import load_only
 from werkzeug.exceptions import BadRequest
 from werkzeug.wrappers import Response
 
-from webapp import tenancy
-from webapp.auth import is_own_path
+from webapp.catalog.current import current_catalog
 from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule
-from webapp.services.catalog import current_catalog
 from webapp.services.schedules import (
     ScheduleError,
     create_schedule,
@@ -29,6 +27,9 @@ from webapp.services.schedules import (
     run_now,
     update_schedule,
 )
+from webapp.services.upcoming import Cursor, by_day, upcoming_fires
+from webapp.web import tenancy
+from webapp.web.auth import is_own_path
 from webapp.web.common import actor, done, htmx_redirect, page_or_partial
 from webapp.web.formatting import id_url, is_htmx, shown_zone
 from webapp.web.forms import (
@@ -40,7 +41,6 @@ from webapp.web.forms import (
 )
 from webapp.web.params import bad_request, choice_arg, date_arg, id_arg, shown
 from webapp.web.time_zones import time_zone_names
-from webapp.web.upcoming import Cursor, by_day, upcoming_fires
 
 bp = Blueprint("schedules", __name__)
 bp.before_request(login_required(lambda: None))

@@ -6,8 +6,8 @@ from flask import Blueprint, flash, redirect, request, session, url_for
 from flask_login import login_required
 from werkzeug.wrappers import Response
 
-from webapp import tenancy
-from webapp.auth import is_own_path
+from webapp.web import tenancy
+from webapp.web.auth import is_own_path
 from webapp.web.formatting import TIMES_KEY
 from webapp.web.params import bad_request, id_value
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from webapp.scheduler.cron import known_time_zones
+from webapp.cron import known_time_zones
 
 
 @cache

@@ -10,8 +10,8 @@ from itertools import islice
 
 import click
 
-from webapp.scheduler import cron
-from webapp.scheduler.cron import CronError, CronSpec, describe, validate, wall_time_to_utc
+from webapp import cron
+from webapp.cron import CronError, CronSpec, describe, validate, wall_time_to_utc
 
 MAX_COUNT = 1000
 FIRST_YEAR, LAST_YEAR = 1970, 2999

@@ -24,12 +24,12 @@ from werkzeug.wrappers import Response
 from wtforms import EmailField, PasswordField
 from wtforms.validators import DataRequired
 
-from webapp import login_limiter
-from webapp.accounts import hash_password
 from webapp.database import utcnow, write_transaction
 from webapp.extensions import db
 from webapp.models import User
 from webapp.services import sessions
+from webapp.services.accounts import hash_password
+from webapp.web import login_limiter
 
 bp = Blueprint("auth", __name__)
 

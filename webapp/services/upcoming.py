@@ -9,8 +9,8 @@ from datetime import date, datetime, timedelta
 from itertools import groupby, islice
 from zoneinfo import ZoneInfo
 
+from webapp import cron
 from webapp.models import Schedule
-from webapp.scheduler import cron
 
 
 @dataclass(frozen=True)

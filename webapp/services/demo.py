@@ -24,17 +24,17 @@ from typing import Any
 from flask import current_app
 from sqlalchemy import insert, select
 
+from webapp import cron
 from webapp.catalog import Catalog, JobSpec
+from webapp.catalog.current import current_catalog
 from webapp.database import write_transaction
 from webapp.extensions import db
 from webapp.models import Run, Schedule, Tenant, User
-from webapp.scheduler import cron
 from webapp.scheduler.execution import run_job
 from webapp.scheduler.leases import LeasedRun
 from webapp.scheduler.misfire import plan_fires
 from webapp.scheduler.tick import OVERLAP_REASON, TickSettings, run_row
 from webapp.services.audit import Actor
-from webapp.services.catalog import current_catalog
 from webapp.services.schedules import ScheduleInput, create_schedule, pause_schedule
 
 DEMO_SCHEDULES = (

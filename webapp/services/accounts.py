@@ -8,11 +8,13 @@ from dataclasses import dataclass
 from sqlalchemy import delete, select
 from werkzeug.security import generate_password_hash
 
+from webapp import cron
+from webapp.catalog.current import current_catalog
 from webapp.database import utcnow, write_transaction
 from webapp.extensions import db
 from webapp.models import ROLES, Membership, Tenant, User
-from webapp.scheduler import cron
 from webapp.services import sessions
+from webapp.services.defaults import materialise_defaults
 
 SLUG_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 EMAIL_PATTERN = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
@@ -77,9 +79,6 @@ def create_tenant(slug: str, name: str, time_zone: str = "UTC") -> Tenant:
         raise AccountError("the tenant name must not be empty")
     if len(name) > 200 or "\x00" in name:
         raise AccountError("the tenant name must be at most 200 characters, without NUL")
-    from webapp.services.catalog import current_catalog
-    from webapp.services.defaults import materialise_defaults
-
     with write_transaction(db.session) as session:
         if session.scalar(select(Tenant.id).where(Tenant.slug == slug)) is not None:
             raise AccountError(f"a tenant with slug {slug!r} already exists")
