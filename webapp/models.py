@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from flask_login import UserMixin
 from sqlalchemy import (
@@ -32,12 +32,21 @@ else:
 # JSONB on PostgreSQL (indexable, compact), JSON text on SQLite.
 JSONDocument = JSON().with_variant(postgresql.JSONB(), "postgresql")
 
-ROLES = ("admin", "viewer")
-SCOPES = ("tenant", "system")
-MISFIRE_POLICIES = ("fire_once", "fire_all", "skip")
-OVERLAP_POLICIES = ("allow", "skip")
-TRIGGERS = ("schedule", "manual", "catchup")
-RUN_STATUSES = ("queued", "running", "succeeded", "failed", "skipped")
+# The closed vocabularies: each a Literal type for the code and a tuple for checks and choices.
+Role = Literal["admin", "viewer"]
+Scope = Literal["tenant", "system"]
+MisfirePolicy = Literal["fire_once", "fire_all", "skip"]
+OverlapPolicy = Literal["allow", "skip"]
+Trigger = Literal["schedule", "manual", "catchup"]
+RunStatus = Literal["queued", "running", "succeeded", "failed", "skipped"]
+ROLES: tuple[Role, ...] = get_args(Role)
+SCOPES: tuple[Scope, ...] = get_args(Scope)
+MISFIRE_POLICIES: tuple[MisfirePolicy, ...] = get_args(MisfirePolicy)
+OVERLAP_POLICIES: tuple[OverlapPolicy, ...] = get_args(OverlapPolicy)
+TRIGGERS: tuple[Trigger, ...] = get_args(Trigger)
+RUN_STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
+# A run in one of these has not finished: overlap, deletion and the run-now status poll ask this.
+UNFINISHED_STATUSES: tuple[RunStatus, ...] = ("queued", "running")
 # SQLite reuses the id of a deleted newest row unless the table has AUTOINCREMENT: a new schedule
 # would inherit the old one's audit trail, links and log lines. PostgreSQL sequences never reuse.
 NEVER_REUSE_IDS = {"sqlite_autoincrement": True}
