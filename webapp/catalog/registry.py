@@ -115,6 +115,13 @@ class JobSpec:
     fn: JobFunction
     fields: tuple[FormField, ...]  # built at registration, which is what refuses unshowable types
 
+    def scope_problem(self, scope: Scope) -> str | None:
+        """Why a schedule of `scope` may not use this job, or None when it may: the one scope
+        rule, asked when a schedule is saved, when it fires and when its run executes."""
+        if scope == self.scope:
+            return None
+        return f"job '{self.name}' is a {self.scope} job and cannot be used in a {scope} schedule"
+
     def parse_args(self, args: object, settings: Mapping[str, object] | None = None) -> BaseModel:
         """Validates JSON-ish arguments into the parameters model, or raises ArgsError.
 
