@@ -8,6 +8,7 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -20,7 +21,7 @@ from sqlalchemy.engine import make_url
 from tests.pg_cluster import Cluster, ClusterUnavailable, start_cluster
 from webapp import create_app
 from webapp.extensions import db
-from webapp.models import Membership, Tenant, User
+from webapp.models import Membership, Run, RunStatus, Schedule, Tenant, Trigger, User
 from webapp.services.accounts import hash_password
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -66,7 +67,7 @@ class PostgresServer:
 
     def execute(self, sql: str) -> None:
         with psycopg.connect(self.conninfo(), autocommit=True) as connection:
-            connection.execute(sql)  # type: ignore[arg-type]
+            connection.execute(sql)
 
     def create_database(self, migrated: bool = True) -> str:
         if migrated and not self.template_ready:
@@ -214,3 +215,37 @@ def world(app: Flask, password_hash: str) -> World:
     )
     db.session.commit()
     return World(alpha, beta, users["alice"], users["bob"], users["charlie"])
+
+
+def make_run(
+    schedule: Schedule,
+    status: RunStatus = "queued",
+    minutes_ago: int = 0,
+    *,
+    trigger: Trigger = "schedule",
+    scheduled_for: datetime | None = None,
+    idempotency_key: str | None = None,
+    **fields: Any,
+) -> Run:
+    """A run of `schedule`, added to the session: scheduled `minutes_ago` (or at
+    `scheduled_for`), started and finished as its status says, other columns from `fields`."""
+    scheduled = scheduled_for or datetime.now(UTC) - timedelta(minutes=minutes_ago)
+    finished = status in ("succeeded", "failed")
+    run = Run(
+        tenant_id=schedule.tenant_id,
+        schedule_id=schedule.id,
+        job=schedule.job,
+        args=schedule.args,
+        trigger=trigger,
+        scheduled_for=scheduled,
+        idempotency_key=idempotency_key or f"{schedule.id}:{scheduled.isoformat()}:{status}",
+        status=status,
+        attempt=1 if status != "queued" else 0,
+        queued_at=scheduled,
+        available_at=scheduled,
+        started_at=scheduled + timedelta(seconds=2) if status != "queued" else None,
+        finished_at=scheduled + timedelta(seconds=5) if finished else None,
+        **fields,
+    )
+    db.session.add(run)
+    return run

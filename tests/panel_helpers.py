@@ -1,16 +1,18 @@
-"""Helpers for the panel's view, crawl and browser tests: a logged-in client and seeded data."""
+"""Helpers for the panel's view, crawl and browser tests: the CSRF token of a page, logging in,
+a logged-in client and seeded data."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Literal
 
 from flask import Flask
+from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
-from tests.conftest import World
+from tests.conftest import PASSWORD, World, make_run
 from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import Run, Schedule, Tenant, User
@@ -18,7 +20,12 @@ from webapp.services import sessions
 from webapp.services.audit import Actor
 from webapp.services.schedules import ScheduleInput, create_schedule, pause_schedule
 
-CSRF_META = re.compile(r'<meta name="csrf-token" content="([^"]+)"')
+# Where a page carries its CSRF token: the hidden field of its forms (the login form), or the
+# <meta> that htmx sends back as the X-CSRFToken header.
+CSRF_TOKEN = {
+    "form": re.compile(r'name="csrf_token" type="hidden" value="([^"]+)"'),
+    "meta": re.compile(r'<meta name="csrf-token" content="([^"]+)"'),
+}
 # Words that only alpha's data contains: none may ever appear in a page that charlie sees.
 ALPHA_SECRETS = (
     "Alpha nightly report",
@@ -30,6 +37,31 @@ ALPHA_SECRETS = (
     "alice@example.com",
     "bob@example.com",
 )
+
+
+def token_in(page: str | TestResponse, where: Literal["form", "meta"] = "form") -> str:
+    """The CSRF token in a page's form (or in its <meta>)."""
+    text = page if isinstance(page, str) else page.get_data(as_text=True)
+    found = CSRF_TOKEN[where].search(text)
+    assert found, f"no csrf token in the page's {where}"
+    return found.group(1)
+
+
+def csrf_token(
+    client: FlaskClient, url: str = "/login", where: Literal["form", "meta"] = "form"
+) -> str:
+    """The CSRF token that the page at `url` gives this client: its form's (or its <meta>)."""
+    return token_in(client.get(url), where)
+
+
+def log_in(
+    client: FlaskClient, email: str, password: str = PASSWORD, next_url: str = ""
+) -> TestResponse:
+    """Posts the login form as a browser does, with the form's CSRF token and an optional next."""
+    return client.post(
+        "/login" + (f"?next={next_url}" if next_url else ""),
+        data={"email": email, "password": password, "csrf_token": csrf_token(client)},
+    )
 
 
 class Panel:
@@ -46,10 +78,7 @@ class Panel:
 
     def token(self) -> str:
         if self._token is None:
-            page = self.client.get("/login").get_data(as_text=True)
-            found = CSRF_META.search(page)
-            assert found, "no csrf-token meta on the page"
-            self._token = found.group(1)
+            self._token = csrf_token(self.client, "/login", "meta")
         return self._token
 
     def get(self, url: str, htmx: bool = False, **kwargs: Any) -> TestResponse:
@@ -76,32 +105,6 @@ class Seeded:
     queued: Run
     beta_schedule: Schedule
     beta_run: Run
-
-
-NOW = datetime(2026, 3, 7, 12, 0, tzinfo=UTC)
-
-
-def make_run(schedule: Schedule, status: str, minutes_ago: int, **fields: Any) -> Run:
-    scheduled = datetime.now(UTC) - timedelta(minutes=minutes_ago)
-    finished = status in ("succeeded", "failed")
-    run = Run(
-        tenant_id=schedule.tenant_id,
-        schedule_id=schedule.id,
-        job=schedule.job,
-        args=schedule.args,
-        trigger=fields.pop("trigger", "schedule"),
-        scheduled_for=scheduled,
-        idempotency_key=f"{schedule.id}:{scheduled.isoformat()}:{status}",
-        status=status,
-        attempt=1 if status != "queued" else 0,
-        queued_at=scheduled,
-        available_at=scheduled,
-        started_at=scheduled + timedelta(seconds=2) if status != "queued" else None,
-        finished_at=scheduled + timedelta(seconds=5) if finished else None,
-        **fields,
-    )
-    db.session.add(run)
-    return run
 
 
 def echo_schedule(tenant: Tenant, user: User, name: str, cron: str) -> Schedule:

@@ -12,8 +12,7 @@ from typing import Any
 from sqlalchemy import delete, select
 
 from tests.browser_support import LiveServer, live_server
-from tests.conftest import PASSWORD
-from tests.panel_helpers import make_run
+from tests.conftest import PASSWORD, make_run
 from webapp.extensions import db
 from webapp.models import Membership, Schedule, User
 from webapp.services.accounts import add_user, create_tenant

@@ -10,7 +10,8 @@ from flask import Flask
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from tests.conftest import PASSWORD, World
+from tests.conftest import PASSWORD, World, make_run
+from tests.panel_helpers import log_in
 from webapp import create_app
 from webapp.config import ConfigError, from_environment, from_instance_file
 from webapp.extensions import db
@@ -148,15 +149,7 @@ def test_a_local_timestamp_is_stored_as_the_same_instant(app: Flask, world: Worl
     assert stored == datetime(2026, 3, 8, 7, 0, tzinfo=UTC)
 
 
-def make_run(schedule: Schedule, trigger: str, key: str) -> Run:
-    return Run(
-        tenant_id=schedule.tenant_id,
-        schedule_id=schedule.id,
-        job=schedule.job,
-        trigger=trigger,
-        scheduled_for=datetime(2026, 1, 1, tzinfo=UTC),
-        idempotency_key=key,
-    )
+FIRE = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def test_the_database_refuses_a_second_run_for_the_same_fire_time(app: Flask, world: World) -> None:
@@ -165,14 +158,15 @@ def test_the_database_refuses_a_second_run_for_the_same_fire_time(app: Flask, wo
     )
     db.session.add(schedule)
     db.session.commit()
-    db.session.add(make_run(schedule, "schedule", "a"))
+    make_run(schedule, trigger="schedule", scheduled_for=FIRE, idempotency_key="a")
     db.session.commit()
-    db.session.add(make_run(schedule, "catchup", "b"))
+    make_run(schedule, trigger="catchup", scheduled_for=FIRE, idempotency_key="b")
     with pytest.raises(IntegrityError, match="scheduled_for"):
         db.session.commit()
     db.session.rollback()
     # Manual runs are outside the rule: two people may press Run now in the same second.
-    db.session.add_all([make_run(schedule, "manual", "c"), make_run(schedule, "manual", "d")])
+    for key in ("c", "d"):
+        make_run(schedule, trigger="manual", scheduled_for=FIRE, idempotency_key=key)
     db.session.commit()
     assert len(db.session.scalars(select(Run)).all()) == 3
 
@@ -229,34 +223,25 @@ def test_pages_need_a_login(app: Flask) -> None:
     assert response.headers["Location"].startswith("/login")
 
 
-def login(client: object, email: str, password: str = PASSWORD, next_url: str = "") -> object:
-    page = client.get("/login").get_data(as_text=True)  # type: ignore[attr-defined]
-    token = page.split('name="csrf_token" type="hidden" value="')[1].split('"')[0]
-    return client.post(  # type: ignore[attr-defined]
-        "/login" + (f"?next={next_url}" if next_url else ""),
-        data={"email": email, "password": password, "csrf_token": token},
-    )
-
-
 def test_a_user_logs_in_and_sees_their_tenant(app: Flask, world: World) -> None:
     client = app.test_client()
-    response = login(client, "Alice@Example.com")
-    assert response.status_code == 303  # type: ignore[attr-defined]
+    response = log_in(client, "Alice@Example.com")
+    assert response.status_code == 303
     home = client.get("/").get_data(as_text=True)
     assert "Alpha Corp" in home and "Beta Ltd" not in home
 
 
 def test_a_wrong_password_gives_one_generic_message(app: Flask, world: World) -> None:
     for email in ("alice@example.com", "nobody@example.com"):
-        response = login(app.test_client(), email, "wrong-password")
-        assert response.status_code == 401  # type: ignore[attr-defined]
-        assert "Wrong email or password." in response.get_data(as_text=True)  # type: ignore[attr-defined]
+        response = log_in(app.test_client(), email, "wrong-password")
+        assert response.status_code == 401
+        assert "Wrong email or password." in response.get_data(as_text=True)
 
 
 @pytest.mark.parametrize("target", ["https://evil.example/", "//evil.example/", "/\\evil.example"])
 def test_next_never_leaves_the_site(app: Flask, world: World, target: str) -> None:
-    response = login(app.test_client(), "alice@example.com", next_url=target)
-    assert response.headers["Location"] == "/"  # type: ignore[attr-defined]
+    response = log_in(app.test_client(), "alice@example.com", next_url=target)
+    assert response.headers["Location"] == "/"
 
 
 def test_login_without_csrf_token_is_refused(app: Flask, world: World) -> None:

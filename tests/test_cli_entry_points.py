@@ -135,4 +135,4 @@ def test_flask_scheduler_worker_burst_runs_what_is_due(
     result = run([*FLASK, "scheduler-worker", "--burst", "--concurrency", "2"], env)
     assert result.returncode == 0, result.stderr
     db.session.rollback()
-    assert db.session.get(Run, due.id).status == "succeeded"  # type: ignore[union-attr]
+    assert db.session.get_one(Run, due.id).status == "succeeded"

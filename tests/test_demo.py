@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from flask.testing import FlaskCliRunner
 from sqlalchemy import func, select
@@ -11,6 +11,11 @@ from webapp import cron
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule, Tenant, User
 from webapp.scheduler.tick import OVERLAP_REASON, fire_key
+
+
+def known(moment: datetime | None) -> datetime:
+    assert moment is not None
+    return moment
 
 
 def counts() -> dict[str, int]:
@@ -32,6 +37,7 @@ def test_demo_runs_are_the_fire_times_of_their_schedules(cli: FlaskCliRunner) ->
     runs = list(db.session.scalars(select(Run).order_by(Run.id)))
     assert len({run.schedule_id for run in runs}) == 4  # every demo schedule has a history
     for run in runs:
+        assert run.schedule_id is not None
         schedule = schedules[run.schedule_id]
         if run.trigger == "manual":
             assert run.idempotency_key.startswith("manual:") and run.requested_by is not None
@@ -60,15 +66,18 @@ def test_demo_runs_vary_and_tell_the_products_stories(cli: FlaskCliRunner) -> No
     demo(cli)
     runs = list(db.session.scalars(select(Run).order_by(Run.id)))
     executed = [run for run in runs if run.started_at is not None]
-    lags = {run.started_at - run.scheduled_for for run in executed if run.trigger == "schedule"}
-    durations = {run.finished_at - run.started_at for run in executed}  # type: ignore[operator]
+    lags = {
+        known(run.started_at) - run.scheduled_for for run in executed if run.trigger == "schedule"
+    }
+    durations = {known(run.finished_at) - known(run.started_at) for run in executed}
     assert len(lags) > len(executed) // 2 and len(durations) > len(executed) // 2
     assert all(timedelta(0) < lag < timedelta(minutes=2) for lag in lags)
     assert all(run.finished_at is not None and run.status != "queued" for run in runs)
     # Failed: one attempt of a job that allows one, with the job's own error.
     failed = [run for run in runs if run.status == "failed"]
     assert failed and all(run.job == "demo.fail" and run.attempt == 1 for run in failed)
-    assert all(run.error.startswith("RuntimeError: upstream returned 503") for run in failed)  # type: ignore[union-attr]
+    upstream = "RuntimeError: upstream returned 503"
+    assert all((run.error or "").startswith(upstream) for run in failed)
     # Retried after a lost worker: attempt 2 succeeded, started after the lease expired.
     retried = [run for run in runs if run.attempt == 2]
     assert retried and all(run.status == "succeeded" and run.error is None for run in retried)
@@ -82,7 +91,7 @@ def test_demo_runs_vary_and_tell_the_products_stories(cli: FlaskCliRunner) -> No
     (manual,) = [run for run in runs if run.trigger == "manual"]
     assert skipped.error == OVERLAP_REASON and skipped.attempt == 0
     assert skipped.schedule_id == manual.schedule_id and manual.status == "succeeded"
-    assert manual.started_at < skipped.queued_at < manual.finished_at  # type: ignore[operator]
+    assert known(manual.started_at) < skipped.queued_at < known(manual.finished_at)
     echoed = {run.output for run in runs if run.job == "demo.echo"}
     assert echoed == {"Good morning!\n", "still alive\n"}
 

@@ -5,14 +5,12 @@ charlie 404, everywhere."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from flask import Flask
 from sqlalchemy import func, select
 
 from tests.conftest import PASSWORD, World
-from tests.panel_helpers import Panel, Seeded, seed
+from tests.panel_helpers import Panel, Seeded, log_in, seed
 from webapp.extensions import db
 from webapp.models import Run, Schedule
 from webapp.web.formatting import dom_id
@@ -85,7 +83,7 @@ def test_the_resume_question_in_a_row_replaces_the_row_and_on_its_page_posts_bac
         assert f'name="next" value="/schedules/{data.paused.id}"' in page, opened
     back = alice.post(url, {"missed": "skip", "next": f"/schedules/{data.paused.id}"}, htmx=False)
     assert back.status_code == 303 and back.headers["Location"] == f"/schedules/{data.paused.id}"
-    assert db.session.get(Schedule, data.paused.id).active  # type: ignore[union-attr]
+    assert db.session.get_one(Schedule, data.paused.id).active
 
 
 def test_a_plain_post_never_returns_to_another_host(app: Flask, world: World, data: Seeded) -> None:
@@ -144,7 +142,7 @@ def test_bob_gets_403_and_charlie_404_from_every_place(
         db.session.scalar(select(Run).where(Run.trigger == "manual", Run.id > data.queued.id))
         is None
     )
-    assert not db.session.get(Schedule, p).active  # type: ignore[union-attr]
+    assert not db.session.get_one(Schedule, p).active
     assert db.session.get(Schedule, r) is not None
 
 
@@ -169,7 +167,7 @@ def test_cr_lf_in_next_returns_to_a_safe_page_after_the_write(
     app: Flask, world: World, data: Seeded, action: str
 ) -> None:
     schedule = data.paused if action == "resume" else data.report
-    runs_before = db.session.scalar(select(func.count()).select_from(Run))
+    runs_before = db.session.execute(select(func.count()).select_from(Run)).scalar_one()
     response = Panel(app, world.alice).post(
         f"/schedules/{schedule.id}/{action}",
         {"next": "/\r\nSet-Cookie: stolen=1", "missed": "skip"},
@@ -189,12 +187,6 @@ def test_cr_lf_in_next_returns_to_a_safe_page_after_the_write(
 
 def test_cr_lf_in_next_after_login_lands_on_the_schedules(app: Flask, world: World) -> None:
     client = app.test_client()
-    page = client.get("/login").get_data(as_text=True)
-    token = re.search(r'name="csrf_token" type="hidden" value="([^"]+)"', page)
-    assert token
-    response = client.post(
-        "/login?next=/%0d%0aSet-Cookie:%20stolen=1",
-        data={"email": "alice@example.com", "password": PASSWORD, "csrf_token": token.group(1)},
-    )
+    response = log_in(client, "alice@example.com", PASSWORD, "/%0d%0aSet-Cookie:%20stolen=1")
     assert response.status_code == 303
     assert response.headers["Location"] == "/"

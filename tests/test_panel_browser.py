@@ -20,8 +20,7 @@ from tests.browser_support import (
     require_chromium,
     worker_process,
 )
-from tests.conftest import PASSWORD
-from tests.panel_helpers import make_run
+from tests.conftest import PASSWORD, make_run
 from webapp.extensions import db
 from webapp.models import Run
 from webapp.services.accounts import add_user, create_tenant, find_tenant

@@ -11,8 +11,8 @@ from html.parser import HTMLParser
 import pytest
 from flask import Flask
 
-from tests.conftest import World
-from tests.panel_helpers import Panel, Seeded, echo_schedule, make_run, seed
+from tests.conftest import World, make_run
+from tests.panel_helpers import Panel, Seeded, echo_schedule, seed
 from webapp.extensions import db
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -15,6 +14,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import func, select
 
 from tests.conftest import PASSWORD, World, migrated_app
+from tests.panel_helpers import csrf_token, log_in
 from webapp.config import ConfigError
 from webapp.database import utcnow
 from webapp.extensions import db
@@ -23,36 +23,23 @@ from webapp.services import sessions
 from webapp.web import login_limiter
 
 
-def csrf_token(client: object) -> str:
-    page = client.get("/login").get_data(as_text=True)  # type: ignore[attr-defined]
-    found = re.search(r'name="csrf_token" type="hidden" value="([^"]+)"', page)
-    assert found
-    return found.group(1)
-
-
-def attempt(client: object, email: str, password: str) -> object:
-    return client.post(  # type: ignore[attr-defined]
-        "/login", data={"email": email, "password": password, "csrf_token": csrf_token(client)}
-    )
-
-
 def test_five_failures_for_one_account_answer_429_with_retry_after(
     app: Flask, world: World
 ) -> None:
     client = app.test_client()
     for _ in range(5):
-        assert attempt(client, "alice@example.com", "wrong-password").status_code == 401  # type: ignore[attr-defined]
-    refused = attempt(client, "alice@example.com", PASSWORD)
-    assert refused.status_code == 429  # type: ignore[attr-defined]
-    assert 800 < int(refused.headers["Retry-After"]) <= 900  # type: ignore[attr-defined]
-    assert "Too many failed attempts" in refused.get_data(as_text=True)  # type: ignore[attr-defined]
+        assert log_in(client, "alice@example.com", "wrong-password").status_code == 401
+    refused = log_in(client, "alice@example.com", PASSWORD)
+    assert refused.status_code == 429
+    assert 800 < int(refused.headers["Retry-After"]) <= 900
+    assert "Too many failed attempts" in refused.get_data(as_text=True)
     # Another account from the same address is not locked out by these five.
-    assert attempt(client, "bob@example.com", PASSWORD).status_code == 303  # type: ignore[attr-defined]
+    assert log_in(client, "bob@example.com", PASSWORD).status_code == 303
 
 
 def test_the_limit_is_in_the_database_not_in_one_process(app: Flask, world: World) -> None:
     for _ in range(5):
-        attempt(app.test_client(), "nobody@example.com", "wrong-password")
+        log_in(app.test_client(), "nobody@example.com", "wrong-password")
     count = db.session.scalar(
         select(func.count())
         .select_from(LoginAttempt)
@@ -60,7 +47,7 @@ def test_the_limit_is_in_the_database_not_in_one_process(app: Flask, world: Worl
     )
     assert count == 5
     # A fresh client (another browser, another process) is refused too.
-    assert attempt(app.test_client(), "nobody@example.com", "x").status_code == 429  # type: ignore[attr-defined]
+    assert log_in(app.test_client(), "nobody@example.com", "x").status_code == 429
 
 
 def test_failures_from_one_address_do_not_lock_out_a_correct_password(
@@ -70,8 +57,8 @@ def test_failures_from_one_address_do_not_lock_out_a_correct_password(
     # must not lock alice out.
     client = app.test_client()
     for number in range(20):
-        attempt(client, f"guess{number}@example.com", "wrong-password")
-    assert attempt(app.test_client(), "alice@example.com", PASSWORD).status_code == 303  # type: ignore[attr-defined]
+        log_in(client, f"guess{number}@example.com", "wrong-password")
+    assert log_in(app.test_client(), "alice@example.com", PASSWORD).status_code == 303
 
 
 def test_past_the_flood_guard_only_wrong_passwords_answer_429(app: Flask, world: World) -> None:
@@ -81,10 +68,10 @@ def test_past_the_flood_guard_only_wrong_passwords_answer_429(app: Flask, world:
         for _ in range(login_limiter.MAX_FAILURES_PER_ADDRESS)
     )
     db.session.commit()
-    wrong = attempt(app.test_client(), "bob@example.com", "wrong-password")
-    assert wrong.status_code == 429  # type: ignore[attr-defined]
-    assert attempt(app.test_client(), "nobody@example.com", "x").status_code == 429  # type: ignore[attr-defined]
-    assert attempt(app.test_client(), "alice@example.com", PASSWORD).status_code == 303  # type: ignore[attr-defined]
+    wrong = log_in(app.test_client(), "bob@example.com", "wrong-password")
+    assert wrong.status_code == 429
+    assert log_in(app.test_client(), "nobody@example.com", "x").status_code == 429
+    assert log_in(app.test_client(), "alice@example.com", PASSWORD).status_code == 303
 
 
 def test_parallel_guesses_get_no_more_password_checks_than_the_limit(
@@ -123,7 +110,7 @@ def test_a_trusted_proxy_tells_clients_apart_and_an_untrusted_header_is_ignored(
     def from_client(application: Flask, address: str, password: str) -> int:
         client = application.test_client()
         client.environ_base["HTTP_X_FORWARDED_FOR"] = address
-        return attempt(client, "alice@example.com", password).status_code  # type: ignore[attr-defined, no-any-return]
+        return log_in(client, "alice@example.com", password).status_code
 
     with another_app(database_url, SCHEDULER_TRUSTED_PROXIES=1) as proxied:
         for _ in range(5):
@@ -146,10 +133,8 @@ def test_a_bad_trusted_proxies_setting_stops_the_app(database_url: str) -> None:
 def test_a_successful_login_renews_the_session(app: Flask, world: World) -> None:
     client = app.test_client()
     token_before = csrf_token(client)
-    attempt(client, "alice@example.com", PASSWORD)
-    page = client.get("/").get_data(as_text=True)
-    token_after = re.search(r'<meta name="csrf-token" content="([^"]+)"', page)
-    assert token_after and token_after.group(1) != token_before
+    log_in(client, "alice@example.com", PASSWORD)
+    assert csrf_token(client, "/", "meta") != token_before
     with client.session_transaction() as session:
         token = session["_user_id"]
     # The cookie holds the login's token, and the server knows it as alice's session.
@@ -162,20 +147,18 @@ def test_a_successful_login_renews_the_session(app: Flask, world: World) -> None
 
 def test_login_lands_on_the_schedules_of_the_tenant(app: Flask, world: World) -> None:
     client = app.test_client()
-    response = attempt(client, "alice@example.com", PASSWORD)
-    assert response.headers["Location"] == "/"  # type: ignore[attr-defined]
+    response = log_in(client, "alice@example.com", PASSWORD)
+    assert response.headers["Location"] == "/"
     page = client.get("/").get_data(as_text=True)
     assert "Schedules" in page and "Alpha Corp" in page
 
 
 def test_logout_needs_csrf_and_ends_the_session(app: Flask, world: World) -> None:
     client = app.test_client()
-    attempt(client, "alice@example.com", PASSWORD)
+    log_in(client, "alice@example.com", PASSWORD)
     assert client.post("/logout").status_code == 400
-    page = client.get("/").get_data(as_text=True)
-    token = re.search(r'<meta name="csrf-token" content="([^"]+)"', page)
-    assert token
-    assert client.post("/logout", data={"csrf_token": token.group(1)}).status_code == 303
+    token = csrf_token(client, "/", "meta")
+    assert client.post("/logout", data={"csrf_token": token}).status_code == 303
     assert client.get("/").status_code == 302
 
 

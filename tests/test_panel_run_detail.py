@@ -13,8 +13,8 @@ from typing import Any
 from flask import Flask, current_app
 from sqlalchemy import event
 
-from tests.conftest import World
-from tests.panel_helpers import Panel, Seeded, make_run, seed
+from tests.conftest import World, make_run
+from tests.panel_helpers import Panel, Seeded, seed
 from webapp.catalog.current import current_catalog
 from webapp.extensions import db
 from webapp.models import Run, Worker

@@ -11,8 +11,7 @@ from flask.testing import FlaskCliRunner
 from sqlalchemy import func, select, update
 
 from tests.conftest import PASSWORD, World, migrated_app
-from tests.panel_helpers import CSRF_META, Panel
-from tests.test_panel_login import attempt
+from tests.panel_helpers import Panel, log_in, token_in
 from webapp.config import ConfigError
 from webapp.database import utcnow
 from webapp.extensions import db
@@ -21,23 +20,21 @@ from webapp.services.audit import Actor
 from webapp.services.schedules import ScheduleInput, create_schedule
 
 
-def session_count(world_user_id: int) -> int:
-    return db.session.scalar(
-        select(func.count()).select_from(UserSession).where(UserSession.user_id == world_user_id)
-    )  # type: ignore[return-value]
+def session_count(user_id: int) -> int:
+    mine = select(func.count()).select_from(UserSession).where(UserSession.user_id == user_id)
+    return db.session.execute(mine).scalar_one()
 
 
 def test_logging_out_ends_the_session_for_a_copied_cookie_too(app: Flask, world: World) -> None:
     client = app.test_client()
-    assert attempt(client, "alice@example.com", PASSWORD).status_code == 303  # type: ignore[attr-defined]
+    assert log_in(client, "alice@example.com", PASSWORD).status_code == 303
     copied = app.test_client()
     cookie = client.get_cookie("session")
     assert cookie is not None
     copied.set_cookie("session", cookie.value)
     page = copied.get("/")
     assert page.status_code == 200
-    token = CSRF_META.search(page.get_data(as_text=True))
-    assert token
+    token = token_in(page, "meta")
     schedule = create_schedule(
         world.alpha,
         ScheduleInput(
@@ -48,17 +45,16 @@ def test_logging_out_ends_the_session_for_a_copied_cookie_too(app: Flask, world:
     )
     db.session.commit()
 
-    own_token = CSRF_META.search(client.get("/").get_data(as_text=True))
-    assert own_token
-    assert client.post("/logout", data={"csrf_token": own_token.group(1)}).status_code == 303
+    own_token = token_in(client.get("/"), "meta")
+    assert client.post("/logout", data={"csrf_token": own_token}).status_code == 303
     assert session_count(world.alice.id) == 0
 
     assert copied.get("/").status_code == 302  # to the login page
     replayed = copied.post(
-        f"/schedules/{schedule.id}/pause", headers={"X-CSRFToken": token.group(1)}
+        f"/schedules/{schedule.id}/pause", headers={"X-CSRFToken": token}
     )
     assert replayed.status_code in (302, 401)
-    assert db.session.get(Schedule, schedule.id).active  # type: ignore[union-attr]
+    assert db.session.get_one(Schedule, schedule.id).active
 
 
 def test_a_new_password_ends_every_session_of_the_user(

@@ -11,8 +11,8 @@ import pytest
 from flask import Flask
 from sqlalchemy import func, select, update
 
-from tests.conftest import World
-from tests.panel_helpers import ALPHA_SECRETS, Panel, Seeded, echo_schedule, make_run, seed
+from tests.conftest import World, make_run
+from tests.panel_helpers import ALPHA_SECRETS, Panel, Seeded, echo_schedule, seed
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule
 from webapp.services.upcoming import Fire, by_day
@@ -363,7 +363,7 @@ def test_editing_keeps_the_schedule_and_audits_the_change(
         form_data(name="Alpha nightly report", cron="0 3 * * *"),
     )
     assert response.status_code == 200
-    assert db.session.get(Schedule, data.report.id).cron == "0 3 * * *"  # type: ignore[union-attr]
+    assert db.session.get_one(Schedule, data.report.id).cron == "0 3 * * *"
     audit = alice.get("/audit").get_data(as_text=True)
     assert '<del><code class="nowrap">0 2 * * *</code>' in audit
     assert '<ins><code class="nowrap">0 3 * * *</code>' in audit
@@ -379,7 +379,11 @@ def change_rows(page: str) -> list[tuple[str, str, str]]:
     rows = re.findall(
         r"<tr><th scope=\"row\">(.*?)</th>\s*<td>(.*?)</td>\s*<td>(.*?)</td>", table.group(1), re.S
     )
-    return [tuple(" ".join(re.sub(r"<[^>]+>", " ", cell).split()) for cell in row) for row in rows]
+
+    def text(cell: str) -> str:
+        return " ".join(re.sub(r"<[^>]+>", " ", cell).split())
+
+    return [(text(field), text(before), text(after)) for field, before, after in rows]
 
 
 def test_the_audit_log_uses_the_form_labels_and_values(
@@ -487,7 +491,7 @@ def test_resuming_a_schedule_the_tick_would_refuse_answers_409_not_500(
     assert response.status_code == 409
     assert "cannot resume: unknown time zone &#39;posix/UTC&#39;" in response.get_data(as_text=True)
     db.session.expire_all()
-    assert db.session.get(Schedule, data.report.id).active is False  # type: ignore[union-attr]
+    assert db.session.get_one(Schedule, data.report.id).active is False
 
 
 def test_delete_removes_the_schedule_and_keeps_its_history(

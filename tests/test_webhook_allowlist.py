@@ -105,7 +105,7 @@ def test_the_import_and_the_cli_refuse_it_naming_the_item(
     cli: FlaskCliRunner, world: World, allowed: None, tmp_path: Path
 ) -> None:
     path = tmp_path / "schedules.json"
-    items = [
+    items: list[dict[str, object]] = [
         {"key": "ok", "name": "Ok", "job": "http.webhook", "cron": "@daily"},
         {"key": "k", "name": "Bad", "job": "http.webhook", "cron": "@daily"},
     ]
