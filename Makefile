@@ -46,5 +46,6 @@ bench: $(VENV)/.dev
 	$(BIN)/python -m bench.all
 
 lint: $(VENV)/.dev
-	$(BIN)/ruff check webapp tests
+	$(BIN)/ruff check webapp tests bench
+	$(BIN)/ruff format --check webapp tests bench
 	$(BIN)/mypy
