@@ -17,7 +17,7 @@ import pytest
 from flask import Flask
 from werkzeug.serving import make_server
 
-from tests.conftest import IN_CI, migrated_app
+from tests.conftest import IN_CI, PASSWORD, migrated_app
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -45,6 +45,15 @@ class LiveServer:
     url: str
     database_url: str
     database_path: str
+
+
+def log_in(page: Any, server: LiveServer, email: str) -> None:
+    """Logs in through the login form, as a person does, and waits for the landing page."""
+    page.goto(server.url + "/login")
+    page.get_by_label("Email").fill(email)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(server.url + "/")
 
 
 @contextmanager

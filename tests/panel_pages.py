@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy import delete, select
 
@@ -114,11 +113,3 @@ def seed_demo_pages(server: LiveServer) -> DemoPages:
         pages = DemoPages(server, active.id, paused.id, failed.id)
         db.session.remove()
     return pages
-
-
-def log_in(page: Any, server: LiveServer, email: str = ADMIN) -> None:
-    page.goto(server.url + "/login")
-    page.get_by_label("Email").fill(email)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(server.url + "/")

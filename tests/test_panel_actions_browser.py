@@ -14,9 +14,8 @@ import pytest
 from sqlalchemy import select
 
 from tests import test_panel_browser as panel_browser
-from tests.browser_support import LiveServer, PageErrors, worker_process
+from tests.browser_support import LiveServer, PageErrors, log_in, worker_process
 from tests.conftest import make_run
-from tests.test_panel_browser import log_in
 from webapp.extensions import db
 from webapp.models import Run, Schedule
 from webapp.services.accounts import find_tenant

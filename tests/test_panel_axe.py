@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.browser_support import chromium_browser
-from tests.panel_pages import NO_TENANT, WIDTHS, DemoPages, demo_pages, log_in
+from tests.browser_support import chromium_browser, log_in
+from tests.panel_pages import ADMIN, NO_TENANT, WIDTHS, DemoPages, demo_pages
 
 pytestmark = pytest.mark.browser
 
@@ -85,7 +85,7 @@ def test_no_page_has_a_serious_or_critical_violation(
     page.get_by_text("No tenant yet").wait_for()
     found += describe("no tenant", severe_violations(page))
     page.get_by_role("button", name="Log out").click()
-    log_in(page, demo.server)
+    log_in(page, demo.server, ADMIN)
     for name, path in demo.logged_in().items():
         page.goto(demo.server.url + path)
         found += describe(name, severe_violations(page))

@@ -17,6 +17,7 @@ from tests.browser_support import (
     PageErrors,
     chromium_browser,
     live_server,
+    log_in,
     require_chromium,
     worker_process,
 )
@@ -63,14 +64,6 @@ def new_page(chromium: Any, errors: PageErrors) -> Iterator[Any]:
     page.on("dialog", lambda dialog: dialog.accept())
     yield page
     context.close()
-
-
-def log_in(page: Any, server: LiveServer, email: str) -> None:
-    page.goto(server.url + "/login")
-    page.get_by_label("Email").fill(email)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(server.url + "/")
 
 
 def create_echo_schedule(page: Any, server: LiveServer, name: str) -> int:

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.browser_support import PageErrors, chromium_browser
-from tests.panel_pages import NO_TENANT, WIDTHS, DemoPages, demo_pages, log_in
+from tests.browser_support import PageErrors, chromium_browser, log_in
+from tests.panel_pages import ADMIN, NO_TENANT, WIDTHS, DemoPages, demo_pages
 
 pytestmark = pytest.mark.browser
 
@@ -69,7 +69,7 @@ def page(request: pytest.FixtureRequest, browser: Any, demo: DemoPages) -> Itera
     errors = PageErrors()
     errors.watch(page)
     page.on("dialog", lambda dialog: dialog.dismiss())
-    log_in(page, demo.server)
+    log_in(page, demo.server, ADMIN)
     yield page
     context.close()
     # Chromium logs the status of the error pages that the tests open on purpose.

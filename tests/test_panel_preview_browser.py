@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests import test_panel_browser as panel_browser
-from tests.browser_support import LiveServer, PageErrors
+from tests.browser_support import LiveServer, PageErrors, log_in
 from webapp.extensions import db
 from webapp.services.accounts import find_tenant
 from webapp.services.audit import Actor
@@ -22,7 +22,6 @@ server = panel_browser.server
 chromium = panel_browser.chromium
 errors = panel_browser.errors
 new_page = panel_browser.new_page
-log_in = panel_browser.log_in
 
 
 def test_the_preview_shows_clock_changes_and_a_chosen_day_changes_the_fire_times(
