@@ -17,6 +17,7 @@ from flask import Flask
 from flask.testing import FlaskClient, FlaskCliRunner
 from flask_migrate import upgrade
 from sqlalchemy.engine import make_url
+from werkzeug.test import TestResponse
 
 from tests.pg_cluster import Cluster, ClusterUnavailable, start_cluster
 from webapp import create_app
@@ -158,7 +159,7 @@ class RequestIsolatedClient(FlaskClient):
     its `g` (Flask-Login's cached user, Flask-WTF's token) and its session.
     """
 
-    def open(self, *args: Any, **kwargs: Any) -> Any:
+    def open(self, *args: Any, **kwargs: Any) -> TestResponse:
         db.session.commit()  # end the test's own transaction: it must not hold SQLite's lock
         response = contextvars.Context().run(super().open, *args, **kwargs)
         db.session.expire_all()
