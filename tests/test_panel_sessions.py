@@ -50,9 +50,7 @@ def test_logging_out_ends_the_session_for_a_copied_cookie_too(app: Flask, world:
     assert session_count(world.alice.id) == 0
 
     assert copied.get("/").status_code == 302  # to the login page
-    replayed = copied.post(
-        f"/schedules/{schedule.id}/pause", headers={"X-CSRFToken": token}
-    )
+    replayed = copied.post(f"/schedules/{schedule.id}/pause", headers={"X-CSRFToken": token})
     assert replayed.status_code in (302, 401)
     assert db.session.get_one(Schedule, schedule.id).active
 
