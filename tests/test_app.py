@@ -11,6 +11,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from tests.conftest import PASSWORD, World
+from tests.panel_helpers import Panel, echo_schedule
 from webapp import create_app
 from webapp.config import ConfigError, from_environment, from_instance_file
 from webapp.extensions import db
@@ -118,6 +119,27 @@ def test_the_default_database_is_a_sqlite_file_in_the_instance_folder() -> None:
 def test_a_malformed_setting_names_the_setting() -> None:
     with pytest.raises(ConfigError, match="SCHEDULER_BATCH_SIZE='many' is not a valid int"):
         from_environment({"SCHEDULER_BATCH_SIZE": "many"}, "/srv")
+
+
+@pytest.mark.parametrize(
+    ("digits", "written"),
+    [
+        ("0123456789", "ASCII"),
+        ("\u0660\u0661\u0662\u0663\u0664\u0665\u0666\u0667\u0668\u0669", "Arabic-Indic"),
+        ("\uff10\uff11\uff12\uff13\uff14\uff15\uff16\uff17\uff18\uff19", "fullwidth"),
+    ],
+)
+def test_a_path_id_is_read_only_in_ascii_digits(
+    app: Flask, world: World, digits: str, written: str
+) -> None:
+    schedule = echo_schedule(world.alpha, world.alice, "Nightly", "0 0 * * *")
+    path_id = "".join(digits[int(digit)] for digit in str(schedule.id))
+    alice = Panel(app, world.alice)
+    expected = 200 if written == "ASCII" else 404  # int() reads any of them as the same id
+    assert alice.get(f"/schedules/{path_id}").status_code == expected
+    assert alice.get(f"/schedules/{path_id}/edit").status_code == expected
+    assert alice.get("/schedules/0").status_code == 404
+    assert alice.get("/schedules/%2B1").status_code == 404  # "+1"
 
 
 def test_timestamps_come_back_as_aware_utc(app: Flask, world: World) -> None:
