@@ -17,9 +17,9 @@ Typical use: ``spec = validate(expr, tz)`` once (cached per expression and zone)
 ``spec.next_fire_after(after_utc)``, ``spec.fire_times_between(start, end)``,
 ``spec.dst_note(fire)``, ``describe(spec)`` or ``clock_changes(spec, now)`` as often as needed.
 
-The modules: ``fields`` parses and compiles the five fields, ``fires`` holds CronSpec, its fire
-times and the DST rules, ``zones`` the zone list and offsets, ``clock_changes`` and
-``describe`` the words of the preview.
+The modules: ``fields`` parses and compiles the five fields; ``fires`` holds CronSpec, its fire
+times and the DST rules; ``zones`` the zone list and offsets; ``clock_changes`` and ``describe``
+the words of the preview; ``words`` the phrasing they share; ``errors`` CronError.
 """
 
 from webapp.cron.clock_changes import ClockChange, clock_changes, no_clock_changes

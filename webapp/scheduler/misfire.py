@@ -26,8 +26,8 @@ class MisfireSettings:
 @dataclass(frozen=True)
 class PlannedRun:
     scheduled_for: datetime
-    trigger: Trigger  # 'schedule' | 'catchup'
-    status: RunStatus  # 'queued' | 'skipped'
+    trigger: Trigger
+    status: RunStatus
     fires_covered: int = 1
     reason: str | None = None
 
@@ -39,7 +39,7 @@ class FirePlan:
     last_fire: datetime
 
 
-def due_fire_times(
+def _due_fire_times(
     spec: CronSpec, first_due: datetime, now: datetime
 ) -> tuple[list[datetime], datetime | None]:
     """The fire times from `first_due` (inclusive) up to `now`, at most MAX_COUNTED_FIRES, and
@@ -57,7 +57,7 @@ def due_fire_times(
     raise AssertionError("iter_fire_times never ends")
 
 
-def newest_fires(spec: CronSpec, start: datetime, end: datetime) -> list[datetime]:
+def _newest_fires(spec: CronSpec, start: datetime, end: datetime) -> list[datetime]:
     """The fire times in (start, end], oldest first: the newest MAX_COUNTED_FIRES of them."""
     while True:
         fires = spec.fire_times_between(start, end, MAX_COUNTED_FIRES)
@@ -66,12 +66,12 @@ def newest_fires(spec: CronSpec, start: datetime, end: datetime) -> list[datetim
         start += (end - start) / 2  # too many to list: the newer half is the one that matters
 
 
-def latest_fire(spec: CronSpec, first_due: datetime, end: datetime) -> datetime:
+def _latest_fire(spec: CronSpec, first_due: datetime, end: datetime) -> datetime:
     """The last fire time at or before `end`, searching back no further than `first_due`."""
     span = timedelta(minutes=2)
     while True:
         start = max(end - span, first_due - EPSILON)
-        fires = newest_fires(spec, start, end)
+        fires = _newest_fires(spec, start, end)
         if fires:
             return fires[-1]
         span *= 16
@@ -98,7 +98,7 @@ def plan_fires(
     The next fire time is computed from the last fire time, so the cadence never drifts.
     An unknown policy is a ValueError.
     """
-    due, following = due_fire_times(spec, first_due, now)
+    due, following = _due_fire_times(spec, first_due, now)
     assert due, "plan_fires needs a schedule that is due"
     if following is not None:
         return _apply_policy(
@@ -114,11 +114,11 @@ def plan_fires(
     # Down for longer than MAX_COUNTED_FIRES fire times: only the newest ones can get runs (the
     # recovery window and the grace bound them), so those are listed and the older ones counted.
     span = max(settings.recovery_window, settings.grace)
-    recent = newest_fires(spec, max(now - span, first_due - EPSILON), now)
+    recent = _newest_fires(spec, max(now - span, first_due - EPSILON), now)
     return _apply_policy(
         spec,
         recent=recent,
-        # due_fire_times stopped at MAX_COUNTED_FIRES with one more fire still due: a lower bound.
+        # _due_fire_times stopped at MAX_COUNTED_FIRES with one more fire still due: a lower bound.
         older=max(1, MAX_COUNTED_FIRES + 1 - len(recent)),
         first_due=first_due,
         now=now,
@@ -149,11 +149,11 @@ def _apply_policy(
     missed = [fire for fire in recent if now - fire > settings.grace]
     on_time = recent[len(missed) :]
     missed_count = older + len(missed)
-    latest = recent[-1] if recent else latest_fire(spec, first_due, now)
+    latest = recent[-1] if recent else _latest_fire(spec, first_due, now)
 
     def latest_older() -> datetime:
         end = recent[0] - EPSILON if recent else now
-        return latest_fire(spec, first_due, end)
+        return _latest_fire(spec, first_due, end)
 
     runs: list[PlannedRun]
     if not missed_count:
@@ -174,7 +174,7 @@ def _apply_policy(
                     "catchup",
                     "skipped",
                     fires_covered=dropped_count,
-                    reason=f"skipped {count_label(dropped_count, exact)} missed fire times "
+                    reason=f"skipped {_count_label(dropped_count, exact)} missed fire times "
                     f"outside the recovery window ({int(window.total_seconds())} s, "
                     f"at most {max_catchup} runs)",
                 )
@@ -188,7 +188,7 @@ def _apply_policy(
                 "catchup",
                 "skipped",
                 fires_covered=missed_count,
-                reason=f"skipped {count_label(missed_count, exact)} missed fire times "
+                reason=f"skipped {_count_label(missed_count, exact)} missed fire times "
                 "(misfire policy: skip)",
             )
         ]
@@ -196,5 +196,5 @@ def _apply_policy(
     return FirePlan(runs=runs, next_run_at=next_run_at, last_fire=latest)
 
 
-def count_label(count: int, exact: bool) -> str:
+def _count_label(count: int, exact: bool) -> str:
     return str(count) if exact else f"at least {count}"
