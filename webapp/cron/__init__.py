@@ -22,12 +22,12 @@ times and the DST rules; ``zones`` the zone list and offsets; ``clock_changes`` 
 the words of the preview; ``words`` the phrasing they share; ``errors`` CronError.
 """
 
-from webapp.cron.clock_changes import ClockChange, clock_changes, no_clock_changes
-from webapp.cron.describe import describe, step_notes
-from webapp.cron.errors import CronError
-from webapp.cron.fields import ALIASES, MAX_EXPRESSION_LENGTH, MAX_GAP_DAYS
-from webapp.cron.fires import CronSpec, validate
-from webapp.cron.zones import known_time_zones, wall_time_to_utc
+from .clock_changes import ClockChange, clock_changes, no_clock_changes
+from .describe import describe, step_notes
+from .errors import CronError
+from .fields import ALIASES, MAX_EXPRESSION_LENGTH, MAX_GAP_DAYS
+from .fires import CronSpec, validate
+from .zones import known_time_zones, wall_time_to_utc
 
 __all__ = [
     "ALIASES",

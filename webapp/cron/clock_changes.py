@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
-from webapp.cron.fires import CronSpec
-from webapp.cron.words import wall_times_phrase
-from webapp.cron.zones import as_utc, change_instant, utc_offset
+from .fires import CronSpec
+from .words import wall_times_phrase
+from .zones import as_utc, change_instant, utc_offset
 
 ONE_DAY = timedelta(days=1)
 ONE_MINUTE = timedelta(minutes=1)

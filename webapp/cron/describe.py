@@ -8,7 +8,7 @@ from functools import lru_cache
 
 from cron_descriptor import ExpressionDescriptor, FormatError, Options
 
-from webapp.cron.fields import FIELD_KINDS, CronFields
+from .fields import FIELD_KINDS, CronFields
 
 
 def describe(spec: CronFields) -> str:

@@ -12,8 +12,8 @@ from datetime import date, datetime, timedelta
 from functools import lru_cache
 from itertools import pairwise
 
-from webapp.cron.errors import CronError
-from webapp.cron.words import join_words
+from .errors import CronError
+from .words import join_words
 
 ALIASES: Mapping[str, str] = {
     "@hourly": "0 * * * *",

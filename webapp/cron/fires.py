@@ -11,10 +11,10 @@ from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo
 
-from webapp.cron.errors import CronError
-from webapp.cron.fields import CronFields, parse_fields
-from webapp.cron.words import wall_times_phrase
-from webapp.cron.zones import (
+from .errors import CronError
+from .fields import CronFields, parse_fields
+from .words import wall_times_phrase
+from .zones import (
     as_utc,
     change_instant,
     day_offset,

@@ -7,7 +7,7 @@ from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
-from webapp.cron.errors import CronError
+from .errors import CronError
 
 ONE_DAY = timedelta(days=1)
 
