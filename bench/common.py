@@ -22,6 +22,7 @@ from typing import Any
 
 import psycopg
 from flask import Flask
+from flask.testing import FlaskClient
 from sqlalchemy.engine import make_url
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -123,9 +124,26 @@ def make_app(url: str, **config: Any) -> Flask:
             "SQLALCHEMY_DATABASE_URI": url,
             "SECRET_KEY": SECRET,
             "SCHEDULER_JOB_MODULES": ["bench.jobs"],
+            # The test client speaks plain HTTP: a Secure cookie would never come back.
+            "SESSION_COOKIE_SECURE": False,
             **config,
         }
     )
+
+
+def log_in(app: Flask, client: FlaskClient, user_id: int, **session_values: Any) -> None:
+    """Gives the test client a real login session of the user, as the login form would."""
+    from webapp.database import utcnow, write_transaction
+    from webapp.extensions import db
+    from webapp.models import User
+    from webapp.services import sessions
+
+    with app.app_context(), write_transaction(db.session):
+        user = db.session.get(User, user_id)
+        assert user is not None, f"no user {user_id}"
+        token = sessions.start(user, utcnow(), sessions.Lifetimes.of(app.config)).get_id()
+    with client.session_transaction() as session:
+        session.update(_user_id=token, _fresh=True, **session_values)
 
 
 def worker_env(url: str, **extra: str) -> dict[str, str]:

@@ -156,7 +156,7 @@ def verify(
         stored = dict(connection.execute(select(Schedule.key, Schedule.next_run_at)).all())
     mistakes = 0
     for index, (expression, zone) in enumerate(schedules):
-        expected = cron.next_fire_after(cron.validate(expression, zone), None, due)
+        expected = cron.validate(expression, zone).next_fire_after(due)
         if stored.get(f"s{index}") != expected:
             mistakes += 1
     check(mistakes == 0, f"{label}: {mistakes} schedules with a wrong next_run_at", problems)

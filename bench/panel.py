@@ -24,6 +24,7 @@ from bench.common import (
     Server,
     check,
     finish,
+    log_in,
     machine,
     make_app,
     median,
@@ -171,10 +172,7 @@ class Client:
         from webapp.extensions import db
 
         self.client = app.test_client()
-        with self.client.session_transaction() as session:
-            session["_user_id"] = str(user)
-            session["_fresh"] = True
-            session["tenant_id"] = tenant
+        log_in(app, self.client, user, tenant_id=tenant)
         self.statements = 0
         with app.app_context():
             event.listen(db.engine, "before_cursor_execute", self.count)

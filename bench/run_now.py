@@ -29,6 +29,7 @@ from bench.common import (
     PROJECT_ROOT,
     check,
     finish,
+    log_in,
     machine,
     make_app,
     median,
@@ -153,9 +154,7 @@ def through_panel(url: str, samples: int, poll: bool, problems: list[str]) -> di
     commits: list[float] = []
     event.listen(Session, "after_commit", lambda _s: commits.append(time.time()))
     client = app.test_client()
-    with client.session_transaction() as session:
-        session["_user_id"] = str(user_id)
-        session["_fresh"] = True
+    log_in(app, client, user_id)
     from_commit: list[float] = []
     from_request: list[float] = []
     to_round: list[float] = []

@@ -11,9 +11,9 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from tests.conftest import PASSWORD, World, make_run
-from tests.panel_helpers import log_in
+from tests.panel_helpers import Panel, echo_schedule, log_in
 from webapp import create_app
-from webapp.config import ConfigError, from_environment, from_instance_file
+from webapp.config import ConfigError, load_settings
 from webapp.extensions import db
 from webapp.models import Run, Schedule, Tenant
 
@@ -43,6 +43,7 @@ def test_settings_come_from_defaults_instance_file_environment_and_mapping_in_th
         'DATABASE_URL = "postgres://u@db/from-file"\n'
     )
     monkeypatch.setenv("SCHEDULER_INSTANCE_PATH", str(tmp_path))
+    monkeypatch.delenv("DATABASE_URL", raising=False)
     monkeypatch.setenv("SCHEDULER_LOCK_TTL", "30")
     monkeypatch.setenv("SCHEDULER_POLL_INTERVAL", "3")
     app = create_app({"SCHEDULER_POLL_INTERVAL": 4.0, "SQLALCHEMY_DATABASE_URI": "sqlite://"})
@@ -53,8 +54,12 @@ def test_settings_come_from_defaults_instance_file_environment_and_mapping_in_th
     assert app.config["SESSION_COOKIE_SECURE"] is False
     assert app.config["SCHEDULER_LOCK_TTL"] == 30  # the environment over the file
     assert app.config["SCHEDULER_POLL_INTERVAL"] == 4.0  # the mapping over both
-    assert from_instance_file(str(tmp_path))["SQLALCHEMY_DATABASE_URI"] == (
+    assert load_settings(str(tmp_path))["SQLALCHEMY_DATABASE_URI"] == (
         "postgresql+psycopg://u@db/from-file"
+    )
+    monkeypatch.setenv("DATABASE_URL", "postgres://u@db/from-env")
+    assert load_settings(str(tmp_path))["SQLALCHEMY_DATABASE_URI"] == (
+        "postgresql+psycopg://u@db/from-env"
     )
 
 
@@ -64,25 +69,46 @@ def test_settings_come_from_defaults_instance_file_environment_and_mapping_in_th
         ("SCHEDULER_BATCH_SIZE = 'many'", "SCHEDULER_BATCH_SIZE='many' is not a valid int"),
         ("SCHEDULER_DEMO_JOBS = 1", "SCHEDULER_DEMO_JOBS=1 is not a valid bool"),
         ("SESSION_COOKIE_SECURE = 'maybe'", "SESSION_COOKIE_SECURE='maybe' is not a valid bool"),
+        ("SCHEDULER_POLL_INTERVAL = True", "SCHEDULER_POLL_INTERVAL=True is not a valid float"),
+        ("SCHEDULER_MAX_SCHEDULES = 2.5", "SCHEDULER_MAX_SCHEDULES=2.5 is not a valid int"),
+        ("SCHEDULER_JOB_MODULES = 'a' 'b'", None),
+        ("SCHEDULER_JOB_MODULES = 5", "SCHEDULER_JOB_MODULES=5 is not a valid list"),
+        (
+            "SCHEDULER_JOB_MODULES = ['acme.jobs', 5]",
+            "SCHEDULER_JOB_MODULES=['acme.jobs', 5] is not a valid list of str",
+        ),
     ],
 )
 def test_a_bad_value_in_the_instance_file_names_the_setting_and_the_file(
-    tmp_path: Path, line: str, message: str
+    tmp_path: Path, line: str, message: str | None
 ) -> None:
     (tmp_path / "config.py").write_text(line + "\n")
+    if message is None:  # text is read as in the environment: 'ab' is one module
+        assert load_settings(str(tmp_path))["SCHEDULER_JOB_MODULES"] == ["ab"]
+        return
     with pytest.raises(ConfigError) as bad:
-        from_instance_file(str(tmp_path))
+        load_settings(str(tmp_path))
     assert bad.value.message == f"{message} (in {tmp_path}/config.py)"
 
 
 def test_an_instance_file_that_is_not_python_is_one_error(tmp_path: Path) -> None:
     (tmp_path / "config.py").write_text("SECRET_KEY = (\n")
     with pytest.raises(ConfigError, match=r"^cannot read .*config.py: SyntaxError: "):
-        from_instance_file(str(tmp_path))
+        load_settings(str(tmp_path))
 
 
-def test_no_instance_file_sets_nothing(tmp_path: Path) -> None:
-    assert from_instance_file(str(tmp_path)) == {}
+def test_without_a_file_or_environment_the_defaults_hold_and_the_database_is_in_the_instance_folder(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    settings = load_settings(str(tmp_path))
+    assert settings["SQLALCHEMY_DATABASE_URI"] == f"sqlite:///{tmp_path}/scheduler.db"
+    assert settings["SCHEDULER_BATCH_SIZE"] == 300
+    assert settings["SCHEDULER_POLL_INTERVAL"] == 1.0
+    assert settings["SCHEDULER_DEMO_JOBS"] is False
+    assert settings["SCHEDULER_MAX_SCHEDULES"] is None
+    assert settings["SCHEDULER_WEBHOOK_ALLOWED_HOSTS"] == []
+    assert "SECRET_KEY" not in settings and "SESSION_COOKIE_SECURE" not in settings
 
 
 def test_cookies_are_secure_unless_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -94,31 +120,91 @@ def test_cookies_are_secure_unless_turned_off(monkeypatch: pytest.MonkeyPatch) -
     assert create_app(production).config["SESSION_COOKIE_SECURE"] is False
 
 
-def test_scheduler_settings_come_from_the_environment(tmp_path: object) -> None:
-    settings = from_environment(
-        {
-            "DATABASE_URL": "postgres://u@db/x",
-            "SCHEDULER_BATCH_SIZE": "50",
-            "SCHEDULER_DEMO_JOBS": "yes",
-            "SCHEDULER_JOB_MODULES": "acme.jobs, acme.more",
-        },
-        "/srv/instance",
-    )
+def test_every_kind_of_setting_is_read_from_environment_text(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for name, text in {
+        "DATABASE_URL": "postgres://u@db/x",
+        "SECRET_KEY": "from-the-environment",
+        "SESSION_COOKIE_SECURE": "off",
+        "SCHEDULER_BATCH_SIZE": " 50 ",
+        "SCHEDULER_POLL_INTERVAL": "2.5",
+        "SCHEDULER_SHUTDOWN_GRACE": "3",
+        "SCHEDULER_DEMO_JOBS": "Yes",
+        "SCHEDULER_JOB_MODULES": "acme.jobs, acme.more,",
+        "SCHEDULER_WEBHOOK_ALLOWED_HOSTS": "a.example,b.example",
+        "SCHEDULER_WEBHOOK_ALLOW_PRIVATE": "",
+        "SCHEDULER_MAX_SCHEDULES": "",
+        "SCHEDULER_MIN_INTERVAL": "300",
+    }.items():
+        monkeypatch.setenv(name, text)
+    settings = load_settings(str(tmp_path))
     assert settings["SQLALCHEMY_DATABASE_URI"] == "postgresql+psycopg://u@db/x"
+    assert settings["SECRET_KEY"] == "from-the-environment"
+    assert settings["SESSION_COOKIE_SECURE"] is False
     assert settings["SCHEDULER_BATCH_SIZE"] == 50
+    assert settings["SCHEDULER_POLL_INTERVAL"] == 2.5
+    assert settings["SCHEDULER_SHUTDOWN_GRACE"] == 3.0
     assert settings["SCHEDULER_DEMO_JOBS"] is True
     assert settings["SCHEDULER_JOB_MODULES"] == ["acme.jobs", "acme.more"]
-    assert settings["SCHEDULER_LOCK_TTL"] == 60
+    assert settings["SCHEDULER_WEBHOOK_ALLOWED_HOSTS"] == ["a.example", "b.example"]
+    assert settings["SCHEDULER_WEBHOOK_ALLOW_PRIVATE"] == []
+    assert settings["SCHEDULER_MAX_SCHEDULES"] is None  # empty: unlimited
+    assert settings["SCHEDULER_MIN_INTERVAL"] == 300
+    assert settings["SCHEDULER_LOCK_TTL"] == 60  # not set: the default
 
 
-def test_the_default_database_is_a_sqlite_file_in_the_instance_folder() -> None:
-    settings = from_environment({}, "/srv/instance")
-    assert settings["SQLALCHEMY_DATABASE_URI"] == "sqlite:////srv/instance/scheduler.db"
+@pytest.mark.parametrize(
+    ("name", "text", "kind"),
+    [
+        ("SCHEDULER_BATCH_SIZE", "many", "int"),
+        ("SCHEDULER_BATCH_SIZE", "2.5", "int"),
+        ("SCHEDULER_POLL_INTERVAL", "soon", "float"),
+        ("SCHEDULER_DEMO_JOBS", "maybe", "bool"),
+        ("SESSION_COOKIE_SECURE", "maybe", "bool"),
+        ("SCHEDULER_MAX_SCHEDULES", "lots", "int"),
+    ],
+)
+def test_a_malformed_setting_in_the_environment_names_the_setting(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, name: str, text: str, kind: str
+) -> None:
+    monkeypatch.setenv(name, text)
+    with pytest.raises(ConfigError) as bad:
+        load_settings(str(tmp_path))
+    assert bad.value.message == f"{name}={text!r} is not a valid {kind}"
 
 
-def test_a_malformed_setting_names_the_setting() -> None:
-    with pytest.raises(ConfigError, match="SCHEDULER_BATCH_SIZE='many' is not a valid int"):
-        from_environment({"SCHEDULER_BATCH_SIZE": "many"}, "/srv")
+def test_the_environment_wins_over_a_bad_value_in_the_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "config.py").write_text("SCHEDULER_BATCH_SIZE = 'many'\n")
+    monkeypatch.setenv("SCHEDULER_BATCH_SIZE", "7")
+    assert load_settings(str(tmp_path))["SCHEDULER_BATCH_SIZE"] == 7
+    monkeypatch.setenv("SCHEDULER_BATCH_SIZE", "seven")
+    with pytest.raises(ConfigError) as bad:
+        load_settings(str(tmp_path))
+    assert bad.value.message == "SCHEDULER_BATCH_SIZE='seven' is not a valid int"
+
+
+@pytest.mark.parametrize(
+    ("digits", "written"),
+    [
+        ("0123456789", "ASCII"),
+        ("\u0660\u0661\u0662\u0663\u0664\u0665\u0666\u0667\u0668\u0669", "Arabic-Indic"),
+        ("\uff10\uff11\uff12\uff13\uff14\uff15\uff16\uff17\uff18\uff19", "fullwidth"),
+    ],
+)
+def test_a_path_id_is_read_only_in_ascii_digits(
+    app: Flask, world: World, digits: str, written: str
+) -> None:
+    schedule = echo_schedule(world.alpha, world.alice, "Nightly", "0 0 * * *")
+    path_id = "".join(digits[int(digit)] for digit in str(schedule.id))
+    alice = Panel(app, world.alice)
+    expected = 200 if written == "ASCII" else 404  # int() reads any of them as the same id
+    assert alice.get(f"/schedules/{path_id}").status_code == expected
+    assert alice.get(f"/schedules/{path_id}/edit").status_code == expected
+    assert alice.get("/schedules/0").status_code == 404
+    assert alice.get("/schedules/%2B1").status_code == 404  # "+1"
 
 
 def test_timestamps_come_back_as_aware_utc(app: Flask, world: World) -> None:

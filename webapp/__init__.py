@@ -15,10 +15,8 @@ from webapp.config import (
     INSTANCE_FILE,
     ConfigError,
     args_limits,
-    default_settings,
-    from_instance_file,
     is_secret_key_optional,
-    read_settings,
+    load_settings,
     trusted_proxies,
 )
 from webapp.database import install_engine_hooks
@@ -46,9 +44,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         REMEMBER_COOKIE_SAMESITE="Lax",
         WTF_CSRF_TIME_LIMIT=None,
     )
-    app.config.update(default_settings(app.instance_path))
-    file_settings = from_instance_file(app.instance_path)
-    chosen = {**file_settings, **read_settings(os.environ), **(config or {})}
+    chosen = {**load_settings(app.instance_path), **(config or {})}
     app.config.update(chosen)
     # A body larger than this is refused (413) before it is read: nothing the panel takes comes
     # near it, and an anonymous POST must not make the process grow.

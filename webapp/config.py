@@ -4,45 +4,138 @@ environment (the test mapping given to `create_app` overrides all three)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any
 
 import click
 from flask import Config
+from pydantic import BeforeValidator, Strict, ValidationError
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
-# Each SCHEDULER_* setting with its default; the type of the default says how the environment
-# value is parsed. None means "not limited" for the quotas.
-SCHEDULER_DEFAULTS: dict[str, Any] = {
-    "SCHEDULER_BATCH_SIZE": 300,
-    "SCHEDULER_POLL_INTERVAL": 1.0,
-    "SCHEDULER_LOCK_TTL": 60,
-    "SCHEDULER_SHUTDOWN_GRACE": 30.0,
-    "SCHEDULER_CONCURRENCY": 4,
-    "SCHEDULER_MISFIRE_GRACE": 60.0,
-    "SCHEDULER_RECOVERY_WINDOW": 86400,
-    "SCHEDULER_MAX_CATCHUP": 100,
-    "SCHEDULER_RUN_RETENTION_DAYS": 90,
-    "SCHEDULER_OUTPUT_LIMIT": 65536,
-    "SCHEDULER_DEMO_JOBS": False,
-    "SCHEDULER_JOB_MODULES": [],
-    "SCHEDULER_MAX_SCHEDULES": None,
-    "SCHEDULER_MIN_INTERVAL": None,
-    "SCHEDULER_WEBHOOK_ALLOWED_HOSTS": [],
-    "SCHEDULER_WEBHOOK_ALLOW_PRIVATE": [],
-    "SCHEDULER_WEBHOOK_TIMEOUT": 10.0,
-    "SCHEDULER_TRUSTED_PROXIES": 0,
-    "SCHEDULER_MAX_REQUEST_BYTES": 1024 * 1024,
-    # Every run copies its schedule's arguments: a fire a minute stores them 1,440 times a day.
-    # 4 KiB holds any URL a server takes and a small JSON body; 16 KiB, four such fields.
-    "SCHEDULER_MAX_ARG_BYTES": 4096,
-    "SCHEDULER_MAX_ARGS_BYTES": 16384,
-    "SCHEDULER_SESSION_IDLE_TIMEOUT": 8 * 3600,
-    "SCHEDULER_SESSION_MAX_AGE": 7 * 86400,
-}
-
-INT_OR_NONE = {"SCHEDULER_MAX_SCHEDULES", "SCHEDULER_MIN_INTERVAL"}
 TRUE_WORDS = {"1", "true", "yes", "on"}
 FALSE_WORDS = {"0", "false", "no", "off", ""}
+
+
+def parse_flag(text: str) -> bool:
+    word = text.strip().lower()
+    if word not in TRUE_WORDS | FALSE_WORDS:
+        raise ValueError(text)
+    return word in TRUE_WORDS
+
+
+def parse_limit(text: str) -> int | None:
+    return int(text) if text.strip() else None
+
+
+def parse_names(text: str) -> list[str]:
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def from_text(parse: Callable[[str], Any]) -> BeforeValidator:
+    """Reads text (every environment value, and text in the instance file) the README's way;
+    other Python values are checked as they are. Text that `parse` refuses is left as it is,
+    so that the type check refuses it, naming the type the setting takes."""
+
+    def parsed(value: object) -> object:
+        if isinstance(value, str):
+            try:
+                return parse(value)
+            except ValueError:
+                return value
+        return value
+
+    return BeforeValidator(parsed)
+
+
+Int = Annotated[int, from_text(int)]
+Number = Annotated[float, from_text(float)]
+Flag = Annotated[bool, from_text(parse_flag)]
+OptionalFlag = Annotated[bool | None, from_text(parse_flag)]
+Limit = Annotated[int | None, from_text(parse_limit)]  # empty text: not limited
+# Comma-separated text (not JSON); in the instance file a list or a tuple of strings.
+Names = Annotated[list[str], NoDecode, Strict(False), from_text(parse_names)]
+
+
+class Settings(BaseSettings):
+    """Every setting read from the instance file and the environment, with its type and default
+    (the README's Configuration section says what each means). Values given to the constructor
+    (the instance file's) are overridden by the environment's."""
+
+    # Strict: in the instance file `SCHEDULER_DEMO_JOBS = 1` is a mistake, not True.
+    model_config = SettingsConfigDict(case_sensitive=True, strict=True)
+
+    DATABASE_URL: str = ""  # empty: a SQLite file in the instance folder
+    SECRET_KEY: str | bytes = ""
+    # None: on, except in debug and tests. Plain-http loopback set-ups (`make run`) turn it off.
+    SESSION_COOKIE_SECURE: OptionalFlag = None
+    SCHEDULER_BATCH_SIZE: Int = 300
+    SCHEDULER_POLL_INTERVAL: Number = 1.0
+    SCHEDULER_LOCK_TTL: Int = 60
+    SCHEDULER_SHUTDOWN_GRACE: Number = 30.0
+    SCHEDULER_CONCURRENCY: Int = 4
+    SCHEDULER_MISFIRE_GRACE: Number = 60.0
+    SCHEDULER_RECOVERY_WINDOW: Int = 86400
+    SCHEDULER_MAX_CATCHUP: Int = 100
+    SCHEDULER_RUN_RETENTION_DAYS: Int = 90
+    SCHEDULER_OUTPUT_LIMIT: Int = 65536
+    SCHEDULER_DEMO_JOBS: Flag = False
+    SCHEDULER_JOB_MODULES: Names = []
+    SCHEDULER_MAX_SCHEDULES: Limit = None
+    SCHEDULER_MIN_INTERVAL: Limit = None
+    SCHEDULER_WEBHOOK_ALLOWED_HOSTS: Names = []
+    SCHEDULER_WEBHOOK_ALLOW_PRIVATE: Names = []
+    SCHEDULER_WEBHOOK_TIMEOUT: Number = 10.0
+    SCHEDULER_TRUSTED_PROXIES: Int = 0
+    SCHEDULER_MAX_REQUEST_BYTES: Int = 1024 * 1024
+    # Every run copies its schedule's arguments: a fire a minute stores them 1,440 times a day.
+    # 4 KiB holds any URL a server takes and a small JSON body; 16 KiB, four such fields.
+    SCHEDULER_MAX_ARG_BYTES: Int = 4096
+    SCHEDULER_MAX_ARGS_BYTES: Int = 16384
+    SCHEDULER_SESSION_IDLE_TIMEOUT: Int = 8 * 3600
+    SCHEDULER_SESSION_MAX_AGE: Int = 7 * 86400
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """The environment over the instance file (passed to the constructor); no .env file."""
+        return env_settings, init_settings
+
+    def flask_config(self, instance_path: str) -> dict[str, Any]:
+        """The settings as Flask takes them: the database URL for SQLAlchemy, the secret key and
+        the cookie flag only where set, every SCHEDULER_* setting."""
+        config: dict[str, Any] = {
+            "SQLALCHEMY_DATABASE_URI": normalise_database_url(self.DATABASE_URL)
+            if self.DATABASE_URL
+            else f"sqlite:///{instance_path}/scheduler.db"
+        }
+        if self.SECRET_KEY:
+            config["SECRET_KEY"] = self.SECRET_KEY
+        if self.SESSION_COOKIE_SECURE is not None:
+            config["SESSION_COOKIE_SECURE"] = self.SESSION_COOKIE_SECURE
+        config.update(self.model_dump(include=SCHEDULER_SETTINGS))
+        return config
+
+
+SCHEDULER_SETTINGS = {name for name in Settings.model_fields if name.startswith("SCHEDULER_")}
+# How messages name the type a value failed to be (pydantic's error type -> the README's word).
+KINDS = {
+    "int_type": "int",
+    "float_type": "float",
+    "bool_type": "bool",
+    "list_type": "list",
+    "string_type": "str",
+}
 
 
 class ConfigError(click.ClickException, ValueError):
@@ -54,27 +147,6 @@ class ConfigError(click.ClickException, ValueError):
 
 
 INSTANCE_FILE = "config.py"
-# Read from the instance file and the environment besides the SCHEDULER_* settings.
-OTHER_SETTINGS = ("DATABASE_URL", "SECRET_KEY", "SESSION_COOKIE_SECURE")
-
-
-def parse_setting(name: str, raw: str, where: str = "") -> Any:
-    """Turns one text value into the type its default has."""
-    default = SCHEDULER_DEFAULTS[name]
-    try:
-        if name in INT_OR_NONE:
-            return int(raw) if raw.strip() else None
-        if isinstance(default, bool):
-            return parse_flag(raw)
-        if isinstance(default, int):
-            return int(raw)
-        if isinstance(default, float):
-            return float(raw)
-        if isinstance(default, list):
-            return [item.strip() for item in raw.split(",") if item.strip()]
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a valid {kind(name)}{where}") from None
-    return raw
 
 
 def trusted_proxies(settings: Mapping[str, Any]) -> int:
@@ -85,109 +157,54 @@ def trusted_proxies(settings: Mapping[str, Any]) -> int:
     return count
 
 
-def parse_flag(raw: str) -> bool:
-    word = raw.strip().lower()
-    if word not in TRUE_WORDS | FALSE_WORDS:
-        raise ValueError(raw)
-    return word in TRUE_WORDS
-
-
-def kind(name: str) -> str:
-    return "int" if name in INT_OR_NONE else type(SCHEDULER_DEFAULTS[name]).__name__
-
-
-def check_value(name: str, value: object, where: str) -> Any:
-    """A value written in Python (the instance file): text is parsed, other types checked."""
-    if isinstance(value, str):
-        return parse_setting(name, value, where)
-    default = SCHEDULER_DEFAULTS[name]
-    if name in INT_OR_NONE:
-        valid = value is None or (isinstance(value, int) and not isinstance(value, bool))
-    elif isinstance(default, bool):
-        valid = isinstance(value, bool)
-    elif isinstance(default, int):
-        valid = isinstance(value, int) and not isinstance(value, bool)
-    elif isinstance(default, float):
-        valid = isinstance(value, int | float) and not isinstance(value, bool)
-    else:
-        valid = isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
-        if valid:
-            return list(value)  # type: ignore[call-overload]
-    if not valid:
-        raise ConfigError(f"{name}={value!r} is not a valid {kind(name)}{where}")
-    return value
-
-
 def args_limits(settings: Mapping[str, Any]) -> tuple[int, int]:
     """The most UTF-8 bytes of one text argument and of all of a schedule's arguments as JSON
     (SCHEDULER_MAX_ARG_BYTES, SCHEDULER_MAX_ARGS_BYTES); the defaults where a setting is
     missing."""
     limits = []
     for name in ("SCHEDULER_MAX_ARG_BYTES", "SCHEDULER_MAX_ARGS_BYTES"):
-        value = settings.get(name, SCHEDULER_DEFAULTS[name])
+        value = settings.get(name, Settings.model_fields[name].default)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{name}={value!r} must be a whole number of bytes above zero")
         limits.append(value)
     return limits[0], limits[1]
 
 
-def default_settings(instance_path: str) -> dict[str, Any]:
-    """Every setting's default; the database is a SQLite file in the instance folder."""
-    return {
-        **SCHEDULER_DEFAULTS,
-        "SQLALCHEMY_DATABASE_URI": f"sqlite:///{instance_path}/scheduler.db",
-    }
+def load_settings(instance_path: str) -> dict[str, Any]:
+    """The Flask settings from the defaults, the instance folder's config.py and the
+    environment, the later winning. A value that cannot be used is a ConfigError naming the
+    setting, and the file if it was written there.
 
-
-def read_settings(source: Mapping[str, Any], where: str = "") -> dict[str, Any]:
-    """The settings that `source` sets (the environment, or the instance file's names), parsed.
-
-    `where` is appended to error messages (" in /srv/instance/config.py").
-    """
-    settings: dict[str, Any] = {}
-    for name in SCHEDULER_DEFAULTS:
-        if name in source:
-            settings[name] = check_value(name, source[name], where)
-    if source.get("DATABASE_URL"):
-        settings["SQLALCHEMY_DATABASE_URI"] = normalise_database_url(str(source["DATABASE_URL"]))
-    if "SESSION_COOKIE_SECURE" in source:
-        # Plain-http loopback set-ups (`make run`) turn it off; production keeps it on.
-        value = source["SESSION_COOKIE_SECURE"]
-        try:
-            settings["SESSION_COOKIE_SECURE"] = (
-                value if isinstance(value, bool) else parse_flag(str(value))
-            )
-        except ValueError:
-            message = f"SESSION_COOKIE_SECURE={value!r} is not a valid bool{where}"
-            raise ConfigError(message) from None
-    if source.get("SECRET_KEY"):
-        settings["SECRET_KEY"] = source["SECRET_KEY"]
-    return settings
-
-
-def from_environment(environ: Mapping[str, str], instance_path: str) -> dict[str, Any]:
-    """The defaults overridden by the environment (without the instance file)."""
-    return {**default_settings(instance_path), **read_settings(environ)}
-
-
-def from_instance_file(instance_path: str) -> dict[str, Any]:
-    """The settings in the instance folder's config.py (`make run` writes one), if it exists.
-
-    It uses the environment's names (SECRET_KEY, DATABASE_URL, SCHEDULER_*), as Python values;
-    other upper-case names are passed to Flask as they are.
+    The file (`make run` writes one) uses the environment's names as Python values; its other
+    upper-case names are passed to Flask as they are.
     """
     path = os.path.join(instance_path, INSTANCE_FILE)
-    loaded = Config(instance_path)
+    written = Config(instance_path)
     try:
-        loaded.from_pyfile(path, silent=True)
+        written.from_pyfile(path, silent=True)
     except Exception as error:  # the operator's Python: a syntax error, a failing import
         raise ConfigError(f"cannot read {path}: {type(error).__name__}: {error}") from None
-    passed_on = {
-        name: value
-        for name, value in loaded.items()
-        if name not in SCHEDULER_DEFAULTS and name not in OTHER_SETTINGS
-    }
-    return {**passed_on, **read_settings(loaded, f" (in {path})")}
+    ours = {name: value for name, value in written.items() if name in Settings.model_fields}
+    try:
+        settings = Settings(**ours)
+    except ValidationError as error:
+        raise refused(error, ours, path) from None
+    passed_on = {name: value for name, value in written.items() if name not in ours}
+    return {**passed_on, **settings.flask_config(instance_path)}
+
+
+def refused(error: ValidationError, written: Mapping[str, Any], path: str) -> ConfigError:
+    """One line naming the first refused setting, its value as written, and where."""
+    problem = error.errors()[0]
+    name = str(problem["loc"][0])
+    # The environment wins over the file, so a value it sets is the one that was refused.
+    if name in os.environ:
+        value, where = os.environ[name], ""
+    else:
+        value, where = written[name], f" (in {path})"
+    in_a_list = isinstance(problem["loc"][-1], int)  # the position of an item that is no str
+    kind = "list of str" if in_a_list else KINDS.get(problem["type"], "value")
+    return ConfigError(f"{name}={value!r} is not a valid {kind}{where}")
 
 
 def normalise_database_url(url: str) -> str:

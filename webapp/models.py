@@ -162,7 +162,7 @@ class Schedule(Model):
     active: Mapped[bool] = mapped_column(Boolean, default=True)
     # Why the scheduler deactivated it (tampered data, job gone from the catalog); NULL otherwise.
     inactive_reason: Mapped[str | None] = mapped_column(Text)
-    misfire_policy: Mapped[str] = mapped_column(String(16), default="fire_once")
+    misfire_policy: Mapped[MisfirePolicy] = mapped_column(String(16), default="fire_once")
     overlap_policy: Mapped[str] = mapped_column(String(16), default="allow")
     next_run_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     last_run_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

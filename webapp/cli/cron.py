@@ -58,7 +58,7 @@ def preview(
         # All lines first: an error half-way must not leave a partial listing behind.
         lines = [format_fire(spec, fire) for fire in islice(spec.iter_fire_times(start), count)]
         if clock_changes:
-            changes = cron.clock_changes(spec, None, start)
+            changes = cron.clock_changes(spec, start)
             lines += [f"# {change}" for change in changes] or [f"# {cron.no_clock_changes(tz)}"]
     except (CronError, OverflowError) as error:
         message = str(error) if isinstance(error, CronError) else "fire times beyond year 9999"

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from webapp.cron import CronSpec
+from webapp.models import MISFIRE_POLICIES, MisfirePolicy, RunStatus, Trigger
 
 # Fire times counted at most when a schedule has been down for long (a minutely schedule down
 # for a week): past this the count says "at least".
@@ -13,10 +14,20 @@ MAX_COUNTED_FIRES = 10_000
 
 
 @dataclass(frozen=True)
+class MisfireSettings:
+    """The operator's bounds on catching up after downtime (SCHEDULER_MISFIRE_GRACE,
+    SCHEDULER_RECOVERY_WINDOW and SCHEDULER_MAX_CATCHUP)."""
+
+    grace: timedelta  # a fire time older than this at the tick was missed
+    recovery_window: timedelta  # fire_all: missed fire times older than this get no run
+    max_catchup: int  # fire_all: at most this many runs for missed fire times
+
+
+@dataclass(frozen=True)
 class PlannedRun:
     scheduled_for: datetime
-    trigger: str  # 'schedule' | 'catchup'
-    status: str  # 'queued' | 'skipped'
+    trigger: Trigger
+    status: RunStatus
     fires_covered: int = 1
     reason: str | None = None
 
@@ -28,7 +39,7 @@ class FirePlan:
     last_fire: datetime
 
 
-def due_fire_times(
+def _due_fire_times(
     spec: CronSpec, first_due: datetime, now: datetime
 ) -> tuple[list[datetime], datetime | None]:
     """The fire times from `first_due` (inclusive) up to `now`, at most MAX_COUNTED_FIRES, and
@@ -46,7 +57,7 @@ def due_fire_times(
     raise AssertionError("iter_fire_times never ends")
 
 
-def newest_fires(spec: CronSpec, start: datetime, end: datetime) -> list[datetime]:
+def _newest_fires(spec: CronSpec, start: datetime, end: datetime) -> list[datetime]:
     """The fire times in (start, end], oldest first: the newest MAX_COUNTED_FIRES of them."""
     while True:
         fires = spec.fire_times_between(start, end, MAX_COUNTED_FIRES)
@@ -55,12 +66,12 @@ def newest_fires(spec: CronSpec, start: datetime, end: datetime) -> list[datetim
         start += (end - start) / 2  # too many to list: the newer half is the one that matters
 
 
-def latest_fire(spec: CronSpec, first_due: datetime, end: datetime) -> datetime:
+def _latest_fire(spec: CronSpec, first_due: datetime, end: datetime) -> datetime:
     """The last fire time at or before `end`, searching back no further than `first_due`."""
     span = timedelta(minutes=2)
     while True:
         start = max(end - span, first_due - EPSILON)
-        fires = newest_fires(spec, start, end)
+        fires = _newest_fires(spec, start, end)
         if fires:
             return fires[-1]
         span *= 16
@@ -71,81 +82,78 @@ EPSILON = timedelta(microseconds=1)
 
 def plan_fires(
     spec: CronSpec,
+    *,
     first_due: datetime,
     now: datetime,
-    policy: str,
-    grace: timedelta,
-    recovery_window: timedelta,
-    max_catchup: int,
+    policy: MisfirePolicy,
+    settings: MisfireSettings,
 ) -> FirePlan:
-    """Decides the runs for the fire times a schedule has due at `now`.
+    """Decides the runs for the fire times a schedule has due at `now`, from `first_due` on.
 
-    A fire time older than `grace` was missed (the scheduler was down or behind); the policy
+    A fire time older than the grace was missed (the scheduler was down or behind); the policy
     decides what happens to missed ones:
     - fire_once: one run for the most recent fire time, standing for all of them;
     - fire_all: one run per fire time inside the recovery window, the newest `max_catchup`;
     - skip: no run for missed fire times, one skipped run that says how many there were.
     The next fire time is computed from the last fire time, so the cadence never drifts.
+    An unknown policy is a ValueError.
     """
-    due, following = due_fire_times(spec, first_due, now)
+    due, following = _due_fire_times(spec, first_due, now)
     assert due, "plan_fires needs a schedule that is due"
     if following is not None:
-        return plan(
+        return _apply_policy(
             spec,
-            due,
-            0,
-            True,
-            first_due,
-            now,
-            following,
-            policy,
-            grace,
-            recovery_window,
-            max_catchup,
+            recent=due,
+            older=0,
+            first_due=first_due,
+            now=now,
+            next_run_at=following,
+            policy=policy,
+            settings=settings,
         )
     # Down for longer than MAX_COUNTED_FIRES fire times: only the newest ones can get runs (the
     # recovery window and the grace bound them), so those are listed and the older ones counted.
-    span = max(recovery_window, grace)
-    recent = newest_fires(spec, max(now - span, first_due - EPSILON), now)
-    # due_fire_times stopped at MAX_COUNTED_FIRES with one more fire still due: a lower bound.
-    older = max(1, MAX_COUNTED_FIRES + 1 - len(recent))
-    return plan(
+    span = max(settings.recovery_window, settings.grace)
+    recent = _newest_fires(spec, max(now - span, first_due - EPSILON), now)
+    return _apply_policy(
         spec,
-        recent,
-        older,
-        False,
-        first_due,
-        now,
-        spec.next_fire_after(now),
-        policy,
-        grace,
-        recovery_window,
-        max_catchup,
+        recent=recent,
+        # _due_fire_times stopped at MAX_COUNTED_FIRES with one more fire still due: a lower bound.
+        older=max(1, MAX_COUNTED_FIRES + 1 - len(recent)),
+        first_due=first_due,
+        now=now,
+        next_run_at=spec.next_fire_after(now),
+        policy=policy,
+        settings=settings,
     )
 
 
-def plan(
+def _apply_policy(
     spec: CronSpec,
+    *,
     recent: list[datetime],
     older: int,
-    exact: bool,
     first_due: datetime,
     now: datetime,
     next_run_at: datetime,
-    policy: str,
-    grace: timedelta,
-    recovery_window: timedelta,
-    max_catchup: int,
+    policy: MisfirePolicy,
+    settings: MisfireSettings,
 ) -> FirePlan:
-    """The policy applied to `recent` fire times (oldest first) and `older` ones only counted."""
-    missed = [fire for fire in recent if now - fire > grace]
+    """The policy applied to `recent` fire times (oldest first) and `older` ones before them
+    that were only counted (a lower bound, so "at least" in the reasons, when not zero)."""
+    if policy not in MISFIRE_POLICIES:
+        # The database refuses such a value: a caller passing one has a bug, never "skip".
+        choices = ", ".join(MISFIRE_POLICIES)
+        raise ValueError(f"unknown misfire policy {policy!r}: expected one of {choices}")
+    exact = older == 0
+    missed = [fire for fire in recent if now - fire > settings.grace]
     on_time = recent[len(missed) :]
     missed_count = older + len(missed)
-    latest = recent[-1] if recent else latest_fire(spec, first_due, now)
+    latest = recent[-1] if recent else _latest_fire(spec, first_due, now)
 
     def latest_older() -> datetime:
         end = recent[0] - EPSILON if recent else now
-        return latest_fire(spec, first_due, end)
+        return _latest_fire(spec, first_due, end)
 
     runs: list[PlannedRun]
     if not missed_count:
@@ -153,7 +161,8 @@ def plan(
     elif policy == "fire_once":
         runs = [PlannedRun(latest, "catchup", "queued", fires_covered=older + len(recent))]
     elif policy == "fire_all":
-        recoverable = [fire for fire in missed if now - fire <= recovery_window][-max_catchup:]
+        window, max_catchup = settings.recovery_window, settings.max_catchup
+        recoverable = [fire for fire in missed if now - fire <= window][-max_catchup:]
         # The newest fire times are kept, so the dropped ones are the oldest.
         dropped = missed[: len(missed) - len(recoverable)]
         dropped_count = older + len(dropped)
@@ -165,8 +174,8 @@ def plan(
                     "catchup",
                     "skipped",
                     fires_covered=dropped_count,
-                    reason=f"skipped {count_label(dropped_count, exact)} missed fire times "
-                    f"outside the recovery window ({int(recovery_window.total_seconds())} s, "
+                    reason=f"skipped {_count_label(dropped_count, exact)} missed fire times "
+                    f"outside the recovery window ({int(window.total_seconds())} s, "
                     f"at most {max_catchup} runs)",
                 )
             )
@@ -179,7 +188,7 @@ def plan(
                 "catchup",
                 "skipped",
                 fires_covered=missed_count,
-                reason=f"skipped {count_label(missed_count, exact)} missed fire times "
+                reason=f"skipped {_count_label(missed_count, exact)} missed fire times "
                 "(misfire policy: skip)",
             )
         ]
@@ -187,5 +196,5 @@ def plan(
     return FirePlan(runs=runs, next_run_at=next_run_at, last_fire=latest)
 
 
-def count_label(count: int, exact: bool) -> str:
+def _count_label(count: int, exact: bool) -> str:
     return str(count) if exact else f"at least {count}"

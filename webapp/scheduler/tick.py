@@ -21,7 +21,7 @@ from webapp.config import args_limits
 from webapp.database import write_transaction
 from webapp.models import Schedule
 from webapp.scheduler import claims
-from webapp.scheduler.misfire import PlannedRun, plan_fires
+from webapp.scheduler.misfire import MisfireSettings, PlannedRun, plan_fires
 
 log = logging.getLogger("webapp.scheduler")
 
@@ -61,6 +61,10 @@ class TickSettings:
             max_catchup=int(config["SCHEDULER_MAX_CATCHUP"]),
             args_limits=args_limits(config),
         )
+
+    @property
+    def misfire(self) -> MisfireSettings:
+        return MisfireSettings(self.grace, self.recovery_window, self.max_catchup)
 
 
 class BadSchedule(Exception):
@@ -160,12 +164,10 @@ def tick_once(
                 continue
             plan = plan_fires(
                 spec,
-                schedule.next_run_at,
-                now,
-                schedule.misfire_policy,
-                settings.grace,
-                settings.recovery_window,
-                settings.max_catchup,
+                first_due=schedule.next_run_at,
+                now=now,
+                policy=schedule.misfire_policy,
+                settings=settings.misfire,
             )
             running = schedule.id in busy
             for planned in plan.runs:

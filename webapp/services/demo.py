@@ -178,12 +178,10 @@ class DemoHistory:
                 rows.append(self.run_now(schedule, job, rng, running_at=tick_at))
             plan = plan_fires(
                 spec,
-                fire,
-                tick_at,
-                schedule.misfire_policy,
-                self.settings.grace,
-                self.settings.recovery_window,
-                self.settings.max_catchup,
+                first_due=fire,
+                now=tick_at,
+                policy=schedule.misfire_policy,
+                settings=self.settings.misfire,
             )
             for planned in plan.runs:
                 reason = planned.reason

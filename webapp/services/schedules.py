@@ -446,7 +446,7 @@ def preview_cron(
     fires = [spec.next_fire_after(now)]
     if count > 1:
         fires += spec.fire_times_between(fires[0], fires[0] + timedelta(days=3660), count - 1)
-    changes = cron.clock_changes(spec, None, now)
+    changes = cron.clock_changes(spec, now)
     return CronPreview(
         description=cron.describe(spec),
         fires=[(fire, local_label(fire, time_zone), spec.dst_note(fire)) for fire in fires],

@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 from datetime import date
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from flask import Flask, abort, request
-from werkzeug.routing import BaseConverter, ValidationError
+from werkzeug.routing import IntegerConverter, Map
 
 MAX_ID = 2_147_483_647  # the largest PostgreSQL `integer`
 ID_PATTERN = "[0-9]{1,10}"  # not \d: that matches any Unicode digit
@@ -85,21 +85,14 @@ def choice_arg(name: str, choices: Collection[str]) -> str:
     return text
 
 
-class IdConverter(BaseConverter):
-    """`<id:name>`: 1 to 10 ASCII digits whose value fits a 4-byte integer; otherwise 404."""
+class IdConverter(IntegerConverter):
+    r"""`<id:name>`: Werkzeug's `int(min=1, max=MAX_ID)`, for ASCII digits only. Its own pattern,
+    `\d+`, matches any Unicode digit and int() reads them, so `/runs/٣` would be run 3."""
 
     regex = ID_PATTERN
-    weight = 50
-    part_isolating = True
 
-    def to_python(self, value: str) -> int:
-        number = parse_id(value)
-        if number is None:
-            raise ValidationError()
-        return number
-
-    def to_url(self, value: Any) -> str:
-        return str(int(value))
+    def __init__(self, url_map: Map) -> None:
+        super().__init__(url_map, min=1, max=MAX_ID)
 
 
 def install(app: Flask) -> None:

@@ -190,15 +190,12 @@ def detail(run_id: int) -> Response:
     """One run: timing, who asked for it, where it ran, arguments, output and error (escaped)."""
     # One statement for the run, its schedule's name, its worker and who pressed Run now.
     # Never runs.error_detail: the full traceback is for operators, not tenants.
-    run: Run = tenancy.first_or_404(
-        tenancy.runs()
-        .where(Run.id == run_id)
-        .options(
-            defer(Run.error_detail),
-            joinedload(Run.schedule).load_only(Schedule.id, Schedule.tenant_id, Schedule.name),
-            joinedload(Run.worker).load_only(Worker.hostname, Worker.pid),
-            joinedload(Run.requester).load_only(User.email),
-        )
+    run = tenancy.get_run_or_404(
+        run_id,
+        defer(Run.error_detail),
+        joinedload(Run.schedule).load_only(Schedule.id, Schedule.tenant_id, Schedule.name),
+        joinedload(Run.worker).load_only(Worker.hostname, Worker.pid),
+        joinedload(Run.requester).load_only(User.email),
     )
     schedule = run.schedule if run.schedule and run.schedule.tenant_id == run.tenant_id else None
     retry_due = run.status == "queued" and run.attempt > 0 and run.available_at > utcnow()

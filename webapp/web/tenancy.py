@@ -7,11 +7,10 @@ every request. Objects are loaded by id *and* tenant, so another tenant's id ans
 
 from __future__ import annotations
 
-from typing import Any
-
 from flask import abort, g, session
 from flask_login import current_user
 from sqlalchemy import Select, select
+from sqlalchemy.sql.base import ExecutableOption
 
 from webapp.extensions import db
 from webapp.models import AuditEvent, Membership, Run, Schedule, Tenant
@@ -93,20 +92,14 @@ def audit_events() -> Select[AuditEvent]:
     return select(AuditEvent).where(AuditEvent.tenant_id == current_tenant().id)
 
 
-def first_or_404(query: Select[Any]) -> Any:
-    found = db.session.scalar(query)
-    if found is None:
-        abort(404)
-    return found
-
-
 def get_schedule_or_404(schedule_id: int) -> Schedule:
-    schedule: Schedule = first_or_404(schedules().where(Schedule.id == schedule_id))
+    schedule: Schedule = db.first_or_404(schedules().where(Schedule.id == schedule_id))
     return schedule
 
 
-def get_run_or_404(run_id: int) -> Run:
-    run: Run = first_or_404(runs().where(Run.id == run_id))
+def get_run_or_404(run_id: int, *options: ExecutableOption) -> Run:
+    """One of the current tenant's runs, loaded with `options` (what the page shows), or 404."""
+    run: Run = db.first_or_404(runs().where(Run.id == run_id).options(*options))
     return run
 
 

@@ -1,0 +1,90 @@
+"""The layers of docs/architecture.md, checked: each package imports only the layers below it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "webapp"
+
+# The modules every layer may use: settings, the app's extensions, the database and the model.
+FOUNDATION = {"config", "extensions", "database", "models"}
+# Layer -> the layers it may import (besides itself). Mirrors the table in docs/architecture.md.
+MAY_IMPORT: dict[str, set[str]] = {
+    "cron": set(),
+    "foundation": set(),
+    "catalog": {"foundation"},
+    "scheduler": {"cron", "catalog", "foundation"},
+    "services": {"scheduler", "cron", "catalog", "foundation"},
+    "web": {"services", "cron", "catalog", "foundation"},
+    "cli": {"app", "services", "scheduler", "cron", "catalog", "foundation"},
+    "app": {"web", "cli", "services", "scheduler", "cron", "catalog", "foundation"},
+}
+
+
+def layer_of(dotted: str) -> str:
+    """The layer of a module `webapp.x.y` (the app factory is `webapp` itself)."""
+    parts = dotted.split(".")[1:]
+    if not parts:
+        return "app"
+    return "foundation" if parts[0] in FOUNDATION else parts[0]
+
+
+def module_name(path: Path) -> str:
+    relative = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = relative.parts[:-1] if relative.name == "__init__" else relative.parts
+    return ".".join(parts)
+
+
+def is_module(name: str) -> bool:
+    return (PACKAGE / f"{name}.py").exists() or (PACKAGE / name).is_dir()
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every `webapp...` module that the file imports, at its top or inside a function."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "webapp":  # `from webapp import cron` names a module
+                found.update(
+                    f"webapp.{alias.name}" if is_module(alias.name) else "webapp"
+                    for alias in node.names
+                )
+            else:
+                found.add(node.module)
+    return {name for name in found if name == "webapp" or name.startswith("webapp.")}
+
+
+def test_every_module_belongs_to_a_known_layer() -> None:
+    layers = {layer_of(module_name(path)) for path in PACKAGE.rglob("*.py")}
+    assert layers <= set(MAY_IMPORT), layers - set(MAY_IMPORT)
+
+
+@pytest.mark.parametrize(
+    "path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE))
+)
+def test_a_module_imports_only_its_own_layer_and_those_below(path: Path) -> None:
+    own = layer_of(module_name(path))
+    wrong = {
+        name
+        for name in imported_modules(path)
+        if layer_of(name) != own and layer_of(name) not in MAY_IMPORT[own]
+    }
+    assert not wrong, f"{own} may not import {sorted(wrong)}"
+
+
+def test_the_cron_package_needs_nothing_from_the_app() -> None:
+    # Pure time math: it must stay usable (and testable) without Flask or a database.
+    for path in (PACKAGE / "cron").rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        roots = {
+            (alias.name if isinstance(node, ast.Import) else node.module or "").split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import | ast.ImportFrom)
+            for alias in node.names
+        }
+        assert not roots & {"flask", "sqlalchemy", "webapp"}, path

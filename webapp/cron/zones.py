@@ -1,0 +1,118 @@
+"""Time zones for the cron module: the zones a schedule may use, UTC offsets of wall times and
+days, the instants of clock changes, and a local wall time as a UTC instant."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from functools import lru_cache
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+
+from .errors import CronError
+
+ONE_DAY = timedelta(days=1)
+
+
+@lru_cache(maxsize=1)
+def known_time_zones() -> frozenset[str]:
+    """The zone names a schedule may use: real IANA zones.
+
+    The one list that saving a schedule and the tick both check, so that the tick never runs a
+    zone that saving refuses. available_timezones() walks the zone database on disk: read once.
+    Left out: the host's `localtime` (its meaning changes from machine to machine), placeholders
+    (`Factory`, `posixrules`) and the `posix/` and `right/` copies of the database (`right/`
+    counts leap seconds, so its clock is not the one cron users mean).
+    """
+    return frozenset(
+        zone
+        for zone in available_timezones()
+        if zone not in {"localtime", "Factory", "posixrules"}
+        and not zone.startswith(("posix/", "right/"))
+    )
+
+
+def load_zone(tz: str) -> ZoneInfo:
+    """The zone of a name from known_time_zones(); CronError for any other name."""
+    if tz in known_time_zones():
+        try:
+            return ZoneInfo(tz)
+        except (ZoneInfoNotFoundError, ValueError, OSError):
+            pass
+    raise CronError(f"unknown time zone '{tz}'")
+
+
+def as_utc(moment: datetime, name: str) -> datetime:
+    """An aware datetime in UTC; a naive one is a programming error, named by ``name``."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError(f"{name} must be an aware datetime, got naive {moment.isoformat()}")
+    return moment.astimezone(UTC)
+
+
+def wall_time_to_utc(wall: datetime, tz: str) -> datetime:
+    """The UTC instant of a naive local wall-clock time; aware datetimes are just converted.
+
+    A wall time that happens twice means its first occurrence. A wall time that does not exist
+    (in a spring-forward gap) means the last instant before the gap: "after 02:30" then
+    includes the fires that the gap moves to its end.
+    """
+    if wall.tzinfo is not None:
+        return as_utc(wall, "wall")
+    zone = load_zone(tz)
+    first, second = wall_offsets(zone, wall)
+    if first >= second:
+        return (wall - first).replace(tzinfo=UTC)
+    change = change_instant(
+        zone, (wall - second).replace(tzinfo=UTC), (wall - first).replace(tzinfo=UTC)
+    )
+    return change - timedelta(microseconds=1)
+
+
+@lru_cache(maxsize=65536)
+def day_offset(tz: str, day: date) -> timedelta | None:
+    """The UTC offset of a local day without a clock change, or None if the clock changes.
+
+    Looks at the offsets of both local midnights (both folds, so a change at midnight counts
+    for both days). A day that starts and ends on the same offset could still hide two changes
+    that cancel out; no zone in tzdata has two changes within 48 hours, so none does.
+    """
+    zone = ZoneInfo(tz)
+    offsets: set[timedelta] = set()
+    for midnight in (day, day + ONE_DAY):
+        offsets.update(wall_offsets(zone, datetime(midnight.year, midnight.month, midnight.day)))
+    return offsets.pop() if len(offsets) == 1 else None
+
+
+def wall_offsets(zone: ZoneInfo, wall: datetime) -> tuple[timedelta, timedelta]:
+    """UTC offsets of a naive wall time for fold=0 and fold=1.
+
+    Equal: the time exists once. First > second: it happens twice (the clock was set back).
+    First < second: it does not exist (the clock jumped forward over it).
+    """
+    first = wall.replace(tzinfo=zone, fold=0).utcoffset()
+    second = wall.replace(tzinfo=zone, fold=1).utcoffset()
+    assert first is not None and second is not None
+    return first, second
+
+
+def utc_offset(zone: ZoneInfo, moment: datetime) -> timedelta:
+    """The zone's UTC offset at an aware instant."""
+    offset = moment.astimezone(zone).utcoffset()
+    assert offset is not None
+    return offset
+
+
+def change_instant(zone: ZoneInfo, before: datetime, after: datetime) -> datetime:
+    """The instant of the clock change between two UTC instants, to the second.
+
+    ``before`` has the old offset and ``after`` the new one; bisects the seconds between.
+    """
+    old = utc_offset(zone, before)
+    low, high = int(before.timestamp()), int(after.timestamp())
+    if utc_offset(zone, datetime.fromtimestamp(low, UTC)) != old:
+        return before
+    while high - low > 1:
+        middle = (low + high) // 2
+        if utc_offset(zone, datetime.fromtimestamp(middle, UTC)) == old:
+            low = middle
+        else:
+            high = middle
+    return datetime.fromtimestamp(high, UTC)
