@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from flask import current_app
 from sqlalchemy import select
 
+from webapp.catalog import Catalog
+from webapp.catalog.context import job_settings
 from webapp.catalog.current import current_catalog
 from webapp.extensions import db
-from webapp.models import Run, Schedule
+from webapp.models import Run, Schedule, Worker
+from webapp.scheduler.execution import FinishedRun, run_attempt, store_outcomes
+from webapp.scheduler.leases import LeasedRun
 from webapp.scheduler.tick import TickSettings
 
 
@@ -54,5 +58,48 @@ def settings(**changes: Any) -> TickSettings:
     return TickSettings(**values)
 
 
-def catalog() -> Any:
+def catalog() -> Catalog:
     return current_catalog()
+
+
+def add_worker() -> int:
+    worker = Worker(hostname="test", pid=1, concurrency=2)
+    db.session.add(worker)
+    db.session.commit()
+    return worker.id
+
+
+def execute_leased(run: LeasedRun, worker_id: int) -> FinishedRun:
+    """What a worker's job slot and its flush do with a leased run, in this thread: run it,
+    then store its outcome."""
+    done = run_attempt(run, current_catalog(), job_settings(current_app.config), db.session())
+    store_outcomes(db.session(), worker_id, [done])
+    return done
+
+
+def leased_run(run_id: int, job: str = "demo.echo", **args: Any) -> LeasedRun:
+    """A run as a lease hands it to the job pool, without a row: for what runs it, not stores."""
+    at = datetime(2026, 3, 7, 12, 0, tzinfo=UTC)
+    return LeasedRun(
+        id=run_id,
+        tenant_id=1,
+        tenant_slug="alpha",
+        schedule_id=None,
+        schedule_key=None,
+        job=job,
+        args=args,
+        trigger="manual",
+        scheduled_for=at,
+        idempotency_key=f"manual:{run_id}",
+        attempt=1,
+        max_attempts=1,
+        started_at=at,
+    )
+
+
+def get_run(run_id: int) -> Run:
+    """The run as stored now: a fresh snapshot, as another process would read it."""
+    db.session.rollback()
+    run = db.session.get(Run, run_id)
+    assert run is not None
+    return run

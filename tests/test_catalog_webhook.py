@@ -19,7 +19,7 @@ import pytest
 from flask import Flask
 
 from tests.conftest import World
-from tests.scheduler_helpers import add_run, all_runs
+from tests.scheduler_helpers import add_run, all_runs, execute_leased
 from webapp.catalog import (
     ArgsError,
     JobContext,
@@ -28,11 +28,9 @@ from webapp.catalog import (
     build_catalog,
     check_webhook_target,
 )
-from webapp.catalog.current import current_catalog
 from webapp.catalog.webhook import Resolver, WebhookParams, WebhookRefused, webhook
 from webapp.extensions import db
 from webapp.models import Run, Worker
-from webapp.scheduler.execution import execute
 from webapp.scheduler.leases import lease_once
 
 
@@ -556,7 +554,7 @@ def run_webhook_once(app: Flask, tenant_id: int, **args: object) -> Run:
     db.session.commit()
     add_run(tenant_id, NOW, job="http.webhook", args=args, max_attempts=3)
     (leased,) = lease_once(db.session(), worker.id, NOW, timedelta(seconds=60), 1)
-    execute(leased, current_catalog(), app.config, db.session(), worker.id)
+    execute_leased(leased, worker.id)
     (run,) = all_runs()
     return run
 

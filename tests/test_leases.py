@@ -7,28 +7,28 @@ import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from flask import Flask, current_app
+from flask import Flask
 from sqlalchemy import select
 
 from tests.conftest import World
-from tests.scheduler_helpers import add_run, add_schedule, all_runs, catalog
+from tests.scheduler_helpers import (
+    add_run,
+    add_schedule,
+    add_worker,
+    all_runs,
+    execute_leased,
+    get_run,
+)
 from webapp.database import utcnow
 from webapp.extensions import db
-from webapp.models import Run, Worker
+from webapp.models import Run
 from webapp.scheduler import execution
-from webapp.scheduler.execution import execute
 from webapp.scheduler.leases import lease_once, reap_once, release_leases, renew_leases
 from webapp.scheduler.logs import KeyValueFormatter
 
 NOW = datetime(2026, 3, 7, 12, 0, tzinfo=UTC)
 TTL = timedelta(seconds=60)
-
-
-def worker_id() -> int:
-    worker = Worker(hostname="test", pid=1, concurrency=2)
-    db.session.add(worker)
-    db.session.commit()
-    return worker.id
+worker_id = add_worker
 
 
 def lease(worker: int, now: datetime = NOW, limit: int = 10) -> list[int]:
@@ -37,7 +37,7 @@ def lease(worker: int, now: datetime = NOW, limit: int = 10) -> list[int]:
 
 def run_leased(worker: int, now: datetime = NOW) -> list[Run]:
     for run in lease_once(db.session(), worker, now, TTL, 10):
-        execute(run, catalog(), current_app.config, db.session(), worker)
+        execute_leased(run, worker)
     return all_runs()
 
 
@@ -46,9 +46,7 @@ def test_lease_takes_available_runs_only(app: Flask, world: World) -> None:
     ready = add_run(world.alpha.id, NOW - timedelta(seconds=1))
     add_run(world.alpha.id, NOW + timedelta(minutes=5))  # a run requested for later
     assert lease(worker) == [ready.id]
-    run = db.session.get(Run, ready.id)
-    assert run is not None
-    db.session.refresh(run)
+    run = get_run(ready.id)
     assert (run.status, run.worker_id, run.attempt, run.started_at, run.locked_until) == (
         "running",
         worker,
@@ -75,7 +73,8 @@ def test_a_run_succeeds_with_its_output(app: Flask, world: World) -> None:
         None,
         None,
     )
-    assert run.finished_at is not None and run.finished_at >= run.started_at  # type: ignore[operator]
+    assert run.started_at is not None and run.finished_at is not None
+    assert run.finished_at >= run.started_at
 
 
 def test_a_failing_job_records_its_error_and_traceback(app: Flask, world: World) -> None:
@@ -173,7 +172,7 @@ def test_the_reaper_requeues_an_expired_lease_and_fails_a_spent_one(
     # Another worker takes the run over as its second attempt; still one row for it.
     other = worker_id()
     assert lease(other, NOW + TTL + timedelta(seconds=2)) == [retryable.id]
-    assert db.session.get(Run, retryable.id).attempt == 2  # type: ignore[union-attr]
+    assert get_run(retryable.id).attempt == 2
 
 
 def test_a_renewed_lease_does_not_expire(app: Flask, world: World) -> None:
@@ -202,7 +201,7 @@ def test_an_outcome_is_dropped_once_another_worker_holds_the_run(app: Flask, wor
     reap_once(db.session(), NOW + TTL * 2)
     second = worker_id()
     lease(second, NOW + TTL * 2)
-    execute(leased, catalog(), current_app.config, db.session(), first)  # the lost worker wakes up
+    execute_leased(leased, first)  # the lost worker wakes up
     (run,) = all_runs()
     assert (run.status, run.worker_id, run.attempt) == ("running", second, 2)
 
@@ -238,9 +237,9 @@ def test_a_job_whose_scope_does_not_match_its_run_fails(app: Flask, world: World
     runs = {run.idempotency_key: run for run in run_leased(worker)}
     assert (runs["t"].status, runs["t"].error) == (
         "failed",
-        "job 'maintenance.prune_runs' is a system job and cannot run for a tenant",
+        "job 'maintenance.prune_runs' is a system job and cannot be used in a tenant schedule",
     )
     assert (runs["s"].status, runs["s"].error) == (
         "failed",
-        "job 'demo.echo' is a tenant job and needs a tenant",
+        "job 'demo.echo' is a tenant job and cannot be used in a system schedule",
     )

@@ -10,15 +10,14 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from flask import Flask, current_app
+from flask import Flask
 from sqlalchemy import event
 
 from tests.conftest import World, make_run
 from tests.panel_helpers import Panel, Seeded, seed
-from webapp.catalog.current import current_catalog
+from tests.scheduler_helpers import execute_leased
 from webapp.extensions import db
 from webapp.models import Run, Worker
-from webapp.scheduler.execution import execute
 from webapp.scheduler.leases import lease_once
 from webapp.services.audit import Actor
 from webapp.services.schedules import ScheduleInput, create_schedule, run_now
@@ -110,7 +109,7 @@ def test_a_failed_run_shows_the_error_type_message_and_job_frames_but_no_server_
     schedule = create_schedule(world.alpha, failing, alice, datetime.now(UTC))
     run_now(schedule, alice, datetime.now(UTC))
     (leased,) = lease_once(db.session(), worker.id, None, timedelta(seconds=60), 1)
-    execute(leased, current_catalog(), current_app.config, db.session(), worker.id)
+    execute_leased(leased, worker.id)
     run = db.session.get(Run, leased.id)
     assert run is not None and run.status == "failed"
 

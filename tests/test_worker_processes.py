@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO
 
@@ -18,7 +18,7 @@ from flask import Flask
 from sqlalchemy import func, select
 
 from tests.conftest import World
-from tests.scheduler_helpers import add_run
+from tests.scheduler_helpers import add_run, get_run
 from webapp.extensions import db
 from webapp.models import Run, Schedule, Worker
 from webapp.services.audit import Actor
@@ -138,7 +138,7 @@ def test_a_run_of_a_killed_worker_is_finished_by_another(
     )
     first = workers.start(SCHEDULER_LOCK_TTL="2")
     wait_for(
-        lambda: db.session.get(Run, run.id).status == "running",  # type: ignore[union-attr]
+        lambda: get_run(run.id).status == "running",
         30,
         "the first worker to start the run",
     )
@@ -146,7 +146,7 @@ def test_a_run_of_a_killed_worker_is_finished_by_another(
     first.wait(10)
     second = workers.start(SCHEDULER_LOCK_TTL="2")
     wait_for(
-        lambda: db.session.get(Run, run.id).status == "succeeded",  # type: ignore[union-attr]
+        lambda: get_run(run.id).status == "succeeded",
         60,
         "the second worker to finish the run",
     )
@@ -180,14 +180,14 @@ def test_sigterm_lets_a_running_job_finish_within_the_grace(
     )
     process = workers.start(SCHEDULER_SHUTDOWN_GRACE="20")
     wait_for(
-        lambda: db.session.get(Run, run.id).status == "running",  # type: ignore[union-attr]
+        lambda: get_run(run.id).status == "running",
         30,
         "the run to start",
     )
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=30) == 0
     db.session.rollback()
-    assert db.session.get(Run, run.id).status == "succeeded"  # type: ignore[union-attr]
+    assert get_run(run.id).status == "succeeded"
 
 
 def test_sigterm_returns_a_job_that_outlasts_the_grace_to_the_queue(
@@ -198,7 +198,7 @@ def test_sigterm_returns_a_job_that_outlasts_the_grace_to_the_queue(
     )
     process = workers.start(SCHEDULER_SHUTDOWN_GRACE="0.5")
     wait_for(
-        lambda: db.session.get(Run, run.id).status == "running",  # type: ignore[union-attr]
+        lambda: get_run(run.id).status == "running",
         30,
         "the run to start",
     )
@@ -210,25 +210,73 @@ def test_sigterm_returns_a_job_that_outlasts_the_grace_to_the_queue(
     assert (returned.status, returned.attempt, returned.worker_id) == ("queued", 0, None)
 
 
-def test_a_job_over_its_timeout_fails_and_frees_its_slot(
-    app: Flask, world: World, workers: Workers
-) -> None:
-    slow = add_run(world.alpha.id, datetime(2026, 1, 1, tzinfo=UTC), job="sample.slow", args={})
-    after = add_run(
-        world.alpha.id,
-        datetime(2026, 1, 1, 0, 0, 1, tzinfo=UTC),
-        job="demo.echo",
-        args={"message": "next"},
+def add_timeout_runs(tenant_id: int, pid_file: Path) -> tuple[int, int, int]:
+    """A job that stops at its deadline, one that ignores it, and one after them: with one slot,
+    the last runs only if the slot is freed."""
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    cooperative = add_run(tenant_id, at, job="sample.cooperative", args={})
+    stubborn = add_run(
+        tenant_id,
+        at + timedelta(seconds=1),
+        job="sample.slow",
+        args={"pid_file": str(pid_file)},
     )
+    after = add_run(tenant_id, at + timedelta(seconds=2), job="demo.echo", args={"message": "next"})
+    return cooperative.id, stubborn.id, after.id
+
+
+def assert_timed_out_and_slot_freed(
+    cooperative: int, stubborn: int, after: int, workers: Workers
+) -> None:
+    outcomes = [(get_run(run).status, get_run(run).error) for run in (cooperative, stubborn)]
+    assert outcomes == [
+        ("failed", "timed out after 0.3 s"),
+        ("failed", "timed out after 0.5 s"),
+    ], workers.logs()
+    assert get_run(after).status == "succeeded"
+
+
+def test_the_thread_pool_fails_a_job_over_its_timeout_and_frees_its_slot(
+    app: Flask, world: World, workers: Workers, tmp_path: Path
+) -> None:
+    cooperative, stubborn, after = add_timeout_runs(world.alpha.id, tmp_path / "pid")
     process = workers.start(
         "--burst", "--concurrency", "1", SCHEDULER_JOB_MODULES="tests.sample_jobs"
     )
     assert process.wait(timeout=60) == 0, workers.logs()
-    db.session.rollback()
-    timed_out = db.session.get(Run, slow.id)
-    assert timed_out is not None
-    assert (timed_out.status, timed_out.error) == ("failed", "timed out after 0.5 s")
-    assert db.session.get(Run, after.id).status == "succeeded"  # type: ignore[union-attr]
+    assert_timed_out_and_slot_freed(cooperative, stubborn, after, workers)
+    # Only the job that ignored its deadline left a thread behind, and the log counts it.
+    abandoned = [line for line in workers.logs().splitlines() if "job_thread_abandoned" in line]
+    assert len(abandoned) == 1, workers.logs()
+    assert f"run_id={stubborn} " in abandoned[0] and "abandoned_threads=1" in abandoned[0]
+
+
+def test_the_process_pool_kills_a_job_over_its_timeout_and_frees_its_slot(
+    app: Flask, world: World, workers: Workers, tmp_path: Path
+) -> None:
+    pid_file = tmp_path / "pid"
+    cooperative, stubborn, after = add_timeout_runs(world.alpha.id, pid_file)
+    printer = add_run(
+        world.alpha.id, datetime(2026, 1, 1, 0, 0, 3, tzinfo=UTC), job="sample.printer", args={}
+    )
+    process = workers.start(
+        "--burst",
+        "--concurrency",
+        "1",
+        "--pool",
+        "process",
+        SCHEDULER_JOB_MODULES="tests.sample_jobs",
+    )
+    assert process.wait(timeout=90) == 0, workers.logs()
+    assert_timed_out_and_slot_freed(cooperative, stubborn, after, workers)
+    assert get_run(printer.id).output == "printed by the job\n"
+    # The job's process is gone, not left running beside the worker.
+    job_pid = int(pid_file.read_text())
+    assert job_pid != process.pid
+    with pytest.raises(ProcessLookupError):
+        os.kill(job_pid, 0)
+    killed = [line for line in workers.logs().splitlines() if "job_process_killed" in line]
+    assert len(killed) == 1 and f"pid={job_pid}" in killed[0], workers.logs()
 
 
 def test_what_a_job_prints_lands_in_its_output(app: Flask, world: World, workers: Workers) -> None:
@@ -253,7 +301,7 @@ def test_the_console_script_runs_a_worker(app: Flask, world: World, database_url
     finished = subprocess.run([str(script), "--burst"], env=env, capture_output=True, timeout=60)
     assert finished.returncode == 0, finished.stderr.decode()
     db.session.rollback()
-    assert db.session.get(Run, run.id).status == "succeeded"  # type: ignore[union-attr]
+    assert get_run(run.id).status == "succeeded"
     usage = subprocess.run([str(script), "--concurrency", "0"], env=env, capture_output=True)
     assert usage.returncode == 2 and b"0 is not in the range 1<=x<=256" in usage.stderr
 
@@ -310,7 +358,7 @@ def test_run_now_wakes_an_idle_worker_at_once_on_postgresql(
     run = run_now(schedule, Actor.cli(), datetime.now(UTC))
     started = time.monotonic()
     wait_for(
-        lambda: db.session.get(Run, run.id).status == "succeeded",  # type: ignore[union-attr]
+        lambda: get_run(run.id).status == "succeeded",
         10,
         "the notified worker to run it",
     )
@@ -334,7 +382,7 @@ def test_a_lost_database_connection_is_retried_not_fatal(
     db.session.commit()
     run = add_run(world.alpha.id, datetime(2026, 1, 1, tzinfo=UTC))
     wait_for(
-        lambda: db.session.get(Run, run.id).status == "succeeded",  # type: ignore[union-attr]
+        lambda: get_run(run.id).status == "succeeded",
         30,
         "the worker to reconnect and run it",
     )

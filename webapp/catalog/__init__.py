@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from webapp.catalog.builtin import register_builtin_jobs
-from webapp.catalog.context import JobContext, JobLogger, PermanentError
+from webapp.catalog.context import JobContext, JobLogger, JobTimeout, PermanentError
 from webapp.catalog.registry import (
     ArgsError,
     Catalog,
@@ -29,6 +29,7 @@ __all__ = [
     "JobContext",
     "JobLogger",
     "JobSpec",
+    "JobTimeout",
     "PermanentError",
     "UnknownJobError",
     "WebhookError",

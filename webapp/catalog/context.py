@@ -2,16 +2,41 @@
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from types import MappingProxyType
 from typing import Protocol
+
+# The only settings a job receives as ctx.config: those the bundled jobs and the validation of
+# arguments read. Never SECRET_KEY, the database URL or anything else of the app's.
+JOB_SETTINGS = (
+    "SCHEDULER_MAX_ARG_BYTES",
+    "SCHEDULER_MAX_ARGS_BYTES",
+    "SCHEDULER_OUTPUT_LIMIT",
+    "SCHEDULER_RUN_RETENTION_DAYS",
+    "SCHEDULER_WEBHOOK_ALLOWED_HOSTS",
+    "SCHEDULER_WEBHOOK_ALLOW_PRIVATE",
+    "SCHEDULER_WEBHOOK_TIMEOUT",
+)
+
+
+def job_settings(config: Mapping[str, object]) -> Mapping[str, object]:
+    """The app's settings cut down to JOB_SETTINGS, read-only."""
+    return MappingProxyType({name: config[name] for name in JOB_SETTINGS if name in config})
 
 
 class PermanentError(Exception):
     """Raised by a job for a failure that no retry can fix: a bad setting or argument, a request
     the far end refuses (HTTP 4xx). The worker fails the run at once, whatever attempts remain;
     any other exception is retried while attempts remain."""
+
+
+class JobTimeout(BaseException):
+    """Raised by `ctx.check_timeout()` once the job's deadline has passed. A BaseException, so
+    that a job's `except Exception` does not swallow it; the run fails with `timed out`."""
 
 
 class JobLogger(Protocol):
@@ -37,8 +62,9 @@ class JobContext:
     schedule_id: int | None = None  # None for a run whose schedule was deleted
     schedule_key: str | None = None
     scheduled_for: datetime | None = None  # the fire time, aware UTC; None for a plain run-now
-    config: Mapping[str, object] = field(default_factory=dict)  # the app's settings
+    config: Mapping[str, object] = field(default_factory=dict)  # JOB_SETTINGS only
     db: object | None = None  # the database session, for the few jobs that need it
+    deadline: float = math.inf  # time.monotonic() at which the job's timeout ends
 
     def __post_init__(self) -> None:
         if self.scheduled_for is not None and self.scheduled_for.utcoffset() != timedelta(0):
@@ -49,3 +75,12 @@ class JobContext:
     def log(self, msg: str) -> None:
         """Writes one line to the run's output."""
         self.logger.info(msg)
+
+    def seconds_left(self) -> float:
+        """Until the job's timeout (infinite without one); negative once it has passed."""
+        return self.deadline - time.monotonic()
+
+    def check_timeout(self) -> None:
+        """Raises JobTimeout once the deadline has passed: call it between steps of long work."""
+        if self.seconds_left() <= 0:
+            raise JobTimeout

@@ -336,9 +336,10 @@ def webhook(ctx: JobContext, params: WebhookParams, resolve: Resolver = socket.g
     """Sends one HTTP request; the run fails unless the answer has the expected status.
 
     SCHEDULER_WEBHOOK_TIMEOUT bounds the whole request: connecting, sending, and reading the
-    answer (of which at most BODY_LIMIT + 1 bytes are read). Resolving the host is not counted.
+    answer (of which at most BODY_LIMIT + 1 bytes are read), and so does the job's own deadline
+    when it comes first. Resolving the host is not counted.
     """
-    timeout = _timeout(ctx.config)
+    timeout = min(_timeout(ctx.config), max(ctx.seconds_left(), 0.001))
     target = check_webhook_target(
         params.url,
         cast(HostList, ctx.config.get(ALLOWED_HOSTS_SETTING)),  # _host_list checks the type

@@ -14,15 +14,23 @@ scheduler_cli = AppGroup("scheduler", help="Run the scheduler worker.")
 @scheduler_cli.command("worker")
 @click.option("--concurrency", type=click.IntRange(1, 256), default=None, help="Jobs run at once.")
 @click.option("--burst", is_flag=True, help="Exit once nothing is due or queued.")
+@click.option(
+    "--pool",
+    type=click.Choice(["thread", "process"]),
+    default="thread",
+    show_default=True,
+    help="Where jobs run: worker threads (cooperative timeouts), or child processes (killed at "
+    "their timeout).",
+)
 @reports_errors
-def worker_command(concurrency: int | None, burst: bool) -> None:
+def worker_command(concurrency: int | None, burst: bool, pool: str) -> None:
     """Run a worker until SIGTERM/SIGINT."""
     from webapp.scheduler.logs import configure_worker_logging
     from webapp.scheduler.worker import WorkerProcess
 
     configure_worker_logging()
     app = current_app._get_current_object()  # type: ignore[attr-defined]
-    WorkerProcess(app, concurrency or app.config["SCHEDULER_CONCURRENCY"], burst).run()
+    WorkerProcess(app, concurrency or app.config["SCHEDULER_CONCURRENCY"], burst, pool).run()
 
 
 @scheduler_cli.command("sync")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+import click
+
 from webapp.cli.scheduler import scheduler_cli
 
 
@@ -13,6 +15,6 @@ def main() -> None:
     from webapp import create_app
 
     info = ScriptInfo(create_app=create_app)
-    worker = scheduler_cli.get_command(None, "worker")  # type: ignore[arg-type]
+    worker = scheduler_cli.get_command(click.Context(scheduler_cli), "worker")
     assert worker is not None
     sys.exit(worker.main(args=sys.argv[1:], prog_name="scheduler-worker", obj=info))

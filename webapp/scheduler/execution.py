@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import io
 import logging
+import math
 import sys
-import threading
+import time
 import traceback
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TextIO
@@ -19,8 +21,9 @@ from typing import Any, TextIO
 from sqlalchemy.orm import Session
 
 from webapp.catalog import ArgsError, Catalog, PermanentError, UnknownJobError
-from webapp.catalog.context import JobContext
+from webapp.catalog.context import JobContext, JobTimeout
 from webapp.database import utcnow, write_transaction
+from webapp.models import RunStatus
 from webapp.scheduler import claims
 from webapp.scheduler.leases import LeasedRun
 from webapp.scheduler.logs import TRACEBACK
@@ -29,11 +32,6 @@ log = logging.getLogger("webapp.scheduler")
 
 ERROR_LIMIT = 16_384
 TRUNCATED = "\n[output truncated]"
-
-
-class JobTimeout(BaseException):
-    """Raised inside a job's thread when it runs past its timeout (BaseException: jobs that
-    catch Exception do not swallow it)."""
 
 
 class CappedOutput:
@@ -86,38 +84,37 @@ class RunLogger:
         self.output.write(traceback.format_exc())
 
 
-class ThreadRoutedStream(io.TextIOBase):
-    """sys.stdout for a worker: a job thread's prints go to its run, others to the console."""
+current_output: ContextVar[CappedOutput | None] = ContextVar("current_output", default=None)
 
-    def __init__(self, fallback: TextIO) -> None:
-        self.fallback = fallback
-        self.local = threading.local()
+
+class RunOutputStream(io.TextIOBase):
+    """sys.stdout while a worker runs: what a job prints goes to its own run (the job's thread
+    sets `current_output`), anything else to the console."""
+
+    def __init__(self, console: TextIO) -> None:
+        self.console = console
 
     def write(self, text: str) -> int:
-        target: CappedOutput | None = getattr(self.local, "output", None)
-        if target is None:
-            return self.fallback.write(text)
-        target.write(text)
+        output = current_output.get()
+        if output is None:
+            return self.console.write(text)
+        output.write(text)
         return len(text)
 
     def flush(self) -> None:
-        self.fallback.flush()
-
-
-_install_lock = threading.Lock()
+        self.console.flush()
 
 
 @contextmanager
-def prints_captured(output: CappedOutput) -> Iterator[None]:
-    with _install_lock:
-        if not isinstance(sys.stdout, ThreadRoutedStream):
-            sys.stdout = ThreadRoutedStream(sys.stdout)
-        router = sys.stdout
-    router.local.output = output
+def prints_go_to_runs() -> Iterator[None]:
+    """Routes jobs' prints to their runs for as long as a worker runs: installed once, before
+    the first job starts, and the console stream put back at the end."""
+    console = sys.stdout
+    sys.stdout = RunOutputStream(console)
     try:
         yield
     finally:
-        router.local.output = None
+        sys.stdout = console
 
 
 @dataclass(frozen=True)
@@ -130,8 +127,18 @@ class JobError:
 
 
 @dataclass(frozen=True)
+class JobResult:
+    """What one attempt of a job gave: the error (None on success), its output, and the job's
+    retry backoff. Plain data, so that a child process can send it back to the worker."""
+
+    error: JobError | None
+    output: str
+    backoff: float = 0.0
+
+
+@dataclass(frozen=True)
 class Outcome:
-    status: str  # 'succeeded' | 'failed' | 'queued' (a retry)
+    status: RunStatus  # 'succeeded' | 'failed' | 'queued' (a retry)
     output: str
     error: str | None
     retry_at: datetime | None = None
@@ -157,26 +164,39 @@ def describe_error(error: BaseException, job_module: str) -> JobError:
     )
 
 
+DEFAULT_TIMEOUT = 60.0  # seconds, for a job the catalog no longer has (it fails at once anyway)
+
+
+def job_timeout(catalog: Catalog, job: str) -> float:
+    return catalog.get(job).timeout if job in catalog else DEFAULT_TIMEOUT
+
+
+def timed_out(timeout: float) -> JobError:
+    return JobError(f"timed out after {timeout:g} s")
+
+
 def run_job(
-    run: LeasedRun, catalog: Catalog, config: Mapping[str, Any], session: Session
-) -> tuple[JobError | None, CappedOutput, float]:
-    """Runs the job in this thread: (error or None, output, the job's retry backoff)."""
-    output = CappedOutput(int(config["SCHEDULER_OUTPUT_LIMIT"]))
+    run: LeasedRun,
+    catalog: Catalog,
+    settings: Mapping[str, Any],
+    session: Session,
+    deadline: float = math.inf,
+) -> JobResult:
+    """Runs the job in this thread, until it returns, raises, or stops at `deadline`
+    (time.monotonic()). `settings` are the job settings (context.job_settings), all a job sees."""
+    output = CappedOutput(int(settings["SCHEDULER_OUTPUT_LIMIT"]))
     try:
         spec = catalog.get(run.job)
-    except UnknownJobError as error:
-        return JobError(str(error), permanent=True), output, 0.0
-    if spec.scope == "system" and run.tenant_id is not None:
-        refused = f"job '{spec.name}' is a system job and cannot run for a tenant"
-        return JobError(refused, permanent=True), output, 0.0
-    if spec.scope == "tenant" and run.tenant_id is None:
-        refused = f"job '{spec.name}' is a tenant job and needs a tenant"
-        return JobError(refused, permanent=True), output, 0.0
+    except UnknownJobError as unknown:
+        return JobResult(JobError(str(unknown), permanent=True), "")
+    refused = spec.scope_problem("tenant" if run.tenant_id is not None else "system")
+    if refused is not None:
+        return JobResult(JobError(refused, permanent=True), "")
     try:
         # Validated again: the job or the operator's settings may have changed since the save.
-        params = spec.parse_args(run.args, config)
-    except ArgsError as error:
-        return JobError(str(error), permanent=True), output, 0.0
+        params = spec.parse_args(run.args, settings)
+    except ArgsError as invalid:
+        return JobResult(JobError(str(invalid), permanent=True), "")
     ctx = JobContext(
         run_id=run.id,
         idempotency_key=run.idempotency_key,
@@ -187,22 +207,26 @@ def run_job(
         schedule_id=run.schedule_id,
         schedule_key=run.schedule_key,
         scheduled_for=run.scheduled_for if run.trigger != "manual" else None,
-        config=config,
+        config=settings,
         db=session if spec.scope == "system" else None,
+        deadline=deadline,
     )
+    error: JobError | None = None
+    token = current_output.set(output)
     try:
-        with prints_captured(output):
-            spec.fn(ctx, params)
+        spec.fn(ctx, params)
     except JobTimeout:
-        return JobError(f"timed out after {spec.timeout:g} s"), output, spec.retry_backoff
-    except Exception as error:
-        return describe_error(error, spec.fn.__module__), output, spec.retry_backoff
-    return None, output, spec.retry_backoff
+        error = timed_out(spec.timeout)
+    except Exception as raised:
+        error = describe_error(raised, spec.fn.__module__)
+    finally:
+        current_output.reset(token)
+    return JobResult(error, output.text(), spec.retry_backoff)
 
 
-def decide(
-    run: LeasedRun, error: JobError | None, output: str, backoff: float, now: datetime
-) -> Outcome:
+def decide(run: LeasedRun, result: JobResult, now: datetime) -> Outcome:
+    """The run's next state after this attempt: succeeded, failed, or queued for a retry."""
+    error, output, backoff = result.error, result.output, result.backoff
     if error is None:
         return Outcome("succeeded", output, None)
     if run.attempt < run.max_attempts:
@@ -225,7 +249,11 @@ class FinishedRun:
     finished_at: datetime
 
 
-ACTIONS = {"succeeded": "run_succeeded", "failed": "run_failed", "queued": "run_retrying"}
+ACTIONS: dict[RunStatus, str] = {
+    "succeeded": "run_succeeded",
+    "failed": "run_failed",
+    "queued": "run_retrying",
+}
 
 
 def store_outcomes(session: Session, worker_id: int, finished: list[FinishedRun]) -> set[int]:
@@ -263,19 +291,19 @@ def store_outcomes(session: Session, worker_id: int, finished: list[FinishedRun]
     return stored
 
 
-def record_outcome(session: Session, run: LeasedRun, worker_id: int, outcome: Outcome) -> bool:
-    """Stores one outcome if this worker still holds the lease (a reaper may have taken it)."""
-    now = utcnow()
-    done = FinishedRun(run, outcome, run.started_at, now)
-    return run.id in store_outcomes(session, worker_id, [done])
+def finish(run: LeasedRun, result: JobResult, started_at: datetime) -> FinishedRun:
+    """The attempt's outcome, decided now, to be stored by store_outcomes."""
+    finished_at = utcnow()
+    return FinishedRun(run, decide(run, result, finished_at), started_at, finished_at)
 
 
-def execute(
-    run: LeasedRun, catalog: Catalog, config: Mapping[str, Any], session: Session, worker_id: int
-) -> Outcome:
-    """Runs one leased run to its recorded outcome."""
-    error, output, backoff = run_job(run, catalog, config, session)
+def run_attempt(
+    run: LeasedRun, catalog: Catalog, settings: Mapping[str, Any], session: Session
+) -> FinishedRun:
+    """Runs one leased attempt in this thread to its outcome: what a worker's job thread does
+    with each run it takes (the worker stores the outcomes together with store_outcomes)."""
+    started_at = utcnow()
+    deadline = time.monotonic() + job_timeout(catalog, run.job)
+    result = run_job(run, catalog, settings, session, deadline)
     session.rollback()  # whatever the job left open must not leak into the outcome's transaction
-    outcome = decide(run, error, output.text(), backoff, utcnow())
-    record_outcome(session, run, worker_id, outcome)
-    return outcome
+    return finish(run, result, started_at)

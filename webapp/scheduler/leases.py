@@ -11,7 +11,7 @@ from sqlalchemy import bindparam, case, update
 from sqlalchemy.orm import Session
 
 from webapp.database import UTCDateTime, write_transaction
-from webapp.models import Run
+from webapp.models import Run, Trigger
 from webapp.scheduler import claims
 
 log = logging.getLogger("webapp.scheduler")
@@ -26,7 +26,7 @@ class LeasedRun:
     schedule_key: str | None
     job: str
     args: dict[str, Any]
-    trigger: str
+    trigger: Trigger
     scheduled_for: datetime
     idempotency_key: str
     attempt: int

@@ -1,4 +1,4 @@
-"""The worker process: a loop of steps (lease, tick, reap, renew) and a pool of job threads.
+"""The worker process: a loop of steps (lease, tick, reap, renew) feeding a job pool (pool.py).
 
 Each step is a function of webapp.scheduler that tests call one at a time with an explicit now;
 this module repeats them, batches their writes and sleeps in between. The sleep is a
@@ -11,16 +11,12 @@ and the outcomes of finished jobs are stored together, one transaction per batch
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
-import queue
 import signal
 import socket
 import threading
 import time
-import traceback
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import FrameType
 
@@ -28,33 +24,23 @@ from flask import Flask
 from sqlalchemy import update
 from sqlalchemy.exc import DBAPIError
 
-from webapp.catalog import Catalog
+from webapp.catalog.context import job_settings
 from webapp.catalog.current import current_catalog
 from webapp.database import utcnow, write_transaction
 from webapp.extensions import db
 from webapp.models import Worker
 from webapp.scheduler import claims
-from webapp.scheduler.execution import (
-    FinishedRun,
-    JobError,
-    JobTimeout,
-    decide,
-    run_job,
-    store_outcomes,
-)
-from webapp.scheduler.leases import LeasedRun, lease_once, reap_once, release_leases, renew_leases
+from webapp.scheduler.execution import prints_go_to_runs, store_outcomes
+from webapp.scheduler.leases import lease_once, reap_once, release_leases, renew_leases
+from webapp.scheduler.pool import JobPool, ThreadJobPool
+from webapp.scheduler.process_pool import ProcessJobPool
 from webapp.scheduler.tick import TickSettings, tick
 from webapp.scheduler.wakeup import CHANNEL
 
 log = logging.getLogger("webapp.worker")
 
 MAX_BACKOFF = 30.0
-MAX_LEASE_BATCH = 100
-# Leased-but-waiting work a worker may hold, in expected seconds per thread: enough to batch
-# short jobs, too little to hoard long ones.
-PREFETCH_SECONDS = 0.05
-FLUSH_DELAY = 0.02  # seconds an outcome may wait for others before it is stored
-FLUSH_BATCH = 100
+POOLS: dict[str, type[JobPool]] = {"thread": ThreadJobPool, "process": ProcessJobPool}
 
 
 def database_unavailable(error: DBAPIError, delay: float) -> tuple[float, float]:
@@ -67,224 +53,17 @@ def database_unavailable(error: DBAPIError, delay: float) -> tuple[float, float]
     return delay, min(delay * 2, MAX_BACKOFF)
 
 
-def interrupt_thread(thread: threading.Thread) -> None:
-    """Raises JobTimeout inside a job's thread at its next Python instruction.
-
-    Threads cannot be killed: a job blocked in C code (a long sleep, a socket read without a
-    timeout) finishes that call first. Its slot is freed at once either way, and its late
-    result is discarded because the run no longer belongs to it.
-    """
-    if thread.ident is not None:
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(
-            ctypes.c_ulong(thread.ident), ctypes.py_object(JobTimeout)
-        )
-
-
-@dataclass
-class Slot:
-    """One job thread and what it runs now."""
-
-    thread: threading.Thread
-    run: LeasedRun | None = None
-    started_at: datetime | None = None
-    deadline: float = 0.0  # time.monotonic()
-    timeout: float = 0.0
-    abandoned: bool = False
-
-
-class JobPool:
-    """`concurrency` threads taking leased runs from a local queue; outcomes wait in `finished`."""
-
-    def __init__(
-        self, app: Flask, catalog: Catalog, worker_id: int, concurrency: int, wake: threading.Event
-    ) -> None:
-        self.app = app
-        self.catalog = catalog
-        self.worker_id = worker_id
-        self.concurrency = concurrency
-        self.wake = wake
-        self.waiting: queue.SimpleQueue[LeasedRun | None] = queue.SimpleQueue()
-        self.waiting_count = 0
-        self.finished: list[FinishedRun] = []
-        self.first_finished_at = 0.0
-        self.lock = threading.Lock()
-        self.slots: list[Slot] = []
-        self.average_duration: float | None = None  # seconds, moving average
-        for _ in range(concurrency):
-            self.add_thread()
-
-    def add_thread(self) -> None:
-        slot = Slot(thread=threading.Thread(daemon=True))
-        slot.thread = threading.Thread(target=self.work, args=(slot,), daemon=True, name="job")
-        with self.lock:
-            self.slots.append(slot)
-        slot.thread.start()
-
-    # --- in the job threads ------------------------------------------------------------------
-
-    def work(self, slot: Slot) -> None:
-        with self.app.app_context():
-            try:
-                while True:
-                    run = self.waiting.get()
-                    if run is None:
-                        return
-                    self.execute(slot, run)
-                    if slot.abandoned:
-                        return  # timed out: the pool has a new thread in this one's place
-                    db.session.remove()
-            except JobTimeout:
-                return  # arrived after the job: the thread was abandoned all the same
-
-    def execute(self, slot: Slot, run: LeasedRun) -> None:
-        timeout = self.catalog.get(run.job).timeout if run.job in self.catalog else 60.0
-        with self.lock:
-            self.waiting_count -= 1
-            slot.run, slot.started_at, slot.timeout = run, utcnow(), timeout
-            slot.deadline = time.monotonic() + timeout
-        started = time.monotonic()
-        try:
-            error, output, backoff = run_job(run, self.catalog, self.app.config, db.session())
-        except JobTimeout:
-            return  # the supervisor has recorded the timeout already
-        except Exception as crash:  # run_job records job errors; this is the worker's own bug
-            log.exception("run_crashed", extra={"action": "run_crashed", "run_id": run.id})
-            shown = f"the worker failed: {type(crash).__name__}"  # details: the worker's log
-            error, output, backoff = JobError(shown, traceback.format_exc()), None, 0.0
-        finally:
-            db.session.rollback()
-        finished_at = utcnow()
-        outcome = decide(run, error, output.text() if output else "", backoff, finished_at)
-        with self.lock:
-            if slot.abandoned:
-                return
-            assert slot.started_at is not None
-            self.record(FinishedRun(run, outcome, slot.started_at, finished_at))
-            slot.run = None
-            took = time.monotonic() - started
-            average = self.average_duration
-            self.average_duration = took if average is None else 0.8 * average + 0.2 * took
-        self.wake.set()
-
-    def record(self, done: FinishedRun) -> None:
-        """Called with the lock held."""
-        if not self.finished:
-            self.first_finished_at = time.monotonic()
-        self.finished.append(done)
-
-    # --- in the main thread ------------------------------------------------------------------
-
-    def busy(self) -> int:
-        with self.lock:
-            return sum(1 for slot in self.slots if slot.run is not None) + self.waiting_count
-
-    def wanted(self) -> int:
-        """How many runs to lease now: free threads, plus a backlog when jobs are short."""
-        with self.lock:
-            running = sum(1 for slot in self.slots if slot.run is not None)
-            free = self.concurrency - running - self.waiting_count
-            average = self.average_duration
-        if average is None or average >= PREFETCH_SECONDS:
-            return max(free, 0)
-        backlog = int(self.concurrency * PREFETCH_SECONDS / max(average, 1e-5))
-        return max(0, min(MAX_LEASE_BATCH, free + backlog))
-
-    def submit(self, runs: list[LeasedRun]) -> None:
-        with self.lock:
-            self.waiting_count += len(runs)
-        for run in runs:
-            self.waiting.put(run)
-
-    def held_ids(self) -> list[int]:
-        """Every run this worker holds a lease on: running, waiting, or finished but unstored."""
-        with self.lock:
-            ids = [slot.run.id for slot in self.slots if slot.run is not None]
-            ids += [done.run.id for done in self.finished]
-        return ids + self.waiting_ids()
-
-    def waiting_ids(self) -> list[int]:
-        # SimpleQueue cannot be inspected: drain and refill (main thread only, rarely).
-        drained = []
-        while True:
-            try:
-                drained.append(self.waiting.get_nowait())
-            except queue.Empty:
-                break
-        for run in drained:
-            self.waiting.put(run)
-        return [run.id for run in drained if run is not None]
-
-    def take_waiting(self) -> list[int]:
-        """On shutdown: the runs no thread has started yet, taken back from the local queue."""
-        taken = []
-        while True:
-            try:
-                run = self.waiting.get_nowait()
-            except queue.Empty:
-                break
-            if run is not None:
-                taken.append(run.id)
-        with self.lock:
-            self.waiting_count -= len(taken)
-        return taken
-
-    def due_flush(self, force: bool = False) -> list[FinishedRun]:
-        with self.lock:
-            ready = self.finished and (
-                force
-                or len(self.finished) >= FLUSH_BATCH
-                or time.monotonic() - self.first_finished_at >= FLUSH_DELAY
-                or not any(slot.run for slot in self.slots)
-            )
-            if not ready:
-                return []
-            batch, self.finished = self.finished, []
-        return batch
-
-    def flush_deadline(self) -> float | None:
-        with self.lock:
-            return self.first_finished_at + FLUSH_DELAY if self.finished else None
-
-    def enforce_timeouts(self) -> None:
-        """Fails runs past their job's timeout and gives their slot a new thread."""
-        now = time.monotonic()
-        with self.lock:
-            late = [s for s in self.slots if s.run is not None and s.deadline <= now]
-            for slot in late:
-                assert slot.run is not None and slot.started_at is not None
-                slot.abandoned = True
-                self.slots.remove(slot)
-                backoff = (
-                    self.catalog.get(slot.run.job).retry_backoff
-                    if slot.run.job in self.catalog
-                    else 0.0
-                )
-                error = JobError(f"timed out after {slot.timeout:g} s")
-                finished_at = utcnow()
-                outcome = decide(slot.run, error, "", backoff, finished_at)
-                self.record(FinishedRun(slot.run, outcome, slot.started_at, finished_at))
-        for slot in late:
-            interrupt_thread(slot.thread)
-            self.add_thread()
-
-    def next_deadline(self) -> float | None:
-        with self.lock:
-            deadlines = [slot.deadline for slot in self.slots if slot.run is not None]
-        return min(deadlines) if deadlines else None
-
-    def stop(self) -> None:
-        for _ in range(len(self.slots)):
-            self.waiting.put(None)
-
-
 class WorkerProcess:
     """One worker: registers itself, runs rounds of steps until stopped, deregisters."""
 
-    def __init__(self, app: Flask, concurrency: int, burst: bool = False) -> None:
+    def __init__(
+        self, app: Flask, concurrency: int, burst: bool = False, pool: str = "thread"
+    ) -> None:
         self.app = app
         self.config = app.config
         self.concurrency = concurrency
         self.burst = burst
+        self.pool_kind = POOLS[pool]
         self.stop_requested = threading.Event()
         self.wake = threading.Event()
         self.notified = threading.Event()
@@ -315,6 +94,7 @@ class WorkerProcess:
                 "action": "worker_started",
                 "worker_id": self.worker_id,
                 "concurrency": self.concurrency,
+                "pool": self.pool_kind.kind,
             },
         )
         return self.worker_id
@@ -403,9 +183,10 @@ class WorkerProcess:
 
     def flush(self, force: bool = False) -> None:
         assert self.worker_id is not None and self.pool is not None
-        batch = self.pool.due_flush(force)
+        batch = self.pool.due_outcomes(force)
         if batch:
             store_outcomes(db.session(), self.worker_id, batch)
+            self.pool.stored(batch)  # not before: a failed commit is tried again next round
 
     def idle(self) -> bool:
         """Nothing due, nothing queued that may start, nothing held here (for --burst)."""
@@ -439,13 +220,14 @@ class WorkerProcess:
     def run(self) -> None:
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.request_stop)
-        with self.app.app_context():
+        with self.app.app_context(), prints_go_to_runs():
             self.connect_and_register()
             if self.worker_id is None:
                 return
-            self.pool = JobPool(
-                self.app, current_catalog(), self.worker_id, self.concurrency, self.wake
+            self.pool = self.pool_kind(
+                self.app, current_catalog(), job_settings(self.config), self.concurrency, self.wake
             )
+            self.pool.start()
             if db.engine.dialect.name == "postgresql":
                 url = db.engine.url.set(drivername="postgresql")
                 threading.Thread(
@@ -453,22 +235,25 @@ class WorkerProcess:
                     args=(url.render_as_string(hide_password=False),),
                     daemon=True,
                 ).start()
-            delay = 1.0
             try:
-                while not self.stop_requested.is_set():
-                    try:
-                        worked = self.round()
-                        if self.burst and not worked and self.idle():
-                            break
-                        pause = 0.0 if worked else self.seconds_to_sleep()
-                        delay = 1.0
-                    except DBAPIError as error:
-                        pause, delay = database_unavailable(error, delay)
-                    if pause:
-                        self.wake.wait(pause)
-                    self.wake.clear()
+                self.loop()
             finally:
                 self.shut_down()
+
+    def loop(self) -> None:
+        delay = 1.0
+        while not self.stop_requested.is_set():
+            try:
+                worked = self.round()
+                if self.burst and not worked and self.idle():
+                    break
+                pause = 0.0 if worked else self.seconds_to_sleep()
+                delay = 1.0
+            except DBAPIError as error:
+                pause, delay = database_unavailable(error, delay)
+            if pause:
+                self.wake.wait(pause)
+            self.wake.clear()
 
     def connect_and_register(self) -> None:
         delay = 1.0
@@ -492,9 +277,9 @@ class WorkerProcess:
                 self.wake.wait(0.05)
                 self.wake.clear()
             self.flush(force=True)
-            running = [run_id for run_id in pool.held_ids() if run_id not in not_started]
+            running = pool.held_ids()
             release_leases(db.session(), self.worker_id, not_started + running, utcnow())
-            pool.stop()
+            pool.release(running)
             self.deregister()
         except DBAPIError as error:
             log.warning(
@@ -502,4 +287,5 @@ class WorkerProcess:
                 extra={"action": "shutdown_incomplete", "error": str(error.orig)},
             )
         finally:
+            pool.stop()
             db.session.remove()

@@ -26,6 +26,7 @@ from sqlalchemy import insert, select
 
 from webapp import cron
 from webapp.catalog import Catalog, JobSpec
+from webapp.catalog.context import job_settings
 from webapp.catalog.current import current_catalog
 from webapp.database import write_transaction
 from webapp.extensions import db
@@ -273,8 +274,10 @@ class DemoHistory:
                 max_attempts=job.max_attempts,
                 started_at=self.now,
             )
-            error, output, _ = run_job(leased, self.catalog, current_app.config, db.session())
-            self.outcomes[key] = (error.shown if error else None, output.text())
+            result = run_job(
+                leased, self.catalog, job_settings(current_app.config), db.session()
+            )
+            self.outcomes[key] = (result.error.shown if result.error else None, result.output)
         return self.outcomes[key]
 
     @staticmethod

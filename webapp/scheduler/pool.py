@@ -1,0 +1,319 @@
+"""The worker's job pool: the runs it holds, the slots that run them, and their timeouts.
+
+One table, `held`, answers "which runs does this worker hold a lease on?": a run enters it when
+it is leased and leaves it only once its outcome is stored (or its lease released), whatever it
+does in between (wait for a slot, run, wait for the outcome's commit). Lease renewal reads that
+table under the lock, so it covers every held run at that instant; `waiting` and `outcomes` are
+the work lists of the slots and of the flush, under the same lock.
+
+Two kinds of slots:
+- ThreadJobPool (the default): long-lived threads in the worker. A job past its timeout is
+  failed and its thread abandoned (threads cannot be killed): a new thread takes the slot, the
+  old one is counted until its job returns, and its late result is discarded.
+- ProcessJobPool (`--pool process`): each slot owns a child process. A job past its timeout is
+  killed with its process, and the slot starts a fresh one.
+Both give the job `ctx.deadline` and `ctx.check_timeout()`; the hard limit comes HARD_LIMIT_GRACE
+after it, so that a job which checks its deadline stops by itself first.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from flask import Flask
+
+from webapp.catalog import Catalog
+from webapp.database import utcnow
+from webapp.extensions import db
+from webapp.scheduler.execution import (
+    FinishedRun,
+    JobError,
+    JobResult,
+    finish,
+    job_timeout,
+    run_attempt,
+    timed_out,
+)
+from webapp.scheduler.leases import LeasedRun
+
+log = logging.getLogger("webapp.worker")
+
+HARD_LIMIT_GRACE = 1.0  # seconds past a job's deadline before it is abandoned or killed
+MAX_LEASE_BATCH = 100
+# Leased-but-waiting work a worker may hold, in expected seconds per slot: enough to batch
+# short jobs, too little to hoard long ones.
+PREFETCH_SECONDS = 0.05
+FLUSH_DELAY = 0.02  # seconds an outcome may wait for others before it is stored
+FLUSH_BATCH = 100
+
+
+@dataclass(eq=False)
+class Held:
+    """A run this worker holds a lease on, from its lease until its outcome is stored."""
+
+    run: LeasedRun
+    started_at: datetime | None = None  # None while it waits for a slot
+    timeout: float = 0.0
+    hard_deadline: float = math.inf  # time.monotonic()
+
+
+@dataclass(eq=False)
+class Slot:
+    """One place where a job runs, and the run it runs now."""
+
+    held: Held | None = None
+    abandoned: bool = False  # thread pool: the job ran past its hard limit; a new slot took over
+    thread: threading.Thread | None = field(default=None, repr=False)
+
+
+class JobPool:
+    """`concurrency` slots taking leased runs; the table of held runs; outcomes to store."""
+
+    kind = ""
+
+    def __init__(
+        self,
+        app: Flask,
+        catalog: Catalog,
+        settings: Mapping[str, Any],
+        concurrency: int,
+        wake: threading.Event,
+    ) -> None:
+        self.app = app
+        self.catalog = catalog
+        self.settings = settings  # the job settings: all that jobs see of the configuration
+        self.concurrency = concurrency
+        self.wake = wake
+        self.lock = threading.Lock()
+        self.run_waiting = threading.Condition(self.lock)
+        self.held: dict[int, Held] = {}
+        self.waiting: deque[Held] = deque()
+        self.outcomes: list[FinishedRun] = []  # finished, not yet stored (still in `held`)
+        self.first_outcome_at = 0.0
+        self.slots: list[Slot] = []
+        self.stopping = False
+        self.average_duration: float | None = None  # seconds, moving average
+
+    def start(self) -> None:
+        for _ in range(self.concurrency):
+            self.add_slot()
+
+    def add_slot(self) -> None:
+        slot = Slot()
+        slot.thread = threading.Thread(target=self.serve, args=(slot,), daemon=True, name="job")
+        with self.lock:
+            self.slots.append(slot)
+        slot.thread.start()
+
+    # --- in the slots' threads ---------------------------------------------------------------
+
+    def serve(self, slot: Slot) -> None:
+        raise NotImplementedError
+
+    def take(self, slot: Slot) -> Held | None:
+        """The next waiting run, now started in `slot`; None once the pool stops."""
+        with self.run_waiting:
+            while not self.waiting and not self.stopping:
+                self.run_waiting.wait()
+            if self.stopping:
+                return None
+            held = self.waiting.popleft()
+            held.started_at = utcnow()
+            held.timeout = job_timeout(self.catalog, held.run.job)
+            held.hard_deadline = time.monotonic() + held.timeout + HARD_LIMIT_GRACE
+            slot.held = held
+            return held
+
+    def complete(self, slot: Slot, held: Held, done: FinishedRun) -> None:
+        """Hands a finished attempt to the flush, unless a timeout has recorded it already."""
+        with self.lock:
+            if slot.abandoned or slot.held is not held:
+                return
+            slot.held = None
+            self.add_outcome(done)
+            took = (done.finished_at - done.started_at).total_seconds()
+            average = self.average_duration
+            self.average_duration = took if average is None else 0.8 * average + 0.2 * took
+        self.wake.set()
+
+    def add_outcome(self, done: FinishedRun) -> None:
+        """Called with the lock held."""
+        if not self.outcomes:
+            self.first_outcome_at = time.monotonic()
+        self.outcomes.append(done)
+
+    def crashed(self, run: LeasedRun, started_at: datetime, crash: Exception) -> FinishedRun:
+        """The worker's own bug around a job (never the job's exception): the run fails."""
+        log.exception("run_crashed", extra={"action": "run_crashed", "run_id": run.id})
+        shown = f"the worker failed: {type(crash).__name__}"  # details: the worker's log
+        error = JobError(shown, traceback.format_exc())
+        return finish(run, JobResult(error, ""), started_at)
+
+    def timed_out(self, held: Held) -> FinishedRun:
+        assert held.started_at is not None
+        job = held.run.job
+        backoff = self.catalog.get(job).retry_backoff if job in self.catalog else 0.0
+        return finish(held.run, JobResult(timed_out(held.timeout), "", backoff), held.started_at)
+
+    # --- in the main thread ------------------------------------------------------------------
+
+    def submit(self, runs: list[LeasedRun]) -> None:
+        with self.run_waiting:
+            for run in runs:
+                held = Held(run)
+                self.held[run.id] = held
+                self.waiting.append(held)
+            self.run_waiting.notify(len(runs))
+
+    def held_ids(self) -> list[int]:
+        """Every run this worker holds a lease on at this instant: waiting, running, or finished
+        but not yet stored. What lease renewal extends."""
+        with self.lock:
+            return list(self.held)
+
+    def busy(self) -> int:
+        """Runs waiting or running here."""
+        with self.lock:
+            return len(self.held) - len(self.outcomes)
+
+    def wanted(self) -> int:
+        """How many runs to lease now: free slots, plus a backlog when jobs are short."""
+        with self.lock:
+            free = self.concurrency - (len(self.held) - len(self.outcomes))
+            average = self.average_duration
+        if average is None or average >= PREFETCH_SECONDS:
+            return max(free, 0)
+        backlog = int(self.concurrency * PREFETCH_SECONDS / max(average, 1e-5))
+        return max(0, min(MAX_LEASE_BATCH, free + backlog))
+
+    def due_outcomes(self, force: bool = False) -> list[FinishedRun]:
+        """The outcomes to store now (they stay held until `stored`), or none yet."""
+        with self.lock:
+            ready = self.outcomes and (
+                force
+                or len(self.outcomes) >= FLUSH_BATCH
+                or time.monotonic() - self.first_outcome_at >= FLUSH_DELAY
+                or len(self.held) == len(self.outcomes)
+            )
+            return list(self.outcomes) if ready else []
+
+    def stored(self, batch: list[FinishedRun]) -> None:
+        """Their outcomes are committed: this worker holds these runs no more."""
+        ids = {done.run.id for done in batch}
+        with self.lock:
+            self.outcomes = [done for done in self.outcomes if done.run.id not in ids]
+            for run_id in ids:
+                self.held.pop(run_id, None)
+
+    def flush_deadline(self) -> float | None:
+        with self.lock:
+            return self.first_outcome_at + FLUSH_DELAY if self.outcomes else None
+
+    def take_waiting(self) -> list[int]:
+        """On shutdown: the runs no slot has started, taken back (their leases are released)."""
+        with self.lock:
+            taken = [held.run.id for held in self.waiting]
+            self.waiting.clear()
+            for run_id in taken:
+                del self.held[run_id]
+        return taken
+
+    def release(self, run_ids: list[int]) -> None:
+        """On shutdown: runs whose leases were given back."""
+        with self.lock:
+            for run_id in run_ids:
+                self.held.pop(run_id, None)
+
+    def enforce_timeouts(self) -> None:
+        """Ends the jobs past their hard limit, where the pool's main thread must do it."""
+
+    def next_deadline(self) -> float | None:
+        """When enforce_timeouts has work next (time.monotonic()), if ever."""
+        return None
+
+    def stop(self) -> None:
+        with self.run_waiting:
+            self.stopping = True
+            self.run_waiting.notify_all()
+
+
+class ThreadJobPool(JobPool):
+    """Slots are threads of the worker; a job past its hard limit is abandoned and counted."""
+
+    kind = "thread"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.abandoned_threads = 0  # abandoned and still running their job
+
+    def serve(self, slot: Slot) -> None:
+        with self.app.app_context():
+            while (held := self.take(slot)) is not None:
+                assert held.started_at is not None
+                try:
+                    done = run_attempt(held.run, self.catalog, self.settings, db.session())
+                except Exception as crash:  # run_attempt records the job's errors: our own bug
+                    done = self.crashed(held.run, held.started_at, crash)
+                finally:
+                    db.session.remove()
+                self.complete(slot, held, done)
+                if slot.abandoned:
+                    self.finished_late(held)
+                    return  # a new thread has taken this one's slot
+
+    def finished_late(self, held: Held) -> None:
+        with self.lock:
+            self.abandoned_threads -= 1
+            still = self.abandoned_threads
+        log.info(
+            "job_thread_finished_late",
+            extra={
+                "action": "job_thread_finished_late",
+                "run_id": held.run.id,
+                "abandoned_threads": still,
+            },
+        )
+
+    def enforce_timeouts(self) -> None:
+        """Fails the runs past their hard limit and gives their slots new threads."""
+        now = time.monotonic()
+        late: list[Held] = []
+        with self.lock:
+            for slot in list(self.slots):
+                held = slot.held
+                if held is None or held.hard_deadline > now:
+                    continue
+                slot.abandoned = True
+                self.slots.remove(slot)
+                self.add_outcome(self.timed_out(held))
+                self.abandoned_threads += 1
+                late.append(held)
+            abandoned = self.abandoned_threads
+        for held in late:
+            log.warning(
+                "job_thread_abandoned",
+                extra={
+                    "action": "job_thread_abandoned",
+                    "run_id": held.run.id,
+                    "job": held.run.job,
+                    "timeout": held.timeout,
+                    "abandoned_threads": abandoned,
+                },
+            )
+            self.add_slot()
+        if late:
+            self.wake.set()
+
+    def next_deadline(self) -> float | None:
+        with self.lock:
+            deadlines = [slot.held.hard_deadline for slot in self.slots if slot.held is not None]
+        return min(deadlines) if deadlines else None
