@@ -387,3 +387,28 @@ def test_a_lost_database_connection_is_retried_not_fatal(
         "the worker to reconnect and run it",
     )
     assert process.poll() is None
+
+
+def test_a_job_process_that_cannot_start_is_logged_retried_and_its_run_handed_back(
+    app: Flask, world: World, workers: Workers
+) -> None:
+    run = add_run(world.alpha.id, datetime(2026, 1, 1, tzinfo=UTC))
+    process = workers.start(
+        "--pool",
+        "process",
+        "--concurrency",
+        "1",
+        SCHEDULER_JOB_MODULES="tests.child_fails_jobs",
+        SCHEDULER_SHUTDOWN_GRACE="1",
+    )
+
+    def failed_starts() -> int:
+        return workers.logs().count("job_process_failed_to_start")
+
+    wait_for(lambda: failed_starts() >= 2, 60, "the job process to fail to start twice")
+    assert "cannot be imported in a job process" in workers.logs()
+    assert get_run(run.id).status not in ("succeeded", "failed")  # never run, never lost
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 0, workers.logs()
+    handed_back = get_run(run.id)
+    assert (handed_back.status, handed_back.worker_id) == ("queued", None), workers.logs()

@@ -39,6 +39,8 @@ from webapp.scheduler.pool import Held, JobPool, Slot
 log = logging.getLogger("webapp.worker")
 
 READY = "ready"
+SPAWN_RETRY_FIRST = 1.0  # seconds before a child that failed to start is tried again; doubling
+SPAWN_RETRY_MAX = 30.0
 SPAWN = multiprocessing.get_context("spawn")
 
 
@@ -93,8 +95,30 @@ class ProcessJobPool(JobPool):
         self.children: set[BaseProcess] = set()
         super().start()
 
-    def spawn(self) -> tuple[BaseProcess, Connection]:
-        """A new child, once it is ready to take a run (its imports are not a job's time)."""
+    def spawn(self) -> tuple[BaseProcess, Connection] | None:
+        """A new child, once it is ready to take a run (its imports are not a job's time); None
+        if the pool stops first. A child that cannot start (a job module that fails to import
+        in a fresh interpreter, no memory) is logged and tried again: the runs wait in the
+        queue with their leases renewed, and the worker hands them back when it stops."""
+        delay = SPAWN_RETRY_FIRST
+        while not self.stopping:
+            try:
+                return self.start_child()
+            except (OSError, EOFError, RuntimeError) as error:
+                log.error(
+                    "job_process_failed_to_start",
+                    extra={
+                        "action": "job_process_failed_to_start",
+                        "error": str(error) or type(error).__name__,
+                        "retry_in": delay,
+                    },
+                )
+            with self.run_waiting:
+                self.run_waiting.wait_for(lambda: self.stopping, timeout=delay)
+            delay = min(delay * 2, SPAWN_RETRY_MAX)
+        return None
+
+    def start_child(self) -> tuple[BaseProcess, Connection]:
         ours, theirs = SPAWN.Pipe()
         child = SPAWN.Process(
             target=child_main, args=(theirs, self.child_setup), daemon=True, name="job"
@@ -103,13 +127,22 @@ class ProcessJobPool(JobPool):
         with self.lock:
             self.children.add(child)
         theirs.close()
-        if ours.recv() != READY:
+        try:
+            ready = ours.recv()  # EOFError: the child died before it was ready
+        except EOFError:
+            self.kill(child)
+            ours.close()
+            raise EOFError(f"the job process exited with code {child.exitcode}") from None
+        if ready != READY:
             raise RuntimeError("a job process did not start")
         log.info("job_process_started", extra={"action": "job_process_started", "pid": child.pid})
         return child, ours
 
     def serve(self, slot: Slot) -> None:
-        child, connection = self.spawn()
+        started = self.spawn()
+        if started is None:
+            return
+        child, connection = started
         try:
             while (held := self.take(slot)) is not None:
                 assert held.started_at is not None
@@ -120,9 +153,10 @@ class ProcessJobPool(JobPool):
                 self.complete(slot, held, done)
                 if lost:
                     self.end(child, connection)
-                    if self.stopping:
+                    started = self.spawn()
+                    if started is None:
                         return
-                    child, connection = self.spawn()
+                    child, connection = started
         finally:
             self.end(child, connection)  # a second time after a loss: harmless
 
