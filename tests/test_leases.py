@@ -194,16 +194,21 @@ def test_shutdown_returns_unfinished_runs_without_spending_an_attempt(
     assert (released.status, released.attempt, released.worker_id) == ("queued", 0, None)
 
 
-def test_an_outcome_is_dropped_once_another_worker_holds_the_run(app: Flask, world: World) -> None:
+def test_an_outcome_is_dropped_once_another_worker_holds_the_run(
+    app: Flask, world: World, caplog: pytest.LogCaptureFixture
+) -> None:
     first = worker_id()
     add_run(world.alpha.id, NOW, args={"message": "late"}, max_attempts=2)
     (leased,) = lease_once(db.session(), first, NOW, TTL, 1)
     reap_once(db.session(), NOW + TTL * 2)
     second = worker_id()
     lease(second, NOW + TTL * 2)
-    execute_leased(leased, first)  # the lost worker wakes up
+    with caplog.at_level(logging.INFO, logger="webapp.scheduler"):
+        execute_leased(leased, first)  # the lost worker wakes up
     (run,) = all_runs()
     assert (run.status, run.worker_id, run.attempt) == ("running", second, 2)
+    (record,) = [r for r in caplog.records if getattr(r, "action", None) == "run_outcome_dropped"]
+    assert (getattr(record, "attempt", None), getattr(record, "outcome", None)) == (1, "succeeded")
 
 
 def test_a_system_job_gets_the_database(app: Flask, world: World) -> None:
@@ -243,3 +248,48 @@ def test_a_job_whose_scope_does_not_match_its_run_fails(app: Flask, world: World
         "failed",
         "job 'demo.echo' is a tenant job and cannot be used in a system schedule",
     )
+
+
+def test_an_outcome_is_stored_when_a_reaper_took_the_run_back_and_nobody_leased_it(
+    app: Flask, world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The worker could not renew (the database was down) and a reaper queued the run again;
+    the job had finished meanwhile. Its real outcome is stored: the job does not run twice."""
+    worker = worker_id()
+    run = add_run(world.alpha.id, NOW, args={"message": "done"}, max_attempts=2)
+    (leased,) = lease_once(db.session(), worker, NOW, TTL, 1)
+    assert reap_once(db.session(), NOW + TTL * 2) == 1
+    with caplog.at_level(logging.INFO, logger="webapp.scheduler"):
+        execute_leased(leased, worker)
+    stored = get_run(run.id)
+    assert (stored.status, stored.attempt, stored.worker_id, stored.error, stored.output) == (
+        "succeeded",
+        1,
+        worker,
+        None,
+        "done\n",
+    )
+    (record,) = [r for r in caplog.records if getattr(r, "action", None) == "run_succeeded"]
+    assert getattr(record, "lease", None) == "taken_back"
+
+
+def test_a_job_that_succeeded_is_not_recorded_as_worker_lost(app: Flask, world: World) -> None:
+    worker = worker_id()
+    run = add_run(world.alpha.id, NOW, args={"message": "done"})  # one attempt: reaped = failed
+    (leased,) = lease_once(db.session(), worker, NOW, TTL, 1)
+    reap_once(db.session(), NOW + TTL * 2)
+    assert get_run(run.id).error == "worker lost: the worker running it stopped renewing its lease"
+    execute_leased(leased, worker)
+    stored = get_run(run.id)
+    assert (stored.status, stored.error, stored.output) == ("succeeded", None, "done\n")
+
+
+def test_renewal_returns_the_leases_still_held(app: Flask, world: World) -> None:
+    worker = worker_id()
+    taken = add_run(world.alpha.id, NOW, max_attempts=2)
+    lease(worker)
+    held = add_run(world.alpha.id, NOW)
+    lease(worker, NOW + timedelta(seconds=30))
+    reap_once(db.session(), NOW + TTL + timedelta(seconds=1))
+    renewed = renew_leases(db.session(), worker, [taken.id, held.id], NOW + TTL * 1.1, TTL)
+    assert renewed == {held.id}

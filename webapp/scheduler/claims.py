@@ -12,7 +12,18 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Integer, Interval, Select, bindparam, func, select, text, update
+from sqlalchemy import (
+    Integer,
+    Interval,
+    Select,
+    and_,
+    bindparam,
+    func,
+    or_,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session
@@ -276,21 +287,29 @@ def lease_runs(
 
 def extend_leases(
     session: Session, worker_id: int, run_ids: Iterable[int], locked_until: datetime
-) -> None:
+) -> set[int]:
+    """Extends this worker's leases on these runs; returns the ids it still held."""
     ids = list(run_ids)
-    if ids:
-        session.execute(
-            update(Run)
-            .where(Run.id.in_(ids), Run.worker_id == worker_id, Run.status == "running")
-            .values(locked_until=locked_until)
-            .execution_options(synchronize_session=False)
-        )
+    if not ids:
+        return set()
+    statement = (
+        update(Run)
+        .where(Run.id.in_(ids), Run.worker_id == worker_id, Run.status == "running")
+        .values(locked_until=locked_until)
+        .returning(Run.id)
+        .execution_options(synchronize_session=False)
+    )
+    return set(session.execute(statement).scalars())
 
 
 def any_run_available(session: Session, now: datetime) -> bool:
     query = select(Run.id).where(Run.status == "queued", Run.available_at <= now).limit(1)
     return session.scalar(query) is not None
 
+
+# What a reaper writes on a run it takes back (leases.reap_once).
+REQUEUE_ERROR = "the worker running this attempt was lost; retrying"
+LOST_ERROR = "worker lost: the worker running it stopped renewing its lease"
 
 OUTCOME_COLUMNS = (
     "id",
@@ -305,29 +324,37 @@ OUTCOME_COLUMNS = (
 )
 
 
-def record_outcomes(session: Session, worker_id: int, rows: list[dict[str, Any]]) -> set[int]:
+def record_outcomes(
+    session: Session, worker_id: int, rows: list[dict[str, Any]], taken_back: bool = False
+) -> set[int]:
     """Stores finished attempts, each only if this worker still holds that attempt's lease.
 
-    A retry (`status` queued) leaves the worker and gets its `available_at`; the others keep
-    theirs. Returns the ids stored; the rest belong to another worker by now.
+    With `taken_back`, each only if a reaper took that attempt back and nobody has touched the
+    run since (queued again and not leased, or failed as "worker lost"): the attempt did end,
+    and its real outcome replaces the reaper's guess. A run leased again by anyone is never
+    written. A retry (`status` queued) leaves the worker and gets its `available_at`; the
+    others keep theirs. Returns the ids stored.
     """
     if not rows:
         return set()
     if is_postgresql(session):
-        return record_outcomes_postgresql(session, worker_id, rows)
+        return record_outcomes_postgresql(session, worker_id, rows, taken_back)
     stored: set[int] = set()
     for row in rows:  # SQLite: statements are in-process calls; one commit for all of them
         values = {k: row[k] for k in OUTCOME_COLUMNS[2:] if k != "available_at"}
+        values["worker_id"] = worker_id  # a reaper's requeue had cleared it
         if row["status"] == "queued":
             values.update(available_at=row["available_at"], worker_id=None)
+        if taken_back:
+            owner = or_(
+                and_(Run.status == "queued", Run.worker_id.is_(None), Run.error == REQUEUE_ERROR),
+                and_(Run.status == "failed", Run.worker_id == worker_id, Run.error == LOST_ERROR),
+            )
+        else:
+            owner = and_(Run.status == "running", Run.worker_id == worker_id)
         statement = (
             update(Run)
-            .where(
-                Run.id == row["id"],
-                Run.worker_id == worker_id,
-                Run.status == "running",
-                Run.attempt == row["attempt"],
-            )
+            .where(Run.id == row["id"], Run.attempt == row["attempt"], owner)
             .values(locked_until=None, **values)
             .returning(Run.id)
             .execution_options(synchronize_session=False)
@@ -336,8 +363,15 @@ def record_outcomes(session: Session, worker_id: int, rows: list[dict[str, Any]]
     return stored
 
 
+OWNED = "r.status = 'running' AND r.worker_id = :worker_id"
+TAKEN_BACK = (
+    "(r.status = 'queued' AND r.worker_id IS NULL AND r.error = :requeue_error "
+    "OR r.status = 'failed' AND r.worker_id = :worker_id AND r.error = :lost_error)"
+)
+
+
 def record_outcomes_postgresql(
-    session: Session, worker_id: int, rows: list[dict[str, Any]]
+    session: Session, worker_id: int, rows: list[dict[str, Any]], taken_back: bool
 ) -> set[int]:
     columns = list(OUTCOME_COLUMNS)
     statement = text(
@@ -345,10 +379,13 @@ def record_outcomes_postgresql(
         "error_detail = v.error_detail, "
         "started_at = v.started_at, finished_at = v.finished_at, locked_until = NULL, "
         "available_at = COALESCE(v.available_at, r.available_at), "
-        "worker_id = CASE WHEN v.status = 'queued' THEN NULL ELSE r.worker_id END "
+        "worker_id = CASE WHEN v.status = 'queued' THEN NULL ELSE :worker_id END "
         f"FROM jsonb_to_recordset(CAST(:rows AS JSONB)) AS v({record_type(session, Run, columns)}) "
-        "WHERE r.id = v.id AND r.worker_id = :worker_id AND r.status = 'running' "
-        "AND r.attempt = v.attempt RETURNING r.id"
+        f"WHERE r.id = v.id AND r.attempt = v.attempt AND {TAKEN_BACK if taken_back else OWNED} "
+        "RETURNING r.id"
     )
     payload = json_rows([{name: row[name] for name in columns} for row in rows])
-    return set(session.execute(statement, {"rows": payload, "worker_id": worker_id}).scalars())
+    parameters: dict[str, Any] = {"rows": payload, "worker_id": worker_id}
+    if taken_back:
+        parameters.update(requeue_error=REQUEUE_ERROR, lost_error=LOST_ERROR)
+    return set(session.execute(statement, parameters).scalars())

@@ -257,7 +257,13 @@ ACTIONS: dict[RunStatus, str] = {
 
 
 def store_outcomes(session: Session, worker_id: int, finished: list[FinishedRun]) -> set[int]:
-    """Stores the outcomes in one transaction, each if this worker still holds the attempt."""
+    """Stores the outcomes in one transaction, each if this worker still holds the attempt.
+
+    An attempt whose lease a reaper took back while it ran (the worker was frozen, or could not
+    reach the database) is still stored when nobody has touched the run since: its history
+    shows what the job did, not "worker lost". Once another attempt has begun, the outcome is
+    dropped, never written over the new owner's, and the log says so (`run_outcome_dropped`).
+    """
     rows = [
         {
             "id": done.run.id,
@@ -274,21 +280,28 @@ def store_outcomes(session: Session, worker_id: int, finished: list[FinishedRun]
     ]
     with write_transaction(session):
         stored = claims.record_outcomes(session, worker_id, rows)
+        late = [row for row in rows if row["id"] not in stored]
+        stored_late = claims.record_outcomes(session, worker_id, late, taken_back=True)
     for done in finished:
-        kept = done.run.id in stored
+        kept = done.run.id in stored or done.run.id in stored_late
         fields: dict[str, object] = {
             "action": ACTIONS[done.outcome.status] if kept else "run_outcome_dropped",
             "run_id": done.run.id,
             "attempt": done.run.attempt,
             "duration_ms": int((done.finished_at - done.started_at).total_seconds() * 1000),
         }
+        if done.run.id in stored_late:
+            fields["lease"] = "taken_back"  # stored all the same: nobody had taken the run over
+        elif not kept:
+            fields["outcome"] = done.outcome.status
+            fields["reason"] = "another attempt holds the run"
         if done.outcome.error is not None:
             fields["error"] = done.outcome.error.partition("\n")[0]
         if done.outcome.error_detail is not None:
             fields[TRACEBACK] = done.outcome.error_detail  # the full one: operators only
-        level = logging.INFO if done.outcome.error is None else logging.WARNING
+        level = logging.INFO if done.outcome.error is None and kept else logging.WARNING
         log.log(level, "run_finished", extra=fields)
-    return stored
+    return stored | stored_late
 
 
 def finish(run: LeasedRun, result: JobResult, started_at: datetime) -> FinishedRun:

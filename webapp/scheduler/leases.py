@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from webapp.database import UTCDateTime, write_transaction
 from webapp.models import Run, Trigger
 from webapp.scheduler import claims
+from webapp.scheduler.claims import LOST_ERROR, REQUEUE_ERROR
 
 log = logging.getLogger("webapp.scheduler")
 
@@ -65,30 +66,32 @@ def lease_once(
         )
         for row in sorted(rows, key=lambda r: r.id)
     ]
-    for run in leased:
-        log.info(
-            "run_started",
-            extra={
-                "action": "run_started",
-                "run_id": run.id,
-                "attempt": run.attempt,
-                "worker_id": worker_id,
-            },
-        )
+    if log.isEnabledFor(logging.DEBUG):  # `run_started` is logged when a slot starts the job
+        for run in leased:
+            log.debug(
+                "run_leased",
+                extra={
+                    "action": "run_leased",
+                    "run_id": run.id,
+                    "attempt": run.attempt,
+                    "worker_id": worker_id,
+                },
+            )
     return leased
 
 
 def renew_leases(
     session: Session, worker_id: int, run_ids: list[int], now: datetime, lock_ttl: timedelta
-) -> None:
-    """The worker's heartbeat for the jobs it runs: a lease that is renewed never expires."""
-    if run_ids:
-        with write_transaction(session):
-            claims.extend_leases(session, worker_id, run_ids, now + lock_ttl)
+) -> set[int]:
+    """The worker's heartbeat for the jobs it holds: a lease that is renewed never expires.
 
-
-REQUEUE_ERROR = "the worker running this attempt was lost; retrying"
-LOST_ERROR = "worker lost: the worker running it stopped renewing its lease"
+    Returns the ids renewed: a run of `run_ids` missing from them is no longer this worker's
+    (a reaper took it back), and the worker must not start it or store over it.
+    """
+    if not run_ids:
+        return set()
+    with write_transaction(session):
+        return claims.extend_leases(session, worker_id, run_ids, now + lock_ttl)
 
 
 def reap_statement() -> Any:

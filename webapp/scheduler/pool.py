@@ -1,10 +1,17 @@
 """The worker's job pool: the runs it holds, the slots that run them, and their timeouts.
 
 One table, `held`, answers "which runs does this worker hold a lease on?": a run enters it when
-it is leased and leaves it only once its outcome is stored (or its lease released), whatever it
-does in between (wait for a slot, run, wait for the outcome's commit). Lease renewal reads that
-table under the lock, so it covers every held run at that instant; `waiting` and `outcomes` are
-the work lists of the slots and of the flush, under the same lock.
+it is leased and leaves it once its outcome is stored, its lease released, or the worker learns
+that it lost the lease (renewal did not find it ours), whatever it does in between (wait for a
+slot, run, wait for the outcome's commit). Lease renewal reads that table under the lock, so it
+covers every held run at that instant; `waiting` and `outcomes` are the work lists of the slots
+and of the flush, under the same lock.
+
+Fencing: each held run knows its lease's deadline by this worker's monotonic clock, taken before
+the statement that leased or renewed it (so it never falls after the database's `locked_until`).
+A slot starts only a run whose deadline has not passed: a worker that was frozen, or could not
+renew, starts nothing it may no longer own. Such a run waits for the next renewal, which either
+extends it (nobody took it: it may start) or finds it lost (it is dropped, never started).
 
 Two kinds of slots:
 - ThreadJobPool (the default): long-lived threads in the worker. A job past its timeout is
@@ -61,7 +68,10 @@ class Held:
     """A run this worker holds a lease on, from its lease until its outcome is stored."""
 
     run: LeasedRun
+    lease_deadline: float  # time.monotonic(): its lease may have passed after this
+    leased_at: float  # time.monotonic()
     started_at: datetime | None = None  # None while it waits for a slot
+    started: float = 0.0  # time.monotonic() when a slot started it
     timeout: float = 0.0
     hard_deadline: float = math.inf  # time.monotonic()
 
@@ -120,18 +130,37 @@ class JobPool:
         raise NotImplementedError
 
     def take(self, slot: Slot) -> Held | None:
-        """The next waiting run, now started in `slot`; None once the pool stops."""
+        """The next waiting run whose lease holds, now started in `slot`; None once the pool
+        stops."""
         with self.run_waiting:
-            while not self.waiting and not self.stopping:
+            while (held := self.start_next(slot, time.monotonic())) is None:
+                if self.stopping:
+                    return None
                 self.run_waiting.wait()
-            if self.stopping:
-                return None
-            held = self.waiting.popleft()
-            held.started_at = utcnow()
-            held.timeout = job_timeout(self.catalog, held.run.job)
-            held.hard_deadline = time.monotonic() + held.timeout + HARD_LIMIT_GRACE
-            slot.held = held
-            return held
+        log.info(
+            "run_started",
+            extra={"action": "run_started", "run_id": held.run.id, "attempt": held.run.attempt},
+        )
+        return held
+
+    def start_next(self, slot: Slot, now: float) -> Held | None:
+        """Called with the lock held: the first waiting run whose lease has not passed by `now`
+        (time.monotonic()), started in `slot`. Runs whose lease has passed stay waiting, not
+        started, until renewal says whether they are still ours."""
+        if self.stopping:
+            return None
+        for held in self.waiting:
+            if held.lease_deadline > now:
+                break
+        else:
+            return None
+        self.waiting.remove(held)
+        held.started_at = utcnow()
+        held.started = now
+        held.timeout = job_timeout(self.catalog, held.run.job)
+        held.hard_deadline = now + held.timeout + HARD_LIMIT_GRACE
+        slot.held = held
+        return held
 
     def complete(self, slot: Slot, held: Held, done: FinishedRun) -> None:
         """Hands a finished attempt to the flush, unless a timeout has recorded it already."""
@@ -166,10 +195,13 @@ class JobPool:
 
     # --- in the main thread ------------------------------------------------------------------
 
-    def submit(self, runs: list[LeasedRun]) -> None:
+    def submit(self, runs: list[LeasedRun], lease_deadline: float, now: float) -> None:
+        """Runs just leased, their leases good until `lease_deadline` (time.monotonic())."""
         with self.run_waiting:
             for run in runs:
-                held = Held(run)
+                if run.id in self.held:  # leased again: the database took it back from us
+                    self.lose(self.held[run.id])
+                held = Held(run, lease_deadline, leased_at=now)
                 self.held[run.id] = held
                 self.waiting.append(held)
             self.run_waiting.notify(len(runs))
@@ -180,20 +212,64 @@ class JobPool:
         with self.lock:
             return list(self.held)
 
+    def renewed(self, sent: list[int], renewed: set[int], lease_deadline: float) -> None:
+        """After renewal: the runs it extended are good until `lease_deadline`; the others of
+        `sent` are no longer ours (another worker's reaper took them back)."""
+        with self.run_waiting:
+            for run_id in sent:
+                held = self.held.get(run_id)
+                if held is None:  # its outcome was stored meanwhile
+                    continue
+                if run_id in renewed:
+                    held.lease_deadline = lease_deadline
+                else:
+                    self.lose(held)
+            self.run_waiting.notify_all()  # runs whose lease had passed may start again
+
+    def lose(self, held: Held) -> None:
+        """Called with the lock held: the lease on this run is lost. Not started, it is dropped;
+        started, its job goes on (a thread cannot be stopped) and its outcome is stored only
+        if nobody has taken the run over (execution.store_outcomes)."""
+        del self.held[held.run.id]
+        state = "finished" if any(done.run is held.run for done in self.outcomes) else "running"
+        if held in self.waiting:
+            self.waiting.remove(held)
+            state = "waiting"
+        log.warning(
+            "run_lease_lost",
+            extra={
+                "action": "run_lease_lost",
+                "run_id": held.run.id,
+                "attempt": held.run.attempt,
+                "state": state,
+            },
+        )
+
+    def running(self) -> int:
+        """Called with the lock held: slots running a job."""
+        return sum(1 for slot in self.slots if slot.held is not None)
+
     def busy(self) -> int:
         """Runs waiting or running here."""
         with self.lock:
-            return len(self.held) - len(self.outcomes)
+            return len(self.waiting) + self.running()
 
-    def wanted(self) -> int:
-        """How many runs to lease now: free slots, plus a backlog when jobs are short."""
+    def wanted(self, now: float) -> int:
+        """How many runs to lease at `now` (time.monotonic()): as many as the slots can start
+        soon. A free slot takes one at once. While jobs are short, a slot that is free or has
+        just started its job also takes a backlog (PREFETCH_SECONDS of work), so that a lease
+        serves many runs; a slot busy with a long job takes nothing, so no run waits behind it
+        while another worker could start it."""
         with self.lock:
-            free = self.concurrency - (len(self.held) - len(self.outcomes))
+            busy = [slot.held.started for slot in self.slots if slot.held is not None]
+            free = len(self.slots) - len(busy)
+            waiting = len(self.waiting)
             average = self.average_duration
         if average is None or average >= PREFETCH_SECONDS:
-            return max(free, 0)
-        backlog = int(self.concurrency * PREFETCH_SECONDS / max(average, 1e-5))
-        return max(0, min(MAX_LEASE_BATCH, free + backlog))
+            return max(0, free - waiting)
+        soon = free + sum(1 for started in busy if now - started < PREFETCH_SECONDS)
+        backlog = int(soon * PREFETCH_SECONDS / max(average, 1e-5))
+        return max(0, min(MAX_LEASE_BATCH, free + backlog - waiting))
 
     def due_outcomes(self, force: bool = False) -> list[FinishedRun]:
         """The outcomes to store now (they stay held until `stored`), or none yet."""
@@ -202,30 +278,43 @@ class JobPool:
                 force
                 or len(self.outcomes) >= FLUSH_BATCH
                 or time.monotonic() - self.first_outcome_at >= FLUSH_DELAY
-                or len(self.held) == len(self.outcomes)
+                or (not self.waiting and not self.running())
             )
             return list(self.outcomes) if ready else []
 
     def stored(self, batch: list[FinishedRun]) -> None:
-        """Their outcomes are committed: this worker holds these runs no more."""
-        ids = {done.run.id for done in batch}
+        """Their outcomes are committed (or dropped, the run being another worker's): this
+        worker holds these attempts no more."""
+        finished = {id(done) for done in batch}
         with self.lock:
-            self.outcomes = [done for done in self.outcomes if done.run.id not in ids]
-            for run_id in ids:
-                self.held.pop(run_id, None)
+            self.outcomes = [done for done in self.outcomes if id(done) not in finished]
+            for done in batch:
+                held = self.held.get(done.run.id)
+                if held is not None and held.run is done.run:  # not a newer lease of the run
+                    del self.held[done.run.id]
 
     def flush_deadline(self) -> float | None:
         with self.lock:
             return self.first_outcome_at + FLUSH_DELAY if self.outcomes else None
 
-    def take_waiting(self) -> list[int]:
-        """On shutdown: the runs no slot has started, taken back (their leases are released)."""
+    def take_waiting(self, leased_before: float = math.inf) -> list[Held]:
+        """The runs no slot has started (leased before `leased_before`), taken back so that no
+        slot starts them while their leases are released: on shutdown, all of them; in a round,
+        those that have waited too long."""
         with self.lock:
-            taken = [held.run.id for held in self.waiting]
-            self.waiting.clear()
-            for run_id in taken:
-                del self.held[run_id]
+            taken = [held for held in self.waiting if held.leased_at < leased_before]
+            for held in taken:
+                self.waiting.remove(held)
+                del self.held[held.run.id]
         return taken
+
+    def put_back(self, taken: list[Held]) -> None:
+        """Runs whose release failed (no database): still ours, they wait for a slot again."""
+        with self.run_waiting:
+            for held in taken:
+                self.held[held.run.id] = held
+            self.waiting.extendleft(reversed(taken))
+            self.run_waiting.notify(len(taken))
 
     def release(self, run_ids: list[int]) -> None:
         """On shutdown: runs whose leases were given back."""

@@ -12,6 +12,7 @@ and the outcomes of finished jobs are stored together, one transaction per batch
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import socket
@@ -23,6 +24,7 @@ from types import FrameType
 from flask import Flask
 from sqlalchemy import update
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
 
 from webapp.catalog.context import job_settings
 from webapp.catalog.current import current_catalog
@@ -43,14 +45,16 @@ MAX_BACKOFF = 30.0
 POOLS: dict[str, type[JobPool]] = {"thread": ThreadJobPool, "process": ProcessJobPool}
 
 
-def database_unavailable(error: DBAPIError, delay: float) -> tuple[float, float]:
+def database_unavailable(
+    error: DBAPIError, delay: float, max_delay: float = MAX_BACKOFF
+) -> tuple[float, float]:
     """Logs a lost database and returns (this wait, the next one): the worker never dies of it."""
     db.session.rollback()
     log.warning(
         "database_unavailable",
         extra={"action": "database_unavailable", "error": str(error.orig), "retry_in": delay},
     )
-    return delay, min(delay * 2, MAX_BACKOFF)
+    return delay, min(delay * 2, max_delay)
 
 
 class WorkerProcess:
@@ -74,7 +78,12 @@ class WorkerProcess:
         self.settings = TickSettings.from_config(self.config)
         # Leases are renewed three times per TTL, so one late round never lets them lapse.
         self.renewal_interval = self.lock_ttl.total_seconds() / 3
+        # Retried within a renewal interval: back in time to renew before the leases lapse.
+        self.max_backoff = min(MAX_BACKOFF, self.renewal_interval)
         self.last_renewal = 0.0
+        # After a lost connection this worker reaps only once it has been connected again for a
+        # whole TTL: the other workers, who could not renew either, have renewed by then.
+        self.reap_not_before = 0.0
         self.last_tick = 0.0
         self.next_fire: datetime | None = None
 
@@ -163,30 +172,59 @@ class WorkerProcess:
                 worked = self.lease() or worked
         self.pool.enforce_timeouts()
         if now_monotonic - self.last_renewal >= self.renewal_interval:
-            # The database's clock, the one the reapers compare leases with.
-            now = claims.database_now(session)
-            reap_once(session, now)
-            renew_leases(session, self.worker_id, self.pool.held_ids(), now, self.lock_ttl)
-            self.heartbeat(now)
-            self.last_renewal = now_monotonic
+            self.renew_and_reap(session)
         session.commit()
         return worked
 
+    def renew_and_reap(self, session: Session) -> None:
+        """Renews this worker's leases, then reaps expired ones: in that order, so that a
+        worker never reaps its own live runs after a pause. Runs that waited more than a
+        renewal interval for a slot go back to the queue, for a worker that can start them."""
+        assert self.worker_id is not None and self.pool is not None
+        started = time.monotonic()  # before the statement: never later than `locked_until`
+        stale = self.pool.take_waiting(leased_before=started - self.renewal_interval)
+        try:
+            release_leases(session, self.worker_id, [held.run.id for held in stale], utcnow())
+        except DBAPIError:
+            self.pool.put_back(stale)
+            raise
+        # The database's clock, the one the reapers compare leases with.
+        now = claims.database_now(session)
+        held = self.pool.held_ids()
+        renewed = renew_leases(session, self.worker_id, held, now, self.lock_ttl)
+        self.pool.renewed(held, renewed, started + self.lock_ttl.total_seconds())
+        if self.reap_not_before == math.inf:
+            self.reap_not_before = started + self.lock_ttl.total_seconds()
+        if started >= self.reap_not_before:
+            reap_once(session, now)
+        self.heartbeat(now)
+        self.last_renewal = started
+
     def lease(self) -> bool:
         assert self.worker_id is not None and self.pool is not None
-        wanted = self.pool.wanted()
+        leased_at = time.monotonic()  # before the statement: never later than `locked_until`
+        wanted = self.pool.wanted(leased_at)
         if wanted <= 0:
             return False
         runs = lease_once(db.session(), self.worker_id, None, self.lock_ttl, wanted)
-        self.pool.submit(runs)
+        self.pool.submit(runs, leased_at + self.lock_ttl.total_seconds(), leased_at)
         return bool(runs)
 
     def flush(self, force: bool = False) -> None:
         assert self.worker_id is not None and self.pool is not None
         batch = self.pool.due_outcomes(force)
-        if batch:
+        if not batch:
+            return
+        try:
             store_outcomes(db.session(), self.worker_id, batch)
-            self.pool.stored(batch)  # not before: a failed commit is tried again next round
+        except DBAPIError:
+            # Kept in memory, stored on the next round that reaches the database.
+            log.warning(
+                "run_outcomes_not_stored",
+                extra={"action": "run_outcomes_not_stored", "count": len(batch)},
+            )
+            raise
+        self.pool.stored(batch)  # not before: a failed commit is tried again next round
 
     def idle(self) -> bool:
         """Nothing due, nothing queued that may start, nothing held here (for --burst)."""
@@ -241,16 +279,17 @@ class WorkerProcess:
                 self.shut_down()
 
     def loop(self) -> None:
-        delay = 1.0
+        delay = min(1.0, self.max_backoff)
         while not self.stop_requested.is_set():
             try:
                 worked = self.round()
                 if self.burst and not worked and self.idle():
                     break
                 pause = 0.0 if worked else self.seconds_to_sleep()
-                delay = 1.0
+                delay = min(1.0, self.max_backoff)
             except DBAPIError as error:
-                pause, delay = database_unavailable(error, delay)
+                pause, delay = database_unavailable(error, delay, self.max_backoff)
+                self.reap_not_before = math.inf
             if pause:
                 self.wake.wait(pause)
             self.wake.clear()
@@ -271,7 +310,7 @@ class WorkerProcess:
             return
         pool = self.pool
         try:
-            not_started = pool.take_waiting()
+            not_started = [held.run.id for held in pool.take_waiting()]
             grace_ends = time.monotonic() + float(self.config["SCHEDULER_SHUTDOWN_GRACE"])
             while pool.busy() and time.monotonic() < grace_ends:
                 self.wake.wait(0.05)
