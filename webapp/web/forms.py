@@ -14,7 +14,6 @@ from werkzeug.datastructures import MultiDict
 
 from webapp.catalog import Catalog, FormField, JobSpec, UnknownJobError
 from webapp.models import MISFIRE_POLICIES, OVERLAP_POLICIES, Schedule, Tenant
-from webapp.services.schedules import ScheduleInput
 
 # The schedule form's labels by field name; the audit log names changed fields with them too.
 FIELD_LABELS = {
@@ -116,18 +115,19 @@ class ScheduleForm:
     def general_errors(self) -> list[str]:
         return [self.errors[name] for name in GENERAL_ERRORS if name in self.errors]
 
-    def to_input(self, catalog: Catalog) -> ScheduleInput:
+    def to_data(self, catalog: Catalog) -> dict[str, object]:
+        """The posted schedule as the plain data that the service checks (ScheduleIn)."""
         spec = job_spec(catalog, self.job)
-        return ScheduleInput(
-            name=self.name,
-            job=self.job,
-            args=convert_args(spec, self.args) if spec else {},
-            cron=self.cron,
-            time_zone=self.time_zone,
-            active=self.active,
-            misfire_policy=self.misfire_policy,
-            overlap_policy=self.overlap_policy,
-        )
+        return {
+            "name": self.name,
+            "job": self.job,
+            "args": convert_args(spec, self.args) if spec else {},
+            "cron": self.cron,
+            "time_zone": self.time_zone,
+            "active": self.active,
+            "misfire_policy": self.misfire_policy,
+            "overlap_policy": self.overlap_policy,
+        }
 
 
 def job_spec(catalog: Catalog, name: str) -> JobSpec | None:
@@ -135,7 +135,7 @@ def job_spec(catalog: Catalog, name: str) -> JobSpec | None:
         spec = catalog.get(name)
     except UnknownJobError:
         return None
-    return spec if spec.scope == "tenant" else None
+    return spec if spec.scope_problem("tenant") is None else None
 
 
 def default_args(catalog: Catalog, job: str) -> dict[str, str]:
