@@ -129,6 +129,7 @@ def test_one_bad_item_lists_every_problem_and_writes_nothing(
         "item 7 (key 'zone'): time_zone: unknown time zone 'Mars/Olympus'",
         "item 8 (key 'ok'): duplicate key: item 0 has it too",
         "item 9: key: field required",
+        "item 9: args.message: Field required",  # every problem of an item, not the first kind
         "item 9: colour: unknown field",
         "item 10: must be a JSON object",
         "item 11 (key 'eval'): job 'builtins.eval' is not in the catalog",

@@ -120,7 +120,8 @@ class ScheduleIn(BaseModel):
     key: StrictStr | None = None  # None: derived from the name
     name: StrictStr
     job: StrictStr
-    args: dict[str, Any] = Field(default_factory=dict)
+    # Checked when left out too: the job may require some.
+    args: dict[str, Any] = Field(default_factory=dict, validate_default=True)
     time_zone: StrictStr
     cron: StrictStr
     misfire_policy: MisfirePolicy = "fire_once"

@@ -2,7 +2,8 @@
 
 The job's parameter fields are generated from the catalog (`JobSpec.form_fields()`); each is
 posted as `args.<name>`, the same path that the service's errors use, so an error lands next to
-its field. Validation itself is the service layer's: this module only converts types.
+its field. Validation itself is the schedule schema's (services/schema.py ScheduleIn): this module
+only turns the posted strings into the plain data the schema takes.
 """
 
 from __future__ import annotations
