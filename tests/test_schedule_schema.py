@@ -124,8 +124,10 @@ def test_the_command_line_prints_the_same_message(
 @pytest.mark.parametrize(
     ("key", "message"),
     [
-        ("Nightly Report", "invalid key 'Nightly Report': use 1-64 lower-case letters, "
-         "digits, '_', '.', '-'"),
+        (
+            "Nightly Report",
+            "invalid key 'Nightly Report': use 1-64 lower-case letters, digits, '_', '.', '-'",
+        ),
         (7, "must be text"),
     ],
 )
@@ -134,14 +136,22 @@ def test_a_bad_key_is_refused_by_the_import_and_by_code(
 ) -> None:
     # The form has no key field: the panel derives the key from the name.
     with pytest.raises(ImportProblems) as refused:
-        import_schedules(
-            world.alpha, json.dumps([{**VALID, "key": key}]), Actor.cli(), utcnow()
-        )
+        import_schedules(world.alpha, json.dumps([{**VALID, "key": key}]), Actor.cli(), utcnow())
     label = f"item 0 (key {key!r})" if isinstance(key, str) else "item 0"
     assert refused.value.problems == [f"{label}: key: {message}"]
     with pytest.raises(ScheduleError) as caught:
         create_schedule(world.alpha, {**VALID, "key": key}, Actor.cli(), utcnow())
     assert caught.value.errors == {"key": message}
+
+
+def test_a_line_names_the_field_unless_the_message_does(app: Flask, world: World) -> None:
+    document = [{**VALID, "key": "a", "job": 5}, {**VALID, "key": "b", "job": "os.system"}]
+    with pytest.raises(ImportProblems) as refused:
+        import_schedules(world.alpha, json.dumps(document), Actor.cli(), utcnow())
+    assert refused.value.problems == [
+        "item 0 (key 'a'): job: must be text",
+        "item 1 (key 'b'): job 'os.system' is not in the catalog",
+    ]
 
 
 def test_arguments_left_out_are_checked_against_the_job(app: Flask, world: World) -> None:
@@ -165,9 +175,7 @@ def paused_since_2020(world: World) -> Schedule:
     schedule = create_schedule(
         world.alpha, {**VALID, "key": "k", "active": False}, Actor.cli(), utcnow()
     )
-    db.session.execute(
-        update(Schedule).values(next_run_at=datetime(2020, 1, 1, tzinfo=UTC))
-    )
+    db.session.execute(update(Schedule).values(next_run_at=datetime(2020, 1, 1, tzinfo=UTC)))
     db.session.commit()
     return schedule
 

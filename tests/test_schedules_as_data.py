@@ -420,9 +420,7 @@ def test_reactivating_through_an_import_skips_the_missed_fires(
     cli: FlaskCliRunner, world: World, tmp_path: Path
 ) -> None:
     import_file(cli, write(tmp_path, [item("a", active=False)]))
-    db.session.execute(
-        update(Schedule).values(next_run_at=datetime(2020, 1, 1, tzinfo=UTC))
-    )
+    db.session.execute(update(Schedule).values(next_run_at=datetime(2020, 1, 1, tzinfo=UTC)))
     db.session.commit()
     import_file(cli, write(tmp_path, [item("a", active=True)]))
     db.session.expire_all()

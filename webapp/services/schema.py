@@ -63,9 +63,11 @@ class ScheduleError(ValueError):
 
 
 def format_error(field_name: str, message: str) -> str:
-    """One problem on one line: `cron: ...`; a job message names the job already ("job
-    'os.system' is not in the catalog"), and a problem of the whole item has no field."""
-    return message if field_name in ("job", "") else f"{field_name}: {message}"
+    """One problem on one line: `cron: ...`; a message that names its field already ("job
+    'os.system' is not in the catalog") and a problem of the whole item stand alone."""
+    if not field_name or (field_name == "job" and message.startswith("job ")):
+        return message
+    return f"{field_name}: {message}"
 
 
 class ScheduleInput(TypedDict, total=False):
@@ -257,4 +259,3 @@ def field_errors(error: ValidationError) -> dict[str, str]:
             message = f"{detail['input']!r} is not one of {', '.join(allowed)}"
         errors[name] = message
     return errors
-
