@@ -17,12 +17,14 @@ from sqlalchemy import func, select, update
 
 from tests.conftest import World
 from tests.panel_helpers import Panel
+from webapp.catalog import Catalog, CatalogError, JobContext
 from webapp.catalog.current import current_catalog
 from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import Run, Schedule
 from webapp.scheduler.tick import TickSettings, tick
 from webapp.services.audit import Actor
+from webapp.services.defaults import materialise_defaults
 from webapp.services.schedules import ScheduleError, create_schedule
 from webapp.services.transfer import ImportProblems, import_schedules
 
@@ -159,6 +161,32 @@ def test_arguments_left_out_are_checked_against_the_job(app: Flask, world: World
     with pytest.raises(ScheduleError) as caught:
         create_schedule(world.alpha, without_args, Actor.cli(), utcnow())
     assert caught.value.errors == {"args.message": "Field required"}
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"name": "x" * 201}, "name: the name is longer than 200 characters"),
+        ({"cron": "61 * * * *"}, "cron: minute 61 is out of range 0-59"),
+        ({"time_zone": "Mars/Olympus"}, "time_zone: unknown time zone 'Mars/Olympus'"),
+    ],
+)
+def test_a_job_modules_default_schedule_is_checked_as_any_other(
+    app: Flask, world: World, changes: dict[str, str], message: str
+) -> None:
+    catalog = Catalog()
+
+    @catalog.job("acme.hello", title="Hello")
+    def hello(ctx: JobContext, params: object) -> None:
+        return None
+
+    fields = {"name": "Hello", "cron": "0 * * * *", "time_zone": "UTC", **changes}
+    catalog.register_default(
+        "hello", "acme.hello", fields["cron"], time_zone=fields["time_zone"], name=fields["name"]
+    )
+    with pytest.raises(CatalogError) as refused:
+        materialise_defaults(db.session(), catalog, utcnow(), [world.alpha])
+    assert str(refused.value) == f"default schedule 'hello': {message}"
 
 
 def test_a_form_error_sits_between_its_field_and_the_next_one(app: Flask, world: World) -> None:
