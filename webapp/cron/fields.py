@@ -145,6 +145,8 @@ def parse_fields(expression: str) -> CronFields:
         day_minutes=tuple(h * 60 + m for h in sorted(hours) for m in sorted(minutes)),
         month_days=month_days,
     )
+
+
 def _expand_alias(parts: list[str]) -> list[str]:
     alias = parts[0].lower()
     if alias == "@reboot":

@@ -274,9 +274,7 @@ class DemoHistory:
                 max_attempts=job.max_attempts,
                 started_at=self.now,
             )
-            result = run_job(
-                leased, self.catalog, job_settings(current_app.config), db.session()
-            )
+            result = run_job(leased, self.catalog, job_settings(current_app.config), db.session())
             self.outcomes[key] = (result.error.shown if result.error else None, result.output)
         return self.outcomes[key]
 
