@@ -24,6 +24,32 @@ class Cluster:
     directory: str
     port: int
     bindir: str
+    options: str = ""  # the server's settings, for pg_ctl start
+
+    def start_server(self) -> None:
+        """Starts the server (again), and returns once it accepts connections."""
+        start = run_as_owner(
+            [
+                f"{self.bindir}/pg_ctl",
+                "-D",
+                self.data,
+                "-o",
+                self.options,
+                "-l",
+                os.path.join(self.directory, "server.log"),
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ]
+        )
+        if start.returncode != 0:
+            log = open(os.path.join(self.directory, "server.log")).read()[-2000:]
+            raise ClusterUnavailable(f"PostgreSQL did not start: {start.stderr.strip()} {log}")
+
+    def stop_server(self) -> None:
+        """Stops the server, its data kept (an outage: connections are cut at once)."""
+        run_as_owner([f"{self.bindir}/pg_ctl", "-D", self.data, "-m", "fast", "-w", "stop"])
 
     @property
     def admin_url(self) -> str:
@@ -93,22 +119,6 @@ def start_cluster(durable: bool = False) -> Cluster:
     ]
     if not durable:
         settings += ["-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off"]
-    start = run_as_owner(
-        [
-            f"{bindir}/pg_ctl",
-            "-D",
-            cluster.data,
-            "-o",
-            " ".join(settings),
-            "-l",
-            os.path.join(directory, "server.log"),
-            "-w",
-            "-t",
-            "60",
-            "start",
-        ]
-    )
-    if start.returncode != 0:
-        log = open(os.path.join(directory, "server.log")).read()[-2000:]
-        raise ClusterUnavailable(f"PostgreSQL did not start: {start.stderr.strip()} {log}")
+    cluster.options = " ".join(settings)
+    cluster.start_server()
     return cluster

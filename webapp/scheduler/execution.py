@@ -311,12 +311,19 @@ def finish(run: LeasedRun, result: JobResult, started_at: datetime) -> FinishedR
 
 
 def run_attempt(
-    run: LeasedRun, catalog: Catalog, settings: Mapping[str, Any], session: Session
+    run: LeasedRun,
+    catalog: Catalog,
+    settings: Mapping[str, Any],
+    session: Session,
+    deadline: float | None = None,
 ) -> FinishedRun:
     """Runs one leased attempt in this thread to its outcome: what a worker's job thread does
-    with each run it takes (the worker stores the outcomes together with store_outcomes)."""
+    with each run it takes (the worker stores the outcomes together with store_outcomes).
+    `deadline` (time.monotonic()): the job's timeout from when its slot started it; by default
+    from now."""
     started_at = utcnow()
-    deadline = time.monotonic() + job_timeout(catalog, run.job)
+    if deadline is None:
+        deadline = time.monotonic() + job_timeout(catalog, run.job)
     result = run_job(run, catalog, settings, session, deadline)
     session.rollback()  # whatever the job left open must not leak into the outcome's transaction
     return finish(run, result, started_at)

@@ -349,7 +349,9 @@ class ThreadJobPool(JobPool):
             while (held := self.take(slot)) is not None:
                 assert held.started_at is not None
                 try:
-                    done = run_attempt(held.run, self.catalog, self.settings, db.session())
+                    deadline = held.hard_deadline - HARD_LIMIT_GRACE
+                    session = db.session()
+                    done = run_attempt(held.run, self.catalog, self.settings, session, deadline)
                 except Exception as crash:  # run_attempt records the job's errors: our own bug
                     done = self.crashed(held.run, held.started_at, crash)
                 finally:

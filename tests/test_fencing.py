@@ -1,0 +1,221 @@
+"""Fault tests: a worker frozen past its leases, and PostgreSQL stopped for twice the lease.
+
+Real worker processes run `probe.work` (tests/probe_jobs.py), which records every execution of
+every run, so that the tests count executions and check that no two copies of one run were
+ever running at the same time, whatever the database says afterwards.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+from flask import Flask
+from sqlalchemy import select
+
+from tests.conftest import World, migrated_app, require_postgres, run_migrations
+from tests.pg_cluster import Cluster, ClusterUnavailable, start_cluster
+from tests.probe_jobs import concurrent_copies, executions
+from tests.test_worker_processes import Workers, wait_for
+from webapp.extensions import db
+from webapp.models import Run, Tenant
+
+pytestmark = pytest.mark.slow
+TTL = 3  # seconds: SCHEDULER_LOCK_TTL of the workers here
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def worker_settings() -> dict[str, str]:
+    return {
+        "SCHEDULER_LOCK_TTL": str(TTL),
+        "SCHEDULER_JOB_MODULES": "tests.probe_jobs",
+        "SCHEDULER_SHUTDOWN_GRACE": "10",
+    }
+
+
+def add_probes(
+    tenant_id: int, directory: Path, count: int, seconds: float, **args: object
+) -> list[int]:
+    """`count` queued probe runs, oldest first, in one commit."""
+    args = {"directory": str(directory), "seconds": seconds, **args}
+    runs = [
+        Run(
+            tenant_id=tenant_id,
+            job="probe.work",
+            args=args,
+            trigger="manual",
+            scheduled_for=START + timedelta(microseconds=n),
+            available_at=START + timedelta(microseconds=n),
+            queued_at=START,
+            idempotency_key=f"probe:{seconds}:{n}",
+            max_attempts=3,
+        )
+        for n in range(count)
+    ]
+    db.session.add_all(runs)
+    db.session.commit()
+    return [run.id for run in runs]
+
+
+def statuses() -> dict[int, str | None]:
+    db.session.rollback()
+    return {run.id: run.error or run.status for run in db.session.scalars(select(Run))}
+
+
+def count_succeeded() -> int:
+    return sum(1 for status in statuses().values() if status == "succeeded")
+
+
+def all_finished() -> bool:
+    return all(status not in ("queued", "running") for status in statuses().values())
+
+
+def stop(workers: Workers) -> None:
+    for process in workers.processes:
+        process.send_signal(signal.SIGTERM)
+    for process in workers.processes:
+        assert process.wait(60) == 0, workers.logs()
+
+
+def freeze(process: subprocess.Popen[bytes]) -> float:
+    """SIGSTOP, and the instant every thread of the process has stopped (a running thread may
+    go on for a moment after the signal is sent)."""
+    process.send_signal(signal.SIGSTOP)
+    tasks = Path(f"/proc/{process.pid}/task")
+
+    def stopped() -> bool:
+        states = [
+            (task / "stat").read_text().rpartition(")")[2].split()[0] for task in tasks.iterdir()
+        ]
+        return all(state in ("T", "t") for state in states)
+
+    deadline = time.monotonic() + 30
+    while not stopped():
+        assert time.monotonic() < deadline, "the worker did not stop"
+        time.sleep(0.001)
+    return time.time()
+
+
+@pytest.fixture
+def workers(app: Flask, database_url: str, tmp_path: Path) -> Iterator[Workers]:
+    started = Workers(database_url, tmp_path)
+    yield started
+    started.stop_all()
+
+
+def test_a_worker_frozen_past_its_lease_starts_nothing_it_no_longer_owns(
+    app: Flask, world: World, workers: Workers, tmp_path: Path
+) -> None:
+    """SIGSTOP for four leases while it holds short runs (waiting and running), then SIGCONT,
+    while a second worker takes its runs back. Each probe asks the database as it begins
+    whether its worker owns the run at that instant.
+
+    A frozen worker that holds the database's lock (SQLite's write lock, PostgreSQL row locks
+    mid-commit) stops the other worker too, and nothing is taken back: the freeze is tried
+    again until the other worker's reaper has taken runs back during one."""
+    probes = tmp_path / "probes"
+    probes.mkdir()
+    add_probes(world.alpha.id, probes, 2000, seconds=0.01, check_owner=True)
+    frozen = workers.start("--concurrency", "2", **worker_settings())
+    workers.start("--concurrency", "2", **worker_settings())
+    other_log = tmp_path / "worker-1.log"
+    wait_for(lambda: count_succeeded() >= 50, 60, "the workers to run some probes")
+    freezes: list[tuple[float, float]] = []
+    for _ in range(4):
+        reaped_before = other_log.read_text().count("run_lease_expired")
+        frozen_at = freeze(frozen)
+        time.sleep(4 * TTL)  # its leases pass; the other worker's reaper takes its runs back
+        reaped = other_log.read_text().count("run_lease_expired") > reaped_before
+        frozen.send_signal(signal.SIGCONT)
+        freezes.append((frozen_at, time.time()))
+        if reaped:
+            break
+        time.sleep(1)
+    else:
+        pytest.fail(f"no freeze let the other worker take runs back: {workers.logs()}")
+    wait_for(all_finished, 240, "every probe to finish")
+    stop(workers)
+    assert set(statuses().values()) == {"succeeded"}, workers.logs()
+    # Every job began while its worker owned the run, except one that its slot had started
+    # before a freeze, which froze it before its first line: its lease held when it started.
+    starts = [lines[0] for lines in executions(probes)]
+    not_owned = [
+        start
+        for start in starts
+        if not start["owned"] and not any(start["decided"] < at < start["at"] for at, _ in freezes)
+    ]
+    assert not_owned == [], (not_owned, freezes)
+    assert concurrent_copies(probes) == []
+    frozen_log = (tmp_path / "worker-0.log").read_text()
+    assert "run_lease_lost" in frozen_log or "run_outcome_dropped" in frozen_log, frozen_log
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[tuple[Cluster, str]]:
+    """A PostgreSQL server of this test's own, that it may stop and start: the session's
+    server serves the other tests' databases."""
+    try:
+        cluster = start_cluster()
+    except ClusterUnavailable as reason:
+        require_postgres(str(reason))
+        raise
+    try:
+        url = f"postgresql+psycopg://postgres@127.0.0.1:{cluster.port}/outage"
+        admin = f"postgresql://postgres@127.0.0.1:{cluster.port}/postgres"
+        with psycopg.connect(admin, autocommit=True) as connection:
+            connection.execute("CREATE DATABASE outage")
+        run_migrations(url)
+        yield cluster, url
+    finally:
+        cluster.stop()
+
+
+@pytest.mark.postgres_only
+def test_a_postgresql_outage_of_twice_the_lease_loses_and_repeats_nothing(
+    own_postgres: tuple[Cluster, str], tmp_path: Path
+) -> None:
+    """Two workers run long probes (across the outage) and short ones (waiting, running and
+    finishing during it). PostgreSQL stops for 2 x TTL, then comes back: every run succeeds,
+    each ran exactly once, and no two copies of a run ever ran at the same time."""
+    cluster, url = own_postgres
+    probes = tmp_path / "probes"
+    probes.mkdir()
+    app = migrated_app(url)
+    with app.app_context():
+        tenant = Tenant(slug="outage", name="Outage", time_zone="UTC")
+        db.session.add(tenant)
+        db.session.commit()
+        long = add_probes(tenant.id, probes, 4, seconds=4 * TTL)
+        add_probes(tenant.id, probes, 150, seconds=0.05)
+        workers = Workers(url, tmp_path)
+        try:
+            for _ in range(2):
+                workers.start("--concurrency", "3", **worker_settings())
+
+            def long_ones_running() -> bool:
+                now = statuses()
+                return all(now[run] == "running" for run in long) and count_succeeded() >= 5
+
+            wait_for(long_ones_running, 60, "the long probes to run")
+            db.session.remove()
+            cluster.stop_server()
+            time.sleep(2 * TTL)
+            cluster.start_server()
+            wait_for(all_finished, 240, "every probe to finish")
+            stop(workers)
+        finally:
+            workers.stop_all()
+        assert set(statuses().values()) == {"succeeded"}, workers.logs()
+        ran = [lines[0]["run_id"] for lines in executions(probes)]
+        assert sorted(ran) == sorted(set(ran)), "a run was executed twice"
+        assert len(ran) == 154
+        assert concurrent_copies(probes) == []
+        assert "database_unavailable" in workers.logs()
+        db.session.remove()
+        db.engine.dispose()
