@@ -177,22 +177,23 @@ class WorkerProcess:
         return worked
 
     def renew_and_reap(self, session: Session) -> None:
-        """Renews this worker's leases, then reaps expired ones: in that order, so that a
-        worker never reaps its own live runs after a pause. Runs that waited more than a
-        renewal interval for a slot go back to the queue, for a worker that can start them."""
+        """Renews this worker's leases (dropping the runs it finds lost), gives back the runs
+        that waited more than a renewal interval for a slot (to a worker that can start them),
+        then reaps expired leases: after renewing, so that a worker never reaps its own live
+        runs after a pause."""
         assert self.worker_id is not None and self.pool is not None
         started = time.monotonic()  # before the statement: never later than `locked_until`
-        stale = self.pool.take_waiting(leased_before=started - self.renewal_interval)
-        try:
-            release_leases(session, self.worker_id, [held.run.id for held in stale], utcnow())
-        except DBAPIError:
-            self.pool.put_back(stale)
-            raise
         # The database's clock, the one the reapers compare leases with.
         now = claims.database_now(session)
         held = self.pool.held_ids()
         renewed = renew_leases(session, self.worker_id, held, now, self.lock_ttl)
         self.pool.renewed(held, renewed, started + self.lock_ttl.total_seconds())
+        stale = self.pool.take_waiting(leased_before=started - self.renewal_interval)
+        try:
+            release_leases(session, self.worker_id, [run.run.id for run in stale], now)
+        except DBAPIError:
+            self.pool.put_back(stale)
+            raise
         if self.reap_not_before == math.inf:
             self.reap_not_before = started + self.lock_ttl.total_seconds()
         if started >= self.reap_not_before:
