@@ -209,3 +209,15 @@ def test_outcomes_are_kept_across_a_failed_store_and_stored_after(
     stored = get_run(run.id)
     assert (stored.status, stored.output) == ("succeeded", "finished\n")
     assert idle_pool.held_ids() == [] and idle_pool.due_outcomes(force=True) == []
+
+
+def test_a_run_that_waited_too_long_for_a_slot_is_taken_back_to_be_released(
+    idle_pool: ThreadJobPool,
+) -> None:
+    idle_pool.submit([leased_run(1)], lease_deadline=106.0, now=100.0)
+    idle_pool.submit([leased_run(2)], lease_deadline=108.0, now=102.0)
+    taken = idle_pool.take_waiting(leased_before=101.0)  # renewal at 103, interval 2 s
+    assert [held.run.id for held in taken] == [1]
+    assert idle_pool.held_ids() == [2]  # no slot can start it now: its lease is released
+    held = start_next(idle_pool, idle_pool.slots[0], now=103.0)
+    assert held is not None and held.run.id == 2
