@@ -59,6 +59,9 @@ MAX_LEASE_BATCH = 100
 # Leased-but-waiting work a worker may hold, in expected seconds per slot: enough to batch
 # short jobs, too little to hoard long ones.
 PREFETCH_SECONDS = 0.05
+# A job that has run this long (seconds) is a long one: its slot takes no backlog. Far above
+# PREFETCH_SECONDS, since a short job's thread may wait tens of ms for the GIL under load.
+LONG_JOB_SECONDS = 1.0
 FLUSH_DELAY = 0.02  # seconds an outcome may wait for others before it is stored
 FLUSH_BATCH = 100
 
@@ -258,8 +261,8 @@ class JobPool:
         """How many runs to lease at `now` (time.monotonic()): as many as the slots can start
         soon. A free slot takes one at once. While jobs are short, a slot that is free or has
         just started its job also takes a backlog (PREFETCH_SECONDS of work), so that a lease
-        serves many runs; a slot busy with a long job takes nothing, so no run waits behind it
-        while another worker could start it."""
+        serves many runs; a slot busy with a long job (LONG_JOB_SECONDS so far) takes nothing,
+        so no run waits behind it while another worker could start it."""
         with self.lock:
             busy = [slot.held.started for slot in self.slots if slot.held is not None]
             free = len(self.slots) - len(busy)
@@ -267,7 +270,7 @@ class JobPool:
             average = self.average_duration
         if average is None or average >= PREFETCH_SECONDS:
             return max(0, free - waiting)
-        soon = free + sum(1 for started in busy if now - started < PREFETCH_SECONDS)
+        soon = free + sum(1 for started in busy if now - started < LONG_JOB_SECONDS)
         backlog = int(soon * PREFETCH_SECONDS / max(average, 1e-5))
         return max(0, min(MAX_LEASE_BATCH, free + backlog - waiting))
 
