@@ -8,9 +8,11 @@ ever running at the same time, whatever the database says afterwards.
 from __future__ import annotations
 
 import signal
+import sqlite3
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -102,6 +104,24 @@ def freeze(process: subprocess.Popen[bytes]) -> float:
     return time.time()
 
 
+@contextmanager
+def no_write_in_progress(database_url: str) -> Iterator[None]:
+    """SQLite: holds the write lock, so that a worker frozen meanwhile is not inside a write
+    transaction (a frozen lock holder would stop every worker, and nothing would be taken
+    back). PostgreSQL locks rows, not the database: nothing to do."""
+    if not database_url.startswith("sqlite:///"):
+        yield
+        return
+    connection = sqlite3.connect(database_url.removeprefix("sqlite:///"), timeout=60)
+    connection.isolation_level = None
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        connection.execute("ROLLBACK")
+        connection.close()
+
+
 @pytest.fixture
 def workers(app: Flask, database_url: str, tmp_path: Path) -> Iterator[Workers]:
     started = Workers(database_url, tmp_path)
@@ -110,15 +130,15 @@ def workers(app: Flask, database_url: str, tmp_path: Path) -> Iterator[Workers]:
 
 
 def test_a_worker_frozen_past_its_lease_starts_nothing_it_no_longer_owns(
-    app: Flask, world: World, workers: Workers, tmp_path: Path
+    app: Flask, world: World, workers: Workers, tmp_path: Path, database_url: str
 ) -> None:
     """SIGSTOP for four leases while it holds short runs (waiting and running), then SIGCONT,
     while a second worker takes its runs back. Each probe asks the database as it begins
     whether its worker owns the run at that instant.
 
-    A frozen worker that holds the database's lock (SQLite's write lock, PostgreSQL row locks
-    mid-commit) stops the other worker too, and nothing is taken back: the freeze is tried
-    again until the other worker's reaper has taken runs back during one."""
+    A worker frozen mid-commit holds PostgreSQL row locks that may stop the other worker's
+    reaper until it wakes: the freeze is tried again until the other worker's reaper has taken
+    runs back during one."""
     probes = tmp_path / "probes"
     probes.mkdir()
     add_probes(world.alpha.id, probes, 2000, seconds=0, check_owner=True)
@@ -129,7 +149,8 @@ def test_a_worker_frozen_past_its_lease_starts_nothing_it_no_longer_owns(
     freezes: list[tuple[float, float]] = []
     for _ in range(4):
         reaped_before = other_log.read_text().count("run_lease_expired")
-        frozen_at = freeze(frozen)
+        with no_write_in_progress(database_url):
+            frozen_at = freeze(frozen)
         time.sleep(4 * TTL)  # its leases pass; the other worker's reaper takes its runs back
         reaped = other_log.read_text().count("run_lease_expired") > reaped_before
         frozen.send_signal(signal.SIGCONT)

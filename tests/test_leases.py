@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from datetime import UTC, datetime, timedelta
+from threading import Event
 
 import pytest
 from flask import Flask
@@ -19,12 +20,15 @@ from tests.scheduler_helpers import (
     execute_leased,
     get_run,
 )
+from webapp.catalog.current import current_catalog
 from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import Run
 from webapp.scheduler import execution
 from webapp.scheduler.leases import lease_once, reap_once, release_leases, renew_leases
 from webapp.scheduler.logs import KeyValueFormatter
+from webapp.scheduler.pool import ThreadJobPool
+from webapp.scheduler.worker import WorkerProcess
 
 NOW = datetime(2026, 3, 7, 12, 0, tzinfo=UTC)
 TTL = timedelta(seconds=60)
@@ -293,3 +297,48 @@ def test_renewal_returns_the_leases_still_held(app: Flask, world: World) -> None
     reap_once(db.session(), NOW + TTL + timedelta(seconds=1))
     renewed = renew_leases(db.session(), worker, [taken.id, held.id], NOW + TTL * 1.1, TTL)
     assert renewed == {held.id}
+
+
+def expired_lease_of_another_worker(world: World) -> int:
+    """A run whose lease expired an hour ago: its worker may be reconnecting as we speak."""
+    run = add_run(world.alpha.id, NOW, job="demo.sleep", args={"seconds": 1}, max_attempts=2)
+    lease_once(db.session(), worker_id(), utcnow() - timedelta(hours=1), TTL, 1)
+    return run.id
+
+
+def idle_worker(app: Flask) -> WorkerProcess:
+    worker = WorkerProcess(app, concurrency=1)
+    worker.register()
+    worker.pool = ThreadJobPool(app, current_catalog(), {}, 1, Event())
+    return worker
+
+
+def assert_reaped_only_after_renewing_for_a_ttl(worker: WorkerProcess, run_id: int) -> None:
+    ttl = worker.lock_ttl.total_seconds()
+    for step in range(3):  # renewing every third of the TTL, as the loop does
+        worker.renew_and_reap(db.session(), started=2000.0 + step * ttl / 3)
+        assert get_run(run_id).status == "running"
+    worker.renew_and_reap(db.session(), started=2000.0 + ttl)
+    assert (get_run(run_id).status, get_run(run_id).worker_id) == ("queued", None)
+
+
+def test_after_a_lost_connection_a_worker_reaps_only_once_connected_for_a_ttl(
+    app: Flask, world: World
+) -> None:
+    """The other worker could not renew either while the database was down: it gets a whole
+    TTL to renew before this one reaps."""
+    run_id = expired_lease_of_another_worker(world)
+    worker = idle_worker(app)
+    worker.connection_lost()
+    assert_reaped_only_after_renewing_for_a_ttl(worker, run_id)
+
+
+def test_a_worker_paused_past_its_renewals_reaps_only_after_renewing_for_a_ttl(
+    app: Flask, world: World
+) -> None:
+    """Frozen (SIGSTOP) while it held SQLite's write lock, a worker kept the others from
+    renewing: on waking it must not take their runs back at once."""
+    worker = idle_worker(app)
+    worker.renew_and_reap(db.session(), started=1000.0)
+    run_id = expired_lease_of_another_worker(world)
+    assert_reaped_only_after_renewing_for_a_ttl(worker, run_id)  # 1000 s later: a pause

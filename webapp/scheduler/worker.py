@@ -81,8 +81,9 @@ class WorkerProcess:
         # Retried within a renewal interval: back in time to renew before the leases lapse.
         self.max_backoff = min(MAX_BACKOFF, self.renewal_interval)
         self.last_renewal = 0.0
-        # After a lost connection this worker reaps only once it has been connected again for a
-        # whole TTL: the other workers, who could not renew either, have renewed by then.
+        # After a lost connection or a pause this worker reaps only once it has been renewing
+        # again for a whole TTL: other workers who could not renew meanwhile (the database was
+        # down, or this worker held its lock while frozen) have renewed by then.
         self.reap_not_before = 0.0
         self.last_tick = 0.0
         self.next_fire: datetime | None = None
@@ -172,17 +173,17 @@ class WorkerProcess:
                 worked = self.lease() or worked
         self.pool.enforce_timeouts()
         if now_monotonic - self.last_renewal >= self.renewal_interval:
-            self.renew_and_reap(session)
+            self.renew_and_reap(session, now_monotonic)
         session.commit()
         return worked
 
-    def renew_and_reap(self, session: Session) -> None:
+    def renew_and_reap(self, session: Session, started: float) -> None:
         """Renews this worker's leases (dropping the runs it finds lost), gives back the runs
         that waited more than a renewal interval for a slot (to a worker that can start them),
         then reaps expired leases: after renewing, so that a worker never reaps its own live
-        runs after a pause."""
+        runs after a pause. `started`: time.monotonic() before the renewal's statement (so the
+        deadline it gives the pool is never later than `locked_until`)."""
         assert self.worker_id is not None and self.pool is not None
-        started = time.monotonic()  # before the statement: never later than `locked_until`
         # The database's clock, the one the reapers compare leases with.
         now = claims.database_now(session)
         held = self.pool.held_ids()
@@ -194,12 +195,18 @@ class WorkerProcess:
         except DBAPIError:
             self.pool.put_back(stale)
             raise
+        if self.last_renewal and started - self.last_renewal > 2 * self.renewal_interval:
+            self.connection_lost()  # this worker was paused (SIGSTOP, a stall): as if cut off
         if self.reap_not_before == math.inf:
             self.reap_not_before = started + self.lock_ttl.total_seconds()
         if started >= self.reap_not_before:
             reap_once(session, now)
         self.heartbeat(now)
         self.last_renewal = started
+
+    def connection_lost(self) -> None:
+        """The database could not be reached: no reaping until connected again for a TTL."""
+        self.reap_not_before = math.inf
 
     def lease(self) -> bool:
         assert self.worker_id is not None and self.pool is not None
@@ -290,7 +297,7 @@ class WorkerProcess:
                 delay = min(1.0, self.max_backoff)
             except DBAPIError as error:
                 pause, delay = database_unavailable(error, delay, self.max_backoff)
-                self.reap_not_before = math.inf
+                self.connection_lost()
             if pause:
                 self.wake.wait(pause)
             self.wake.clear()
