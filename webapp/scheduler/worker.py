@@ -205,7 +205,8 @@ class WorkerProcess:
         self.last_renewal = started
 
     def connection_lost(self) -> None:
-        """The database could not be reached: no reaping until connected again for a TTL."""
+        """The database could not be reached, or this worker was paused: no reaping until it
+        has been renewing again for a TTL."""
         self.reap_not_before = math.inf
 
     def lease(self) -> bool:
