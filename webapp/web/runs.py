@@ -8,8 +8,8 @@ from typing import Any
 
 from flask import Blueprint, request
 from flask_login import login_required
-from sqlalchemy import Select, func
-from sqlalchemy.orm import defer, joinedload, load_only
+from sqlalchemy import Row, Select, and_, func
+from sqlalchemy.orm import defer, joinedload
 from werkzeug.wrappers import Response
 
 from webapp.database import utcnow
@@ -28,10 +28,10 @@ PAGE_SIZE = 50
 # typed) and the chosen one: a fixed cost whatever the number of schedules of the tenant.
 SCHEDULE_OPTIONS = 50
 MAX_SCHEDULE_QUERY = 200  # characters of "Find a schedule" (a name has at most 200)
-# What a history row shows (templates/runs/_rows.html and _status.html).
+# What a history row shows (templates/runs/_rows.html and _status.html), loaded as row tuples:
+# 50 ORM objects with their schedules cost more to load than the whole page to render.
 HISTORY_COLUMNS = (
     Run.id,
-    Run.tenant_id,
     Run.schedule_id,
     Run.job,
     Run.trigger,
@@ -41,6 +41,7 @@ HISTORY_COLUMNS = (
     Run.fires_covered,
     Run.started_at,
     Run.finished_at,
+    Schedule.name.label("schedule_name"),
 )
 # Where else a status badge may stand (its DOM id says where): a schedule's page shows its last
 # run twice, as the last run (`run-N-status`) and in its history (`run-N-history-status`).
@@ -131,18 +132,21 @@ def local_midnight(day: date, time_zone: str) -> datetime:
     return datetime.combine(day, time.min, tzinfo=zone(time_zone))
 
 
-def history_page(filters: RunFilters) -> tuple[list[Run], int | None]:
+def history_rows(query: Select[Run], limit: int) -> list[Row[Any]]:
+    """At most `limit` runs of `query` (a tenancy.runs() query), newest first, as tuples of
+    HISTORY_COLUMNS: only the columns a row shows (not the output, error or arguments, which
+    may be large) and its schedule's name, joined in the same statement while the schedule is
+    still the tenant's."""
+    same_schedule = and_(Schedule.id == Run.schedule_id, Schedule.tenant_id == Run.tenant_id)
+    rows = query.with_only_columns(*HISTORY_COLUMNS).outerjoin_from(Run, Schedule, same_schedule)
+    return list(db.session.execute(rows.order_by(Run.id.desc()).limit(limit)))
+
+
+def history_page(filters: RunFilters) -> tuple[list[Row[Any]], int | None]:
     """One page, newest first, walking ix_runs_tenant_history or ix_runs_schedule_history
     backwards from `before`: no OFFSET, no COUNT, the same cost on page 1 and page 10,000."""
     tenant = tenancy.current_tenant()
-    query = filters.apply(tenancy.runs(), tenant.time_zone)
-    # Only the columns a row shows (not the output, error or arguments, which may be large),
-    # and its schedule's name, joined: the same statements whatever the rows (no query per row).
-    query = query.options(
-        load_only(*HISTORY_COLUMNS),
-        joinedload(Run.schedule).load_only(Schedule.id, Schedule.tenant_id, Schedule.name),
-    )
-    rows = list(db.session.scalars(query.order_by(Run.id.desc()).limit(PAGE_SIZE + 1)))
+    rows = history_rows(filters.apply(tenancy.runs(), tenant.time_zone), PAGE_SIZE + 1)
     next_before = rows[PAGE_SIZE - 1].id if len(rows) > PAGE_SIZE else None
     return rows[:PAGE_SIZE], next_before
 

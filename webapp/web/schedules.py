@@ -41,6 +41,7 @@ from webapp.web.forms import (
     job_spec,
 )
 from webapp.web.params import bad_request, choice_arg, date_arg, id_arg, shown
+from webapp.web.runs import history_rows
 from webapp.web.time_zones import time_zone_names
 
 bp = Blueprint("schedules", __name__)
@@ -284,14 +285,7 @@ def detail(schedule_id: int) -> Response:
 
 def detail_context(schedule: Schedule) -> dict[str, Any]:
     """What the schedule's page shows; its actions render it again after a change."""
-    runs = list(
-        db.session.scalars(
-            tenancy.runs()
-            .where(Run.schedule_id == schedule.id)
-            .order_by(Run.id.desc())
-            .limit(DETAIL_RUNS + 1)
-        )
-    )
+    runs = history_rows(tenancy.runs().where(Run.schedule_id == schedule.id), DETAIL_RUNS + 1)
     events = list(
         db.session.scalars(
             tenancy.audit_events()

@@ -23,15 +23,11 @@ class NoTenant(Exception):
 
 
 def memberships() -> list[Membership]:
-    """The current user's memberships, by tenant name."""
+    """The current user's memberships, by tenant name. The login's one statement loaded them
+    with their tenants (services.sessions.find): no query here."""
     if "memberships" not in g:
-        rows = db.session.scalars(
-            select(Membership)
-            .join(Tenant, Tenant.id == Membership.tenant_id)
-            .where(Membership.user_id == current_user.id)
-            .order_by(Tenant.name, Tenant.id)
-        )
-        g.memberships = list(rows)
+        mine = current_user.memberships
+        g.memberships = sorted(mine, key=lambda m: (m.tenant.name, m.tenant.id))
     result: list[Membership] = g.memberships
     return result
 
