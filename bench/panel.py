@@ -42,13 +42,18 @@ from bench.common import (
     write_results,
 )
 
+# Hourly at minute i % 60 (Berlin is a whole number of hours from UTC). next_run_at is on the
+# cron's grid, as the scheduler keeps it: the first fire at least 15 minutes ahead, so that no
+# schedule falls overdue while the benchmark runs without a worker.
 SEED_SCHEDULES = """
 INSERT INTO schedules (tenant_id, scope, key, name, job, args, cron, time_zone, active,
                        misfire_policy, overlap_policy, next_run_at, created_at, updated_at)
 SELECT %(tenant)s, 'tenant', 's' || i, 'Schedule ' || lpad(i::text, 6, '0'), 'bench.noop',
        '{}'::jsonb, (i %% 60) || ' * * * *', 'Europe/Berlin', i %% 17 <> 0, 'fire_once', 'allow',
-       now() + interval '1 hour' + (i %% 3600) * interval '1 second', now(), now()
-FROM generate_series(1, %(n)s) AS i
+       CASE WHEN fire > soon THEN fire ELSE fire + interval '1 hour' END, now(), now()
+FROM generate_series(1, %(n)s) AS i,
+     LATERAL (SELECT now() + interval '15 minutes' AS soon) AS s,
+     LATERAL (SELECT date_trunc('hour', soon) + (i %% 60) * interval '1 minute' AS fire) AS f
 """
 
 # Runs spread over the schedules, newest last; 5 % failed, 2 % skipped, 1 % manual.

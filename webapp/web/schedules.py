@@ -421,16 +421,56 @@ def upcoming_cursor() -> Cursor | None:
     return at.astimezone(UTC), schedule_id
 
 
+# What Next runs needs of a schedule to compute and show its fire times.
+UPCOMING_COLUMNS = (
+    Schedule.id,
+    Schedule.tenant_id,
+    Schedule.name,
+    Schedule.job,
+    Schedule.cron,
+    Schedule.time_zone,
+    Schedule.next_run_at,
+)
+
+
+def upcoming_page(start: datetime, end: datetime, cursor: Cursor | None) -> tuple[list[Any], bool]:
+    """UPCOMING_PAGE fires of the tenant's active schedules (and whether more exist), loading
+    schedules by next_run_at rather than all of them: a schedule fires nothing before its
+    next_run_at, so once the page's fires (and the one after) all come before the last loaded
+    schedule's (next_run_at, id), no schedule not loaded can take a place on the page. The
+    first UPCOMING_PAGE + 1 schedules usually suffice; else four times as many, and so on."""
+    active = (
+        tenancy.schedules()
+        .where(Schedule.active.is_(True))
+        .options(load_only(*UPCOMING_COLUMNS))
+        .order_by(Schedule.next_run_at.asc().nulls_first(), Schedule.id)
+    )
+    size = UPCOMING_PAGE + 1
+    while True:
+        schedules = list(db.session.scalars(active.limit(size)))
+        fires, _ = upcoming_fires(schedules, start, end, UPCOMING_PAGE + 1, cursor)
+        if len(schedules) < size:
+            break  # every active schedule is loaded
+        last = schedules[-1]
+        if last.next_run_at is not None and (
+            last.next_run_at > end
+            or (
+                len(fires) > UPCOMING_PAGE
+                and (fires[-1].at, fires[-1].schedule.id) <= (last.next_run_at, last.id)
+            )
+        ):
+            break
+        size *= 4
+    return fires[:UPCOMING_PAGE], len(fires) > UPCOMING_PAGE
+
+
 @bp.get("/upcoming")
 def upcoming() -> Response:
     """The tenant's fire times across all active schedules in the next 24 hours, by day,
     UPCOMING_PAGE at a time ("Later fire times" continues after the last one shown)."""
     now = utcnow()
     cursor = upcoming_cursor()
-    active = db.session.scalars(tenancy.schedules().where(Schedule.active.is_(True)))
-    fires, more = upcoming_fires(
-        active, now, now + timedelta(hours=UPCOMING_HOURS), UPCOMING_PAGE, cursor
-    )
+    fires, more = upcoming_page(now, now + timedelta(hours=UPCOMING_HOURS), cursor)
     tenant = tenancy.current_tenant()
     zone = shown_zone(tenant.time_zone)
     today = now.astimezone(ZoneInfo(zone)).date()
