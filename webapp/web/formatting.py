@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -221,7 +222,10 @@ def status_badge(run: Any, place: str = "") -> Markup:
     )
 
 
+@functools.lru_cache(maxsize=4096)
 def describe_cron(expression: str, time_zone: str = "UTC") -> str:
+    """The expression in words (a pure function of its arguments: remembered, since the list
+    describes 50 schedules, most of them with common expressions)."""
     try:
         return cron.describe(cron.validate(expression, time_zone))
     except (cron.CronError, ValueError):
