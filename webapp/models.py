@@ -144,6 +144,15 @@ class Schedule(Model):
         ),
         # The schedules list and the history's schedule filter page through names.
         Index("ix_schedules_tenant_name", "tenant_id", "name", "id"),
+        # Next runs loads a tenant's active schedules by next_run_at.
+        Index(
+            "ix_schedules_tenant_upcoming",
+            "tenant_id",
+            "next_run_at",
+            "id",
+            postgresql_where=text("active"),
+            sqlite_where=text("active"),
+        ),
         CheckConstraint(one_of("scope", SCOPES), name="scope"),
         CheckConstraint(
             "(scope = 'system' AND tenant_id IS NULL)"
@@ -263,7 +272,12 @@ class Run(Model):
 
 class AuditEvent(Model):
     __tablename__ = "audit_events"
-    __table_args__ = (Index("ix_audit_events_tenant_history", "tenant_id", "id"), NEVER_REUSE_IDS)
+    __table_args__ = (
+        Index("ix_audit_events_tenant_history", "tenant_id", "id"),
+        # A schedule's audit trail on its page.
+        Index("ix_audit_events_object_history", "tenant_id", "object_type", "object_id", "id"),
+        NEVER_REUSE_IDS,
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
