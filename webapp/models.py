@@ -308,3 +308,35 @@ class UserSession(Model):
     last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     user: Mapped[User] = relationship()
+
+
+TokenScope = Literal["read", "write"]
+TOKEN_SCOPES: tuple[TokenScope, ...] = get_args(TokenScope)
+
+
+class ApiToken(Model):
+    """A tenant's API token. The secret is shown once; this row keeps only its SHA-256 and the
+    short prefix by which the panel, the CLI and the audit log name it."""
+
+    __tablename__ = "api_tokens"
+    __table_args__ = (CheckConstraint(one_of("scope", TOKEN_SCOPES), name="scope"), NEVER_REUSE_IDS)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(100))
+    scope: Mapped[TokenScope] = mapped_column(String(8))
+    prefix: Mapped[str] = mapped_column(String(16), unique=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_by: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    # Who made it, readable after the user is gone: an email, or "cli".
+    created_by_label: Mapped[str] = mapped_column(String(254))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    tenant: Mapped[Tenant] = relationship()
+
+    def usable(self, now: datetime) -> bool:
+        """Neither revoked nor expired."""
+        return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)

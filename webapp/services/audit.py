@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from webapp.database import utcnow
-from webapp.models import AuditEvent, Schedule, User
+from webapp.models import ApiToken, AuditEvent, Schedule, User
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,11 @@ class Actor:
     @classmethod
     def cli(cls) -> Actor:
         return cls(user_id=None, label="cli")
+
+    @classmethod
+    def for_token(cls, token: ApiToken) -> Actor:
+        """An API token: named by its prefix, which the token list shows, and its name."""
+        return cls(user_id=None, label=f"token {token.prefix} ({token.name})")
 
 
 SCHEDULER = Actor(user_id=None, label="scheduler")

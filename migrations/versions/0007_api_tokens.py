@@ -1,0 +1,50 @@
+"""api_tokens: hashed, scoped API tokens per tenant
+
+Revision ID: 0007
+Revises: 0006
+Create Date: 2026-12-03 14:15:00
+
+"""
+import sqlalchemy as sa
+from alembic import op
+
+
+revision = "0007"
+down_revision = "0006"
+branch_labels = None
+depends_on = None
+
+
+def upgrade():
+    op.create_table(
+        "api_tokens",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("tenant_id", sa.Integer(), nullable=False),
+        sa.Column("name", sa.String(length=100), nullable=False),
+        sa.Column("scope", sa.String(length=8), nullable=False),
+        sa.Column("prefix", sa.String(length=16), nullable=False),
+        sa.Column("token_hash", sa.String(length=64), nullable=False),
+        sa.Column("created_by", sa.Integer(), nullable=True),
+        sa.Column("created_by_label", sa.String(length=254), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("expires_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("last_used_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("revoked_at", sa.DateTime(timezone=True), nullable=True),
+        sa.CheckConstraint("scope IN ('read', 'write')", name=op.f("ck_api_tokens_scope")),
+        sa.ForeignKeyConstraint(
+            ["tenant_id"], ["tenants.id"], name=op.f("fk_api_tokens_tenant_id_tenants"), ondelete="CASCADE"
+        ),
+        sa.ForeignKeyConstraint(
+            ["created_by"], ["users.id"], name=op.f("fk_api_tokens_created_by_users"), ondelete="SET NULL"
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_api_tokens")),
+        sa.UniqueConstraint("prefix", name=op.f("uq_api_tokens_prefix")),
+        sa.UniqueConstraint("token_hash", name=op.f("uq_api_tokens_token_hash")),
+        sqlite_autoincrement=True,
+    )
+    op.create_index(op.f("ix_api_tokens_tenant_id"), "api_tokens", ["tenant_id"])
+
+
+def downgrade():
+    op.drop_index(op.f("ix_api_tokens_tenant_id"), table_name="api_tokens")
+    op.drop_table("api_tokens")
