@@ -19,8 +19,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "scheduler": {"cron", "catalog", "foundation"},
     "services": {"scheduler", "cron", "catalog", "foundation"},
     "web": {"services", "cron", "catalog", "foundation"},
+    "api": {"services", "cron", "catalog", "foundation"},
     "cli": {"app", "services", "scheduler", "cron", "catalog", "foundation"},
-    "app": {"web", "cli", "services", "scheduler", "cron", "catalog", "foundation"},
+    "app": {"web", "api", "cli", "services", "scheduler", "cron", "catalog", "foundation"},
 }
 
 
