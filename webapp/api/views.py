@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy import Select, func
 from werkzeug.exceptions import HTTPException, default_exceptions
 
-from webapp.api import auth
+from webapp.api import auth, openapi
 from webapp.api.problems import Problem, from_http_exception
 from webapp.api.schemas import (
     MAX_ID,
@@ -46,7 +46,7 @@ from webapp.services.schema import ScheduleError, field_errors
 bp = Blueprint("api", __name__, url_prefix="/api")
 ModelT = TypeVar("ModelT", bound=BaseModel)
 JSON_TYPES = ("application/json",)
-PUBLIC_ENDPOINTS = {"api.openapi", "api.docs"}  # the API's description needs no token
+PUBLIC_ENDPOINTS = {"api.openapi_document", "api.docs"}  # the API's description needs no token
 
 
 @bp.before_request
@@ -314,3 +314,18 @@ def cron_preview() -> Response:
         errors = {renamed.get(field, field): message for field, message in error.errors.items()}
         raise Problem.invalid(errors, status=400) from None
     return answer(FiresOut.of(preview.description, preview.fires, asked.time_zone))
+
+
+# --- The description ------------------------------------------------------------------------
+
+
+@bp.get("/v1/openapi.json")
+def openapi_document() -> Response:
+    """The OpenAPI 3.1 document (no token needed)."""
+    return Response(json.dumps(openapi.document()), mimetype="application/json")
+
+
+@bp.get("/docs")
+def docs() -> str:
+    """The API's reference page, rendered from the OpenAPI document (no token needed)."""
+    return openapi.reference_page()
