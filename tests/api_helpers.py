@@ -5,12 +5,22 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Flask
+from sqlalchemy import func, select
 from werkzeug.test import TestResponse
 
+from webapp.api.openapi import EXAMPLE_SCHEDULE
 from webapp.database import utcnow
+from webapp.extensions import db
 from webapp.models import Tenant, TokenScope, User
 from webapp.services import tokens
 from webapp.services.audit import Actor
+
+# A schedule the API accepts: the OpenAPI document's example.
+NEW = EXAMPLE_SCHEDULE
+
+
+def count(model: type) -> int:
+    return int(db.session.scalar(select(func.count()).select_from(model)) or 0)
 
 
 class Api:

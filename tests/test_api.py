@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from flask import Flask
-from sqlalchemy import func, select
+from sqlalchemy import select
 
-from tests.api_helpers import Api, problem_fields
+from tests.api_helpers import NEW, Api, count, problem_fields
 from tests.conftest import World, make_run
 from tests.panel_helpers import Panel, echo_schedule
 from webapp.database import utcnow
@@ -18,18 +18,6 @@ from webapp.models import AuditEvent, Run, Schedule
 from webapp.services import tokens
 from webapp.services.audit import Actor
 from webapp.services.schedules import ScheduleInput, create_schedule
-
-NEW = {
-    "name": "Nightly report",
-    "job": "demo.echo",
-    "args": {"message": "hello"},
-    "cron": "30 2 * * *",
-    "time_zone": "Europe/Berlin",
-}
-
-
-def count(model: type) -> int:
-    return int(db.session.scalar(select(func.count()).select_from(model)) or 0)
 
 
 def audit_of(schedule_id: int) -> list[tuple[str, str]]:

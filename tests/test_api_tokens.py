@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from flask import Flask
 from flask.testing import FlaskCliRunner
@@ -63,7 +63,9 @@ def test_a_use_records_when_the_token_was_last_used(app: Flask, world: World) ->
     )
     assert token.last_used_at is None
     later = utcnow() + timedelta(minutes=5)
-    tokens.authenticate(secret, later)
+    found = tokens.authenticate(secret, later)
+    assert found is not None
+    assert tokens.count_request(found, later, limit=10) is None
     db.session.commit()  # a new transaction: the write was another connection's
     assert db.session.get(ApiToken, token.id).last_used_at == later  # type: ignore[union-attr]
 
@@ -165,3 +167,14 @@ def test_the_audit_log_shows_token_events(app: Flask, world: World) -> None:
     tokens.create_token(world.alpha, "CI", "write", None, Actor.for_user(world.alice), utcnow())
     html = Panel(app, world.alice).get("/audit").get_data(as_text=True)
     assert "created" in html and "token" in html and "CI" in html
+
+
+def test_the_rate_limit_counts_requests_per_token_per_minute(app: Flask, world: World) -> None:
+    token, _secret = tokens.create_token(
+        world.alpha, "CI", "read", None, Actor.for_user(world.alice), utcnow()
+    )
+    minute = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+    waits = [tokens.count_request(token, minute + timedelta(seconds=s), 2) for s in (1, 2, 45)]
+    assert waits == [None, None, 15]
+    assert tokens.count_request(token, minute + timedelta(minutes=1), 2) is None  # a new window
+    assert tokens.count_request(token, minute + timedelta(minutes=1, seconds=1), 0) is None

@@ -334,9 +334,30 @@ class ApiToken(Model):
     expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # The rate limit's window: the minute it started and the requests counted in it.
+    window_start: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    window_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     tenant: Mapped[Tenant] = relationship()
 
     def usable(self, now: datetime) -> bool:
         """Neither revoked nor expired."""
         return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)
+
+
+class ApiIdempotencyKey(Model):
+    """A POST sent with an `Idempotency-Key`: its answer, replayed to a retry with the same key
+    for 24 hours. A row without a status is a request still being handled."""
+
+    __tablename__ = "api_idempotency_keys"
+    __table_args__ = (UniqueConstraint("token_id", "key"), NEVER_REUSE_IDS)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    token_id: Mapped[int] = mapped_column(ForeignKey("api_tokens.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(200))
+    # What the key was first used for: the same key with another request is refused.
+    request_hash: Mapped[str] = mapped_column(String(64))
+    status: Mapped[int | None] = mapped_column(Integer)
+    body: Mapped[str | None] = mapped_column(Text)
+    location: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -1,4 +1,4 @@
-"""api_tokens: hashed, scoped API tokens per tenant
+"""api_tokens and api_idempotency_keys: hashed, scoped API tokens per tenant
 
 Revision ID: 0007
 Revises: 0006
@@ -30,6 +30,8 @@ def upgrade():
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("last_used_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("revoked_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("window_start", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("window_count", sa.Integer(), server_default="0", nullable=False),
         sa.CheckConstraint("scope IN ('read', 'write')", name=op.f("ck_api_tokens_scope")),
         sa.ForeignKeyConstraint(
             ["tenant_id"], ["tenants.id"], name=op.f("fk_api_tokens_tenant_id_tenants"), ondelete="CASCADE"
@@ -43,8 +45,29 @@ def upgrade():
         sqlite_autoincrement=True,
     )
     op.create_index(op.f("ix_api_tokens_tenant_id"), "api_tokens", ["tenant_id"])
+    op.create_table(
+        "api_idempotency_keys",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("token_id", sa.Integer(), nullable=False),
+        sa.Column("key", sa.String(length=200), nullable=False),
+        sa.Column("request_hash", sa.String(length=64), nullable=False),
+        sa.Column("status", sa.Integer(), nullable=True),
+        sa.Column("body", sa.Text(), nullable=True),
+        sa.Column("location", sa.String(length=200), nullable=True),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["token_id"],
+            ["api_tokens.id"],
+            name=op.f("fk_api_idempotency_keys_token_id_api_tokens"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_api_idempotency_keys")),
+        sa.UniqueConstraint("token_id", "key", name=op.f("uq_api_idempotency_keys_token_id_key")),
+        sqlite_autoincrement=True,
+    )
 
 
 def downgrade():
+    op.drop_table("api_idempotency_keys")
     op.drop_index(op.f("ix_api_tokens_tenant_id"), table_name="api_tokens")
     op.drop_table("api_tokens")

@@ -8,7 +8,7 @@ answer 404, as the panel does, and a `read` token's writes answer 403.
 
 from __future__ import annotations
 
-from flask import g, request
+from flask import current_app, g, request
 from sqlalchemy import Select, select
 
 from webapp.api.problems import Problem
@@ -27,13 +27,23 @@ def authenticate() -> ApiToken:
     scheme, _, secret = header.partition(" ")
     if scheme.lower() != "bearer" or not secret.strip():
         raise Problem(401, "unauthorized", "send Authorization: Bearer <token>", headers=CHALLENGE)
-    token = tokens.authenticate(secret.strip(), utcnow())
+    now = utcnow()
+    token = tokens.authenticate(secret.strip(), now)
     if token is None:
         raise Problem(
             401,
             "unauthorized",
             "the token is unknown, revoked or expired",
             headers={"WWW-Authenticate": 'Bearer realm="api", error="invalid_token"'},
+        )
+    wait = tokens.count_request(token, now, current_app.config["SCHEDULER_API_RATE_LIMIT"])
+    if wait is not None:
+        raise Problem(
+            429,
+            "rate-limited",
+            f"more than {current_app.config['SCHEDULER_API_RATE_LIMIT']} requests this minute "
+            f"with this token: retry in {wait} s",
+            headers={"Retry-After": str(wait)},
         )
     g.api_token = token
     return token

@@ -115,9 +115,31 @@ ERRORS = {
 }
 WRITE_ERRORS = {
     403: "The token's scope is read",
+    409: "A request with this Idempotency-Key is still in progress",
+    412: "If-Match: the schedule changed since it was read",
     415: "The body is not JSON",
-    422: "Invalid input: `errors` lists each field and what is wrong",
+    422: "Invalid input: `errors` lists each field and what is wrong (or an Idempotency-Key "
+    "reused for another request)",
 }
+HEADERS = {
+    "POST": {
+        "name": "Idempotency-Key",
+        "in": "header",
+        "required": False,
+        "description": "Any unique text: a retry with the same key and body answers as the "
+        "first request did (for 24 hours), without doing it again",
+        "schema": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": "^[ -~]+$"},
+    },
+    "PATCH": {
+        "name": "If-Match",
+        "in": "header",
+        "required": False,
+        "description": "The ETag of the schedule as read: 412 if it changed since",
+        "schema": {"type": "string"},
+    },
+}
+HEADERS["DELETE"] = HEADERS["PATCH"]
+ETAG = {"description": "The schedule's version, for If-Match", "schema": {"type": "string"}}
 
 
 def path_of(rule: str) -> str:
@@ -152,11 +174,18 @@ def query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
     return parameters
 
 
-def problem_response(description: str) -> dict[str, Any]:
-    return {
+def problem_response(status: int, description: str) -> dict[str, Any]:
+    response: dict[str, Any] = {
         "description": description,
         "content": {MEDIA_TYPE: {"schema": {"$ref": REF.format(model="ProblemOut")}}},
     }
+    if status == 429:
+        wait = {
+            "description": "Seconds until the token may send again",
+            "schema": {"type": "string"},
+        }
+        response["headers"] = {"Retry-After": wait}
+    return response
 
 
 def document() -> dict[str, Any]:
@@ -189,7 +218,8 @@ def document() -> dict[str, Any]:
                 }
                 for argument in sorted(rule.arguments)
             ]
-            + (query_parameters(operation.query) if operation.query else []),
+            + (query_parameters(operation.query) if operation.query else [])
+            + ([HEADERS[method]] if method in HEADERS else []),
             "responses": {},
         }
         if operation.body is not None:
@@ -207,9 +237,14 @@ def document() -> dict[str, Any]:
                 response["content"] = {"application/json": {"schema": ref}}
             else:
                 response["description"] = "Done; no content"
+            headers: dict[str, Any] = {}
             if status == 201:
                 location = {"description": "The new object's URL", "schema": {"type": "string"}}
-                response["headers"] = {"Location": location}
+                headers["Location"] = location
+            if model is schemas.ScheduleOut:
+                headers["ETag"] = ETAG
+            if headers:
+                response["headers"] = headers
             if operation.links:
                 response["links"] = operation.links
             entry["responses"][str(status)] = response
@@ -217,7 +252,7 @@ def document() -> dict[str, Any]:
         if operation.query is not None:
             errors.setdefault(422, WRITE_ERRORS[422])
         for status, description in sorted(errors.items()):
-            entry["responses"][str(status)] = problem_response(description)
+            entry["responses"][str(status)] = problem_response(status, description)
         paths.setdefault(path_of(rule.rule), {})[method.lower()] = entry
     return {
         "openapi": "3.1.0",

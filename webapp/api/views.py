@@ -16,6 +16,7 @@ from sqlalchemy import Select, func
 from werkzeug.exceptions import HTTPException, default_exceptions
 
 from webapp.api import auth, openapi
+from webapp.api.preconditions import etag, idempotent, if_match
 from webapp.api.problems import Problem, from_http_exception
 from webapp.api.schemas import (
     MAX_ID,
@@ -178,23 +179,28 @@ def list_schedules() -> Response:
     )
 
 
-def schedule_url(schedule: Schedule) -> str:
-    return url_for("api.get_schedule", schedule_id=schedule.id)
+def schedule_answer(schedule: Schedule, status: int = 200) -> Response:
+    """A schedule, with its ETag (for If-Match) and, when new, its Location."""
+    location = url_for("api.get_schedule", schedule_id=schedule.id) if status == 201 else None
+    response = answer(ScheduleOut.of(schedule), status, location)
+    response.headers["ETag"] = etag(schedule)
+    return response
 
 
 @bp.post("/v1/schedules")
+@idempotent
 def create_schedule() -> Response:
     """A new schedule, checked by ScheduleIn as the panel's form is; 201 with its Location."""
     auth.require_write()
     data = body()
     schedule = service.create_schedule(auth.current_token().tenant, data, auth.actor(), utcnow())
-    return answer(ScheduleOut.of(schedule), 201, schedule_url(schedule))
+    return schedule_answer(schedule, 201)
 
 
 @bp.get("/v1/schedules/<id:schedule_id>")
 def get_schedule(schedule_id: int) -> Response:
     """One schedule."""
-    return answer(ScheduleOut.of(auth.schedule_or_404(schedule_id)))
+    return schedule_answer(auth.schedule_or_404(schedule_id))
 
 
 @bp.patch("/v1/schedules/<id:schedule_id>")
@@ -205,36 +211,41 @@ def update_schedule(schedule_id: int) -> Response:
     current = {name: getattr(schedule, name) for name in AUDITED_FIELDS}
     if "job" in changes and changes["job"] != schedule.job and "args" not in changes:
         current["args"] = {}  # another job's arguments: the new job's defaults instead
-    service.update_schedule(schedule, {**current, **changes}, auth.actor(), utcnow())
-    return answer(ScheduleOut.of(schedule))
+    service.update_schedule(
+        schedule, {**current, **changes}, auth.actor(), utcnow(), precondition=if_match()
+    )
+    return schedule_answer(schedule)
 
 
 @bp.delete("/v1/schedules/<id:schedule_id>")
 def delete_schedule(schedule_id: int) -> Response:
     """Deletes the schedule; its runs stay in the history."""
     schedule = auth.writable_schedule_or_404(schedule_id)
-    service.delete_schedule(schedule, auth.actor())
+    service.delete_schedule(schedule, auth.actor(), precondition=if_match())
     return Response(status=204)
 
 
 @bp.post("/v1/schedules/<id:schedule_id>/pause")
+@idempotent
 def pause_schedule(schedule_id: int) -> Response:
     """Pauses the schedule (no change if it is paused)."""
     schedule = auth.writable_schedule_or_404(schedule_id)
     service.pause_schedule(schedule, auth.actor())
-    return answer(ScheduleOut.of(schedule))
+    return schedule_answer(schedule)
 
 
 @bp.post("/v1/schedules/<id:schedule_id>/resume")
+@idempotent
 def resume_schedule(schedule_id: int) -> Response:
     """Resumes the schedule, skipping or catching up on the fire times missed meanwhile."""
     schedule = auth.writable_schedule_or_404(schedule_id)
     asked = action_body(ResumeIn)
     service.resume_schedule(schedule, auth.actor(), utcnow(), catch_up=asked.missed == "catch_up")
-    return answer(ScheduleOut.of(schedule))
+    return schedule_answer(schedule)
 
 
 @bp.post("/v1/schedules/<id:schedule_id>/runs")
+@idempotent
 def run_now(schedule_id: int) -> Response:
     """Run now, or at `at`: queues a manual run; 201 with the run's Location."""
     schedule = auth.writable_schedule_or_404(schedule_id)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +52,13 @@ AUDITED_FIELDS = (
 
 def schedule_snapshot(schedule: Schedule) -> dict[str, Any]:
     return {name: getattr(schedule, name) for name in AUDITED_FIELDS}
+
+
+def schedule_version(schedule: Schedule) -> str:
+    """A digest of what a user may change in the schedule (not the tick's bookkeeping): it
+    changes when someone changes the schedule, as an HTTP ETag must."""
+    fields = json.dumps([schedule.id, schedule_snapshot(schedule)], sort_keys=True, default=str)
+    return hashlib.sha256(fields.encode()).hexdigest()[:32]
 
 
 def changed_fields(

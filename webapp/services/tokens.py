@@ -9,18 +9,19 @@ expired tokens stay listed, and authenticate nothing.
 
 from __future__ import annotations
 
+import math
 import secrets
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import case, select, update
 from sqlalchemy.orm.attributes import set_committed_value
 
 from webapp.database import write_transaction
 from webapp.extensions import db
 from webapp.models import TOKEN_SCOPES, ApiToken, AuditEvent, Tenant
 from webapp.services.audit import Actor
-from webapp.services.sessions import TOUCH_INTERVAL, token_hash
+from webapp.services.sessions import token_hash
 
 MAX_NAME = 100
 MAX_EXPIRY_DAYS = 3650
@@ -134,17 +135,34 @@ def revoke_token(token: ApiToken, actor: Actor, now: datetime) -> bool:
 
 
 def authenticate(secret: str, now: datetime) -> ApiToken | None:
-    """The usable token whose secret this is, or None (unknown, revoked or expired). Its
-    last use is written at most once a minute, in a short transaction of its own."""
+    """The usable token whose secret this is, or None (unknown, revoked or expired)."""
     if not secret.startswith("sch_") or len(secret) > 200 or "\x00" in secret:
         return None
     token = db.session.scalar(select(ApiToken).where(ApiToken.token_hash == token_hash(secret)))
     if token is None or not token.usable(now):
         return None
-    if token.last_used_at is None or now - token.last_used_at > TOUCH_INTERVAL:
-        with db.engine.begin() as connection:
-            connection.execute(
-                update(ApiToken).where(ApiToken.id == token.id).values(last_used_at=now)
-            )
-        set_committed_value(token, "last_used_at", now)  # written already: not dirty
     return token
+
+
+def count_request(token: ApiToken, now: datetime, limit: int) -> int | None:
+    """Counts a request of the token in this minute's window and records its last use, in one
+    statement on a connection of its own (the request's session may be reading). Returns the
+    seconds to wait when the token has made more than `limit` requests this minute (0 or less:
+    no limit), else None."""
+    window = now.replace(second=0, microsecond=0)
+    same_window = ApiToken.window_start == window
+    with db.engine.begin() as connection:
+        count = connection.scalar(
+            update(ApiToken)
+            .where(ApiToken.id == token.id)
+            .values(
+                window_count=case((same_window, ApiToken.window_count + 1), else_=1),
+                window_start=window,
+                last_used_at=now,
+            )
+            .returning(ApiToken.window_count)
+        )
+    set_committed_value(token, "last_used_at", now)  # written already: not dirty
+    if limit > 0 and count is not None and count > limit:
+        return max(1, math.ceil((window + timedelta(minutes=1) - now).total_seconds()))
+    return None
