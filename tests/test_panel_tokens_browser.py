@@ -4,12 +4,12 @@ an admin creates a token, sees its secret once, uses it, revokes it; the API doc
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 from urllib.request import Request, urlopen
 
 import pytest
 
+from tests import test_panel_actions_browser as actions_browser
 from tests import test_panel_browser as panel_browser
 from tests.browser_support import LiveServer, PageErrors, log_in
 
@@ -20,15 +20,9 @@ chromium = panel_browser.chromium
 errors = panel_browser.errors
 
 
-@pytest.fixture(params=[True, False], ids=["js", "no-js"])
-def page(chromium: Any, errors: PageErrors, request: pytest.FixtureRequest) -> Iterator[Any]:
-    context = chromium.new_context(java_script_enabled=request.param)
-    page = context.new_page()
-    page.set_default_timeout(10_000)
-    errors.watch(page)
-    page.on("dialog", lambda dialog: dialog.accept())  # hx-confirm of Revoke
-    yield page
-    context.close()
+# With JavaScript and without, dialogs (hx-confirm of Revoke) accepted.
+js = actions_browser.js
+page = actions_browser.page
 
 
 def api_status(server: LiveServer, secret: str) -> int:
