@@ -20,9 +20,15 @@ from webapp.scheduler.tick import TickSettings
 
 def add_schedule(tenant_id: int | None, key: str, next_run_at: datetime, **fields: Any) -> Schedule:
     values: dict[str, Any] = {
-        "tenant_id": tenant_id, "scope": "tenant" if tenant_id else "system", "key": key,
-        "name": key, "job": "demo.echo", "args": {"message": key}, "cron": "0 * * * *",
-        "time_zone": "UTC", "next_run_at": next_run_at,
+        "tenant_id": tenant_id,
+        "scope": "tenant" if tenant_id else "system",
+        "key": key,
+        "name": key,
+        "job": "demo.echo",
+        "args": {"message": key},
+        "cron": "0 * * * *",
+        "time_zone": "UTC",
+        "next_run_at": next_run_at,
     }
     values.update(fields)
     schedule = Schedule(**values)
@@ -33,9 +39,14 @@ def add_schedule(tenant_id: int | None, key: str, next_run_at: datetime, **field
 
 def add_run(tenant_id: int | None, available_at: datetime, **fields: Any) -> Run:
     values: dict[str, Any] = {
-        "tenant_id": tenant_id, "job": "demo.echo", "args": {"message": "hello"},
-        "trigger": "manual", "scheduled_for": available_at, "available_at": available_at,
-        "queued_at": available_at, "idempotency_key": f"manual:{available_at.isoformat()}:"
+        "tenant_id": tenant_id,
+        "job": "demo.echo",
+        "args": {"message": "hello"},
+        "trigger": "manual",
+        "scheduled_for": available_at,
+        "available_at": available_at,
+        "queued_at": available_at,
+        "idempotency_key": f"manual:{available_at.isoformat()}:"
         f"{fields.get('job', 'demo.echo')}:{len(all_runs())}",
     }
     values.update(fields)

@@ -98,7 +98,7 @@ def days_fired(expr: str, start: datetime, end: datetime) -> list[str]:
             "or @annually",
         ),
         ("@daily echo hi", "@daily stands alone: remove 'echo hi'"),
-        ("1," * 300 + "1 * * * *", "cron expression is longer than 500 characters"),
+        ("1," * 300 + "1 * * * *", "cron expression is longer than 200 characters"),
     ],
 )
 def test_invalid_expression_is_rejected_with_an_actionable_message(expr: str, message: str) -> None:

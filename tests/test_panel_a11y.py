@@ -22,8 +22,21 @@ from tests.test_panel_crawl import reachable
 
 FIELDS = ("input", "select", "textarea")
 UNLABELLED_INPUTS = ("hidden", "submit", "button", "reset", "image")
-VOID = ("area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
-        "track", "wbr")
+VOID = (
+    "area",
+    "base",
+    "br",
+    "col",
+    "embed",
+    "hr",
+    "img",
+    "input",
+    "link",
+    "meta",
+    "source",
+    "track",
+    "wbr",
+)
 
 
 @dataclass

@@ -163,7 +163,10 @@ def test_a_viewer_sees_no_action_buttons(
         schedule = create_schedule(
             find_tenant("alpha"),
             ScheduleInput(
-                name="Viewed", job="demo.echo", args={"message": "m"}, cron="@daily",
+                name="Viewed",
+                job="demo.echo",
+                args={"message": "m"},
+                cron="@daily",
                 time_zone="UTC",
             ),
             Actor.cli(),
@@ -210,4 +213,3 @@ def test_no_page_has_a_javascript_error(
     page.get_by_label("Search by name").fill("nothing-matches")
     page.get_by_text("No schedule matches").wait_for()
     assert errors.messages == []
-

@@ -313,7 +313,10 @@ def add_schedules(world: World, names: list[str]) -> None:
         create_schedule(
             world.alpha,
             ScheduleInput(
-                name=name, job="demo.echo", args={"message": "m"}, cron="0 3 * * *",
+                name=name,
+                job="demo.echo",
+                args={"message": "m"},
+                cron="0 3 * * *",
                 time_zone="UTC",
             ),
             alice,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
@@ -47,6 +48,10 @@ TRIGGERS: tuple[Trigger, ...] = get_args(Trigger)
 RUN_STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
 # A run in one of these has not finished: overlap, deletion and the run-now status poll ask this.
 UNFINISHED_STATUSES: tuple[RunStatus, ...] = ("queued", "running")
+# What a schedule's key may look like (it is the column's width) and the width of its name: checked
+# when a schedule is saved and when a job module declares a default one.
+SCHEDULE_KEY = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
+MAX_SCHEDULE_NAME = 200
 # SQLite reuses the id of a deleted newest row unless the table has AUTOINCREMENT: a new schedule
 # would inherit the old one's audit trail, links and log lines. PostgreSQL sequences never reuse.
 NEVER_REUSE_IDS = {"sqlite_autoincrement": True}
@@ -152,9 +157,9 @@ class Schedule(Model):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
-    scope: Mapped[str] = mapped_column(String(16), default="tenant")
+    scope: Mapped[Scope] = mapped_column(String(16), default="tenant")
     key: Mapped[str] = mapped_column(String(64))
-    name: Mapped[str] = mapped_column(String(200))
+    name: Mapped[str] = mapped_column(String(MAX_SCHEDULE_NAME))
     job: Mapped[str] = mapped_column(String(200))
     args: Mapped[dict[str, Any]] = mapped_column(JSONDocument, default=dict)
     cron: Mapped[str] = mapped_column(String(200))

@@ -25,6 +25,7 @@ from pydantic.fields import FieldInfo
 
 from webapp.catalog.context import JobContext
 from webapp.config import args_limits
+from webapp.models import SCHEDULE_KEY
 
 Scope = Literal["tenant", "system"]
 FieldKind = Literal["text", "number", "integer", "checkbox", "select"]
@@ -33,7 +34,6 @@ JobFunctionT = TypeVar("JobFunctionT", bound=JobFunction)
 
 SCOPES: tuple[Scope, ...] = ("tenant", "system")
 JOB_NAME = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
-DEFAULT_KEY = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 # Only types that map onto one HTML input; `is`, not issubclass, because bool is an int.
 SCALAR_KINDS: tuple[tuple[type, FieldKind], ...] = (
     (str, "text"),
@@ -284,7 +284,7 @@ class Catalog:
         name: str | None = None,
     ) -> DefaultSchedule:
         """Declares a default schedule of a job registered on this catalog."""
-        if not isinstance(key, str) or not DEFAULT_KEY.fullmatch(key):
+        if not isinstance(key, str) or not SCHEDULE_KEY.fullmatch(key):
             raise CatalogError(
                 f"default schedule key {key!r} must be 1 to 64 of a-z, 0-9, '_', '.', '-', "
                 "starting with a letter or digit"

@@ -25,7 +25,8 @@ ALIASES: Mapping[str, str] = {
     "@annually": "0 0 1 1 *",
 }
 
-MAX_EXPRESSION_LENGTH = 500
+# The width of schedules.cron: the one limit, checked on the expression as stored.
+MAX_EXPRESSION_LENGTH = 200
 # A schedule must fire at least once in any five-year window (see _check_fires_often_enough).
 MAX_GAP_DAYS = 5 * 365 + 2
 
@@ -144,6 +145,8 @@ def parse_fields(expression: str) -> CronFields:
         day_minutes=tuple(h * 60 + m for h in sorted(hours) for m in sorted(minutes)),
         month_days=month_days,
     )
+
+
 def _expand_alias(parts: list[str]) -> list[str]:
     alias = parts[0].lower()
     if alias == "@reboot":

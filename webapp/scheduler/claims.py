@@ -18,7 +18,7 @@ from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session
 
 from webapp.database import UTCDateTime, utcnow
-from webapp.models import Run, Schedule, Tenant
+from webapp.models import UNFINISHED_STATUSES, Run, Schedule, Tenant
 
 DUE_COLUMNS = (
     Schedule.id,
@@ -113,12 +113,14 @@ def claim_due_schedules(
 
 
 def schedules_with_unfinished_runs(session: Session, schedule_ids: Iterable[int]) -> set[int]:
+    """Those of the schedules that have a run queued or running: the overlap policy's question,
+    asked by the tick and by Run now."""
     ids = list(schedule_ids)
     if not ids:
         return set()
     query = (
         select(Run.schedule_id)
-        .where(Run.schedule_id.in_(ids), Run.status.in_(("queued", "running")))
+        .where(Run.schedule_id.in_(ids), Run.status.in_(UNFINISHED_STATUSES))
         .distinct()
     )
     return {schedule_id for schedule_id in session.scalars(query) if schedule_id is not None}

@@ -25,6 +25,7 @@ from webapp.scheduler.misfire import MisfireSettings, PlannedRun, plan_fires
 
 log = logging.getLogger("webapp.scheduler")
 
+# Why a fire or a Run now was recorded as skipped under the overlap policy `skip`.
 OVERLAP_REASON = "skipped: an earlier run of this schedule is still queued or running"
 
 
@@ -120,11 +121,10 @@ def resolve(
     too_large = size_errors(schedule.args, limits or args_limits({}))
     if too_large:
         raise BadSchedule(str(ArgsError(too_large)))
-    scope = "tenant" if schedule.tenant_id is not None else "system"
-    if job.scope != scope:
-        raise BadSchedule(
-            f"job '{job.name}' is a {job.scope} job, not allowed in a {scope} schedule"
-        )
+    # The claim does not read the scope: the database ties it to tenant_id (scope_tenant).
+    refused = job.scope_problem("tenant" if schedule.tenant_id is not None else "system")
+    if refused:
+        raise BadSchedule(refused)
     return spec, job.max_attempts
 
 

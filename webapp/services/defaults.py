@@ -6,18 +6,19 @@ on: syncing again never overwrites their edits of cron or args, nor re-activates
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
 from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
-from webapp import cron
-from webapp.catalog import Catalog, CatalogError
+from webapp.catalog import Catalog, CatalogError, DefaultSchedule
 from webapp.catalog.current import current_catalog
 from webapp.database import write_transaction
 from webapp.extensions import db
 from webapp.models import AuditEvent, Schedule, Tenant
 from webapp.services.audit import DEFAULTS, audit_row, schedule_snapshot
+from webapp.services.schema import ScheduleError, ScheduleIn, ScheduleRules
 
 
 def sync_defaults(now: datetime) -> int:
@@ -47,6 +48,10 @@ def materialise_defaults(
             select(Schedule.tenant_id, Schedule.key).where(Schedule.key.in_(keys))
         )
     }
+    # The arguments are checked as at registration, without the app's settings: a default is
+    # the operator's own, and refusing it here would refuse to create the tenant.
+    rules = ScheduleRules(catalog=catalog, settings=None, now=now)
+    in_zone: dict[tuple[str, str], ScheduleIn] = {}  # checked once per zone, not per tenant
     rows = []
     for default in defaults:
         owners: list[Tenant | None] = list(tenants) if default.scope == "tenant" else [None]
@@ -55,24 +60,15 @@ def materialise_defaults(
             if (tenant_id, default.key) in present:
                 continue
             zone = default.time_zone or (tenant.time_zone if tenant else "UTC")
-            try:
-                spec = cron.validate(default.cron, zone)
-            except cron.CronError as error:
-                raise CatalogError(f"default schedule {default.key!r}: {error}") from None
+            if (default.key, zone) not in in_zone:
+                in_zone[default.key, zone] = checked(default, zone, rules)
+            asked = in_zone[default.key, zone]
             rows.append(
                 {
+                    **asked.model_dump(),
                     "tenant_id": tenant_id,
                     "scope": default.scope,
-                    "key": default.key,
-                    "name": default.name,
-                    "job": default.job,
-                    "args": default.args,
-                    "cron": spec.expression,
-                    "time_zone": zone,
-                    "active": True,
-                    "misfire_policy": "fire_once",
-                    "overlap_policy": "allow",
-                    "next_run_at": spec.next_fire_after(now),
+                    "next_run_at": asked.next_fire_after(now),
                     "created_at": now,
                     "updated_at": now,
                 }
@@ -87,3 +83,19 @@ def materialise_defaults(
         [audit_row(DEFAULTS, "schedule.created", s, after=schedule_snapshot(s)) for s in schedules],
     )
     return len(rows)
+
+
+def checked(default: DefaultSchedule, time_zone: str, rules: ScheduleRules) -> ScheduleIn:
+    """The default as a schedule in `time_zone`, checked as any other, or CatalogError."""
+    data = {
+        "key": default.key,
+        "name": default.name,
+        "job": default.job,
+        "args": default.args,
+        "cron": default.cron,
+        "time_zone": time_zone,
+    }
+    try:
+        return ScheduleIn.check(data, replace(rules, scope=default.scope))
+    except ScheduleError as error:
+        raise CatalogError(f"default schedule {default.key!r}: {error}") from None

@@ -111,7 +111,7 @@ COLUMNS = (
 
 def seed_demo_schedules(tenant: Tenant, admin: User, now: datetime) -> int:
     """Creates the demo schedules and their history; returns how many schedules it made."""
-    keys = [data.key for data in DEMO_SCHEDULES]
+    keys = [data["key"] for data in DEMO_SCHEDULES]
     exists = select(Schedule.id).where(Schedule.tenant_id == tenant.id, Schedule.key.in_(keys))
     if db.session.scalar(exists.limit(1)) is not None:
         return 0
@@ -274,9 +274,7 @@ class DemoHistory:
                 max_attempts=job.max_attempts,
                 started_at=self.now,
             )
-            result = run_job(
-                leased, self.catalog, job_settings(current_app.config), db.session()
-            )
+            result = run_job(leased, self.catalog, job_settings(current_app.config), db.session())
             self.outcomes[key] = (result.error.shown if result.error else None, result.output)
         return self.outcomes[key]
 

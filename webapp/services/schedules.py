@@ -6,12 +6,11 @@ audit trail live in one place. Each change is one transaction.
 
 from __future__ import annotations
 
-import itertools
 import re
 import unicodedata
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -21,52 +20,25 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from webapp import cron
-from webapp.catalog import ArgsError, Catalog, JobSpec, UnknownJobError, args_path, size_errors
+from webapp.catalog import UnknownJobError, args_path, size_errors
 from webapp.catalog.current import current_catalog
 from webapp.config import args_limits
 from webapp.database import write_transaction
 from webapp.extensions import db
-from webapp.models import MISFIRE_POLICIES, OVERLAP_POLICIES, Run, Schedule, Tenant
+from webapp.models import Run, Schedule, Tenant
+from webapp.scheduler import claims
+from webapp.scheduler.tick import OVERLAP_REASON
 from webapp.scheduler.wakeup import notify_workers
 from webapp.services.accounts import AccountError, check_time_zone
 from webapp.services.audit import Actor, audit_row, changed_fields, record, schedule_snapshot
+from webapp.services.schema import ScheduleError, ScheduleIn, ScheduleRules
 
-KEY_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
-MAX_NAME_LENGTH = 200
-MAX_CRON_LENGTH = 200  # the width of schedules.cron
+# Callers build a schedule's input with this; it is checked by ScheduleIn.
+from webapp.services.schema import ScheduleInput as ScheduleInput
+
 # How far from now a run may be requested: as far as the cron module plans (a valid schedule
 # fires at least once in that time), so that no run is queued for the year 3000.
 RUN_AT_HORIZON = timedelta(days=cron.MAX_GAP_DAYS)
-# Fires looked at to find a schedule's shortest gap for the minimum-interval quota.
-INTERVAL_SAMPLE = 500
-
-
-class ScheduleError(ValueError):
-    """Bad input for a schedule: field name -> message, shown next to the field."""
-
-    def __init__(self, errors: Mapping[str, str]) -> None:
-        self.errors = dict(errors)
-        super().__init__("; ".join(format_error(f, m) for f, m in self.errors.items()))
-
-
-def format_error(field_name: str, message: str) -> str:
-    # A job message names the job already ("job 'os.system' is not in the catalog").
-    return message if field_name == "job" else f"{field_name}: {message}"
-
-
-@dataclass
-class ScheduleInput:
-    """What a form, an import item or the CLI asks for."""
-
-    name: str
-    job: str
-    cron: str
-    time_zone: str
-    args: dict[str, Any] = field(default_factory=dict)
-    active: bool = True
-    misfire_policy: str = "fire_once"
-    overlap_policy: str = "allow"
-    key: str | None = None  # None: derived from the name
 
 
 @dataclass(frozen=True)
@@ -87,113 +59,27 @@ def tenant_limits(tenant: Tenant) -> Limits:
     )
 
 
-def shortest_gap(spec: cron.CronSpec, now: datetime) -> timedelta | None:
-    fires = [spec.next_fire_after(now)]
-    fires += spec.fire_times_between(fires[0], fires[0] + timedelta(days=800), INTERVAL_SAMPLE)
-    gaps = [later - earlier for earlier, later in itertools.pairwise(fires)]
-    return min(gaps) if gaps else None
+def tenant_rules(limits: Limits, now: datetime) -> ScheduleRules:
+    """How a tenant's schedules are checked: the app's catalog and settings, the tenant's quota."""
+    return ScheduleRules(
+        catalog=current_catalog(),
+        settings=current_app.config,
+        now=now,
+        min_interval=limits.min_interval,
+    )
 
 
-def clean_job(catalog: Catalog, job: str, scope: str) -> JobSpec:
-    spec = catalog.get(job)
-    if spec.scope != scope:
-        raise ScheduleError(
-            {"job": f"job '{job}' is a {spec.scope} job and cannot be used in a {scope} schedule"}
-        )
-    return spec
-
-
-def nul_errors(args: dict[str, Any]) -> dict[str, str]:
-    """PostgreSQL cannot store NUL in text: refuse it here rather than fail in the database."""
-    return {
-        f"args.{name}": "must not contain a NUL character"
-        for name, value in args.items()
-        if isinstance(value, str) and "\x00" in value
-    }
-
-
-def clean(
-    data: ScheduleInput,
-    limits: Limits,
-    catalog: Catalog,
-    now: datetime,
-    scope: str = "tenant",
-    settings: Mapping[str, Any] | None = None,
-) -> tuple[dict[str, Any], dict[str, str]]:
-    """Validates one schedule: (normalised fields, errors by field). Reads nothing else.
-
-    `settings` (the app's configuration; the current app's if None) reach the job's parameter
-    validation, for checks such as the webhook's host allowlist.
-    """
-    errors: dict[str, str] = {}
-    values: dict[str, Any] = {}
-    for field_name in ("name", "job", "cron", "time_zone"):
-        if not isinstance(getattr(data, field_name), str):
-            errors[field_name] = "must be text"
-    if errors:
-        return values, errors
-    name = data.name.strip()
-    if not name:
-        errors["name"] = "a name is required"
-    elif len(name) > MAX_NAME_LENGTH:
-        errors["name"] = f"the name is longer than {MAX_NAME_LENGTH} characters"
-    elif "\x00" in name:
-        errors["name"] = "the name must not contain a NUL character"
-    values["name"] = name
-    if data.key is not None:
-        if not isinstance(data.key, str) or not KEY_PATTERN.fullmatch(data.key):
-            errors["key"] = (
-                f"invalid key {data.key!r}: use 1-64 lower-case letters, digits, '_', '.', '-'"
-            )
-        values["key"] = data.key
-    try:
-        spec = clean_job(catalog, data.job, scope)
-    except (UnknownJobError, ScheduleError) as error:
-        errors["job"] = error.errors["job"] if isinstance(error, ScheduleError) else str(error)
-    else:
-        values["job"] = spec.name
-        try:
-            values["args"] = spec.validate_args(
-                data.args, current_app.config if settings is None else settings
-            )
-            errors.update(nul_errors(values["args"]))
-        except ArgsError as error:
-            for path, message in error.errors:
-                errors[args_path(path)] = message
-    try:
-        values["time_zone"] = check_time_zone(data.time_zone)
-    except (AccountError, TypeError) as error:
-        errors["time_zone"] = str(error)
-    else:
-        try:
-            if len(data.cron) > MAX_CRON_LENGTH:
-                raise cron.CronError(
-                    f"the cron expression is longer than {MAX_CRON_LENGTH} characters"
-                )
-            compiled = cron.validate(data.cron, data.time_zone)
-        except cron.CronError as error:
-            errors["cron"] = str(error)
-        else:
-            values["cron"] = compiled.expression
-            values["next_run_at"] = compiled.next_fire_after(now)
-            if limits.min_interval:
-                gap = shortest_gap(compiled, now)
-                if gap is not None and gap < timedelta(seconds=limits.min_interval):
-                    errors["cron"] = (
-                        f"fires as often as every {int(gap.total_seconds())} s; this tenant "
-                        f"allows at most one fire every {limits.min_interval} s"
-                    )
-    for name_, allowed, value in (
-        ("misfire_policy", MISFIRE_POLICIES, data.misfire_policy),
-        ("overlap_policy", OVERLAP_POLICIES, data.overlap_policy),
-    ):
-        if value not in allowed:
-            errors[name_] = f"{value!r} is not one of {', '.join(allowed)}"
-        values[name_] = value
-    if not isinstance(data.active, bool):
-        errors["active"] = "must be true or false"
-    values["active"] = data.active
-    return values, errors
+def restart_cadence(schedule: Schedule, asked: ScheduleIn, now: datetime) -> dict[str, Any]:
+    """What an edit changes besides its fields: a new cron or zone, or a re-activation,
+    restarts the cadence from now (missed fires skipped, as resuming without catch-up does);
+    otherwise the cadence goes on. The one rule for the form, the import and the API."""
+    reactivated = asked.active and not schedule.active
+    changes: dict[str, Any] = {}
+    if reactivated or (asked.cron, asked.time_zone) != (schedule.cron, schedule.time_zone):
+        changes["next_run_at"] = asked.next_fire_after(now)
+    if reactivated:
+        changes["inactive_reason"] = None
+    return changes
 
 
 def slugify(name: str) -> str:
@@ -246,19 +132,25 @@ def check_quota(tenant: Tenant, limits: Limits, adding: int) -> None:
         )
 
 
-def create_schedule(tenant: Tenant, data: ScheduleInput, actor: Actor, now: datetime) -> Schedule:
+def create_schedule(
+    tenant: Tenant, data: Mapping[str, object], actor: Actor, now: datetime
+) -> Schedule:
     """Validates and stores a new schedule in the tenant, with its audit event."""
     with write_transaction(db.session) as session:
         lock_tenant(session, tenant)
         limits = tenant_limits(tenant)
-        values, errors = clean(data, limits, current_catalog(), now)
-        if errors:
-            raise ScheduleError(errors)
-        values["key"] = values.get("key") or free_key(tenant, values["name"])
-        if key_taken(tenant, values["key"]):
-            raise ScheduleError({"key": f"a schedule with key '{values['key']}' already exists"})
+        asked = ScheduleIn.check(data, tenant_rules(limits, now))
+        key = asked.key or free_key(tenant, asked.name)
+        if key_taken(tenant, key):
+            raise ScheduleError({"key": f"a schedule with key '{key}' already exists"})
         check_quota(tenant, limits, adding=1)
-        schedule = Schedule(tenant_id=tenant.id, scope="tenant", created_by=actor.user_id, **values)
+        schedule = Schedule(
+            **{**asked.model_dump(), "key": key},
+            tenant_id=tenant.id,
+            scope="tenant",
+            next_run_at=asked.next_fire_after(now),
+            created_by=actor.user_id,
+        )
         db.session.add(schedule)
         db.session.flush()
         record(
@@ -270,28 +162,19 @@ def create_schedule(tenant: Tenant, data: ScheduleInput, actor: Actor, now: date
 
 
 def update_schedule(
-    schedule: Schedule, data: ScheduleInput, actor: Actor, now: datetime
+    schedule: Schedule, data: Mapping[str, object], actor: Actor, now: datetime
 ) -> Schedule:
     """Applies an edit; the cadence restarts from now only if the cron or the zone changed."""
     with write_transaction(db.session) as session:
         tenant = schedule.tenant
         assert tenant is not None
         lock_tenant(session, tenant)
-        values, errors = clean(data, tenant_limits(tenant), current_catalog(), now)
-        if errors:
-            raise ScheduleError(errors)
-        values["key"] = values.get("key") or schedule.key
-        if values["key"] != schedule.key and key_taken(tenant, values["key"]):
-            raise ScheduleError({"key": f"a schedule with key '{values['key']}' already exists"})
+        asked = ScheduleIn.check(data, tenant_rules(tenant_limits(tenant), now))
+        key = asked.key or schedule.key
+        if key != schedule.key and key_taken(tenant, key):
+            raise ScheduleError({"key": f"a schedule with key '{key}' already exists"})
         before = schedule_snapshot(schedule)
-        reactivated = values["active"] and not schedule.active
-        if not reactivated and (values["cron"], values["time_zone"]) == (
-            schedule.cron,
-            schedule.time_zone,
-        ):
-            del values["next_run_at"]  # the cadence goes on; a re-activated one restarts from now
-        if reactivated:
-            schedule.inactive_reason = None
+        values = {**asked.model_dump(), "key": key, **restart_cadence(schedule, asked, now)}
         for name, value in values.items():
             setattr(schedule, name, value)
         old, new = changed_fields(before, schedule_snapshot(schedule))
@@ -348,15 +231,6 @@ def resume_schedule(schedule: Schedule, actor: Actor, now: datetime, catch_up: b
         notify_workers(session)
 
 
-def has_unfinished_run(schedule_id: int) -> bool:
-    query = (
-        select(Run.id)
-        .where(Run.schedule_id == schedule_id, Run.status.in_(("queued", "running")))
-        .limit(1)
-    )
-    return db.session.scalar(query) is not None
-
-
 def run_now(schedule: Schedule, actor: Actor, now: datetime, at: datetime | None = None) -> Run:
     """Queues a manual run (at `at`, or now) without touching the schedule's cadence.
 
@@ -372,9 +246,12 @@ def run_now(schedule: Schedule, actor: Actor, now: datetime, at: datetime | None
         )
     with write_transaction(db.session) as session:
         try:
-            spec = clean_job(current_catalog(), schedule.job, schedule.scope)
+            spec = current_catalog().get(schedule.job)
         except UnknownJobError as error:
             raise ScheduleError({"job": str(error)}) from None
+        refused = spec.scope_problem(schedule.scope)
+        if refused:
+            raise ScheduleError({"job": refused})
         # Arguments stored before the size limits (or over lowered ones) are not copied again.
         too_large = size_errors(schedule.args, args_limits(current_app.config))
         if too_large:
@@ -393,10 +270,12 @@ def run_now(schedule: Schedule, actor: Actor, now: datetime, at: datetime | None
             max_attempts=spec.max_attempts,
             requested_by=actor.user_id,
         )
-        if schedule.overlap_policy == "skip" and has_unfinished_run(schedule.id):
+        if schedule.overlap_policy == "skip" and claims.schedules_with_unfinished_runs(
+            session, [schedule.id]
+        ):
             run.status = "skipped"
             run.finished_at = now
-            run.error = "skipped: an earlier run of this schedule is still queued or running"
+            run.error = OVERLAP_REASON
         db.session.add(run)
         db.session.flush()
         record(

@@ -13,22 +13,21 @@ from typing import Any
 
 from sqlalchemy import insert, select, update
 
-from webapp.catalog.current import current_catalog
 from webapp.database import write_transaction
 from webapp.extensions import db
 from webapp.models import AuditEvent, Schedule, Tenant
-from webapp.services.audit import Actor, audit_row, changed_fields
-from webapp.services.schedules import (
-    ScheduleInput,
-    clean,
-    format_error,
-    lock_tenant,
-    tenant_limits,
+from webapp.services.audit import (
+    AUDITED_FIELDS,
+    Actor,
+    audit_row,
+    changed_fields,
+    schedule_snapshot,
 )
+from webapp.services.schedules import lock_tenant, restart_cadence, tenant_limits, tenant_rules
+from webapp.services.schema import ImportItem, ScheduleError, format_error
 
-REQUIRED_FIELDS = ("key", "name", "job", "cron")
-OPTIONAL_FIELDS = ("args", "time_zone", "active", "misfire_policy", "overlap_policy")
-EXPORTED_FIELDS = (*REQUIRED_FIELDS[:3], "args", "cron", *OPTIONAL_FIELDS[1:])
+# The import format: a schedule's fields as the audit trail records them.
+EXPORTED_FIELDS = AUDITED_FIELDS
 
 
 class ImportProblems(ValueError):
@@ -58,52 +57,28 @@ def parse_items(text: str) -> list[Any]:
     return document
 
 
-def item_label(index: int, item: Any) -> str:
-    key = item.get("key") if isinstance(item, dict) else None
-    return f"item {index} (key {key!r})" if isinstance(key, str) else f"item {index}"
-
-
-def read_item(item: Any, tenant: Tenant) -> tuple[ScheduleInput | None, list[str]]:
-    if not isinstance(item, dict):
-        return None, ["must be a JSON object"]
-    problems = [f"{name}: field required" for name in REQUIRED_FIELDS if name not in item]
-    problems += [
-        f"{name}: unknown field" for name in item if name not in REQUIRED_FIELDS + OPTIONAL_FIELDS
-    ]
-    if problems:
-        return None, problems
-    return ScheduleInput(
-        key=item["key"],
-        name=item["name"],
-        job=item["job"],
-        cron=item["cron"],
-        args=item.get("args", {}),
-        time_zone=item.get("time_zone", tenant.time_zone),
-        active=item.get("active", True),
-        misfire_policy=item.get("misfire_policy", "fire_once"),
-        overlap_policy=item.get("overlap_policy", "allow"),
-    ), []
-
-
 def import_schedules(tenant: Tenant, text: str, actor: Actor, now: datetime) -> ImportResult:
     """Creates or updates (by key) every schedule of the file, or nothing at all."""
     items = parse_items(text)
-    catalog = current_catalog()
     limits = tenant_limits(tenant)
+    rules = tenant_rules(limits, now)
     problems: list[str] = []
-    cleaned: list[dict[str, Any]] = []
+    cleaned: list[ImportItem] = []
     first_index: dict[str, int] = {}
     for index, item in enumerate(items):
-        label = item_label(index, item)
-        data, item_problems = read_item(item, tenant)
-        if data is not None:
-            values, errors = clean(data, limits, catalog, now)
-            item_problems = [format_error(name, message) for name, message in errors.items()]
-            if isinstance(data.key, str) and data.key in first_index:
-                item_problems.append(f"duplicate key: item {first_index[data.key]} has it too")
-            elif isinstance(data.key, str):
-                first_index[data.key] = index
-            cleaned.append(values)
+        key = item.get("key") if isinstance(item, dict) else None
+        label = f"item {index} (key {key!r})" if isinstance(key, str) else f"item {index}"
+        if isinstance(item, dict):  # an item without a zone is in the tenant's
+            item = {"time_zone": tenant.time_zone, **item}
+        try:
+            cleaned.append(ImportItem.check(item, rules))
+            item_problems = []
+        except ScheduleError as error:
+            item_problems = [format_error(name, message) for name, message in error.errors.items()]
+        if isinstance(key, str) and key in first_index:
+            item_problems.append(f"duplicate key: item {first_index[key]} has it too")
+        elif isinstance(key, str):
+            first_index[key] = index
         problems += [f"{label}: {problem}" for problem in item_problems]
     if problems:
         raise ImportProblems(problems)
@@ -114,7 +89,7 @@ def import_schedules(tenant: Tenant, text: str, actor: Actor, now: datetime) -> 
             schedule.key: schedule
             for schedule in session.scalars(select(Schedule).where(Schedule.tenant_id == tenant.id))
         }
-        new = [values for values in cleaned if values["key"] not in existing]
+        new = [asked for asked in cleaned if asked.key not in existing]
         if limits.max_schedules is not None and len(existing) + len(new) > limits.max_schedules:
             raise ImportProblems(
                 [
@@ -123,22 +98,17 @@ def import_schedules(tenant: Tenant, text: str, actor: Actor, now: datetime) -> 
                 ]
             )
         changes, audits = [], []
-        for values in cleaned:
-            schedule = existing.get(values["key"])
+        for asked in cleaned:
+            schedule = existing.get(asked.key)
             if schedule is None:
                 continue
-            before = {name: getattr(schedule, name) for name in EXPORTED_FIELDS}
-            old, changed = changed_fields(before, {n: values[n] for n in EXPORTED_FIELDS})
+            values = asked.model_dump()
+            before = schedule_snapshot(schedule)
+            old, changed = changed_fields(before, values)
             if not changed:
                 continue
-            row = {name: values[name] for name in EXPORTED_FIELDS}
-            row["id"] = schedule.id
-            row["updated_at"] = now
-            reactivated = values["active"] and not schedule.active
-            if reactivated or "cron" in changed or "time_zone" in changed:
-                row["next_run_at"] = values["next_run_at"]  # re-activated: missed fires skipped
-            if reactivated:
-                row["inactive_reason"] = None
+            row = {**values, "id": schedule.id, "updated_at": now}
+            row.update(restart_cadence(schedule, asked, now))
             changes.append(row)
             audits.append(
                 audit_row(actor, "schedule.updated", {**row, "tenant_id": tenant.id}, old, changed)
@@ -146,14 +116,15 @@ def import_schedules(tenant: Tenant, text: str, actor: Actor, now: datetime) -> 
         if new:
             rows = [
                 {
-                    **values,
+                    **asked.model_dump(),
+                    "next_run_at": asked.next_fire_after(now),
                     "tenant_id": tenant.id,
                     "scope": "tenant",
                     "created_by": actor.user_id,
                     "created_at": now,
                     "updated_at": now,
                 }
-                for values in new
+                for asked in new
             ]
             ids = session.scalars(
                 insert(Schedule).returning(Schedule.id, sort_by_parameter_order=True), rows

@@ -116,9 +116,7 @@ def field_value(name: str, value: Any, time_zone: str) -> Markup:
         text = job_label(value)
     elif name == "cron" and isinstance(value, str):
         description = describe_cron(value)
-        return Markup(
-            f'<code class="nowrap">{escape(value)}</code> {escape(description)}'
-        )
+        return Markup(f'<code class="nowrap">{escape(value)}</code> {escape(description)}')
     elif name == "run_id" and isinstance(value, int):
         url = id_url("runs.detail", run_id=value)
         return Markup(f'<a href="{escape(url)}">#{value}</a>')

@@ -12,6 +12,7 @@ from markupsafe import Markup, escape
 
 from webapp import cron
 from webapp.database import utcnow
+from webapp.models import MAX_SCHEDULE_NAME
 from webapp.web import tenancy
 
 
@@ -37,9 +38,7 @@ def id_url(endpoint: str, **values: int) -> str:
     parts = templates.get((endpoint, name))
     if parts is None:
         placeholder: dict[str, Any] = {name: _ID_PLACEHOLDER}
-        before, _, after = url_for(endpoint, **placeholder).rpartition(
-            str(_ID_PLACEHOLDER)
-        )
+        before, _, after = url_for(endpoint, **placeholder).rpartition(str(_ID_PLACEHOLDER))
         parts = templates[(endpoint, name)] = (before, after)
     return f"{parts[0]}{int(value)}{parts[1]}"
 
@@ -155,6 +154,7 @@ def install(app: Flask) -> None:
     app.add_template_global(is_htmx)
     app.add_template_global(times_in_utc)
     app.add_template_global(shown_zone)
+    app.jinja_env.globals["MAX_SCHEDULE_NAME"] = MAX_SCHEDULE_NAME
     app.add_template_filter(local_time, "local_time")
     app.add_template_filter(utc_time, "utc_time")
     app.add_template_filter(relative_time, "relative_time")
@@ -172,4 +172,3 @@ def install(app: Flask) -> None:
                 return None
 
         return {"current_membership": tenant_or_none, "my_memberships": tenancy.memberships}
-

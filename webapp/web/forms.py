@@ -2,7 +2,8 @@
 
 The job's parameter fields are generated from the catalog (`JobSpec.form_fields()`); each is
 posted as `args.<name>`, the same path that the service's errors use, so an error lands next to
-its field. Validation itself is the service layer's: this module only converts types.
+its field. Validation itself is the schedule schema's (services/schema.py ScheduleIn): this module
+only turns the posted strings into the plain data the schema takes.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from werkzeug.datastructures import MultiDict
 
 from webapp.catalog import Catalog, FormField, JobSpec, UnknownJobError
 from webapp.models import MISFIRE_POLICIES, OVERLAP_POLICIES, Schedule, Tenant
-from webapp.services.schedules import ScheduleInput
 
 # The schedule form's labels by field name; the audit log names changed fields with them too.
 FIELD_LABELS = {
@@ -116,18 +116,19 @@ class ScheduleForm:
     def general_errors(self) -> list[str]:
         return [self.errors[name] for name in GENERAL_ERRORS if name in self.errors]
 
-    def to_input(self, catalog: Catalog) -> ScheduleInput:
+    def to_data(self, catalog: Catalog) -> dict[str, object]:
+        """The posted schedule as the plain data that the service checks (ScheduleIn)."""
         spec = job_spec(catalog, self.job)
-        return ScheduleInput(
-            name=self.name,
-            job=self.job,
-            args=convert_args(spec, self.args) if spec else {},
-            cron=self.cron,
-            time_zone=self.time_zone,
-            active=self.active,
-            misfire_policy=self.misfire_policy,
-            overlap_policy=self.overlap_policy,
-        )
+        return {
+            "name": self.name,
+            "job": self.job,
+            "args": convert_args(spec, self.args) if spec else {},
+            "cron": self.cron,
+            "time_zone": self.time_zone,
+            "active": self.active,
+            "misfire_policy": self.misfire_policy,
+            "overlap_policy": self.overlap_policy,
+        }
 
 
 def job_spec(catalog: Catalog, name: str) -> JobSpec | None:
@@ -135,7 +136,7 @@ def job_spec(catalog: Catalog, name: str) -> JobSpec | None:
         spec = catalog.get(name)
     except UnknownJobError:
         return None
-    return spec if spec.scope == "tenant" else None
+    return spec if spec.scope_problem("tenant") is None else None
 
 
 def default_args(catalog: Catalog, job: str) -> dict[str, str]:

@@ -47,9 +47,7 @@ def id_value(name: str, text: str | None) -> int | None:
         return None
     value = parse_id(text)
     if value is None:
-        bad_request(
-            f"“{name}={shown(text)}” is not a valid id: a whole number from 1 to {MAX_ID}."
-        )
+        bad_request(f"“{name}={shown(text)}” is not a valid id: a whole number from 1 to {MAX_ID}.")
     return value
 
 
@@ -71,8 +69,7 @@ def date_arg(name: str) -> date | None:
             day = None
     if day is None or not FIRST_DAY <= day <= LAST_DAY:
         bad_request(
-            f"“{name}={shown(text)}” is not a date between {FIRST_DAY} and {LAST_DAY} "
-            "(YYYY-MM-DD)."
+            f"“{name}={shown(text)}” is not a date between {FIRST_DAY} and {LAST_DAY} (YYYY-MM-DD)."
         )
     return day
 

@@ -38,6 +38,7 @@ from webapp.web.forms import (
     OVERLAP_CHOICES,
     ScheduleForm,
     default_args,
+    job_spec,
 )
 from webapp.web.params import bad_request, choice_arg, date_arg, id_arg, shown
 from webapp.web.time_zones import time_zone_names
@@ -165,12 +166,12 @@ def row_context(schedule: Schedule) -> dict[str, Any]:
 
 def form_context(form: ScheduleForm, schedule: Schedule | None) -> dict[str, Any]:
     catalog = current_catalog()
-    spec = catalog.get(form.job) if form.job in catalog else None
+    spec = job_spec(catalog, form.job)
     return {
         "form": form,
         "schedule": schedule,
         "jobs": catalog.jobs(scope="tenant"),
-        "params": spec.form_fields(current_app.config) if spec and spec.scope == "tenant" else [],
+        "params": spec.form_fields(current_app.config) if spec else [],
         "misfire_choices": MISFIRE_CHOICES,
         "overlap_choices": OVERLAP_CHOICES,
         "time_zones": time_zone_names(),
@@ -207,7 +208,7 @@ def new() -> Response:
         )
     form = ScheduleForm.from_post(request.form)
     try:
-        schedule = create_schedule(tenant, form.to_input(current_catalog()), actor(), utcnow())
+        schedule = create_schedule(tenant, form.to_data(current_catalog()), actor(), utcnow())
     except ScheduleError as error:
         return save_failed(form, None, error)
     return htmx_redirect(
@@ -226,7 +227,7 @@ def edit(schedule_id: int) -> Response:
         )
     form = ScheduleForm.from_post(request.form)
     try:
-        update_schedule(schedule, form.to_input(current_catalog()), actor(), utcnow())
+        update_schedule(schedule, form.to_data(current_catalog()), actor(), utcnow())
     except ScheduleError as error:
         db.session.rollback()
         return save_failed(form, schedule, error)

@@ -1,0 +1,261 @@
+"""The schedule schema: what a form, an import item, the CLI or the API may ask for, checked once.
+
+`ScheduleIn` checks a schedule's own fields (types, the key pattern, the name, the time zone, the
+cron expression in that zone, the policies) and, through the validation context
+(`ScheduleRules`), what depends on the installation: the job is in the catalog and of the
+schedule's scope, its arguments fit the job's own parameters model, and the cron expression
+respects the tenant's minimum interval. `check` turns every problem into one message per field
+(`cron`, `args.url`), raised as ScheduleError, which the form shows next to each field and the
+import prints one line each.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, NoReturn, Required, Self, TypedDict, get_args
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from webapp import cron
+from webapp.catalog import ArgsError, Catalog, UnknownJobError
+from webapp.models import (
+    MAX_SCHEDULE_NAME,
+    SCHEDULE_KEY,
+    MisfirePolicy,
+    OverlapPolicy,
+    Scope,
+)
+
+# Fires looked at to find a schedule's shortest gap for the minimum-interval quota.
+INTERVAL_SAMPLE = 500
+# Our wording for pydantic's own errors on the schedule's fields (a job's parameters keep
+# pydantic's wording: the job's author chose those models).
+FIELD_MESSAGES = {
+    "missing": "field required",
+    "extra_forbidden": "unknown field",
+    "string_type": "must be text",
+    "bool_type": "must be true or false",
+    "model_type": "must be a JSON object",
+    "model_attributes_type": "must be a JSON object",
+}
+
+
+class ScheduleError(ValueError):
+    """Bad input for a schedule: field name -> message, shown next to the field."""
+
+    def __init__(self, errors: Mapping[str, str]) -> None:
+        self.errors = dict(errors)
+        super().__init__("; ".join(format_error(f, m) for f, m in self.errors.items()))
+
+
+def format_error(field_name: str, message: str) -> str:
+    """One problem on one line: `cron: ...`; a message that names its field already ("job
+    'os.system' is not in the catalog") and a problem of the whole item stand alone."""
+    if not field_name or (field_name == "job" and message.startswith("job ")):
+        return message
+    return f"{field_name}: {message}"
+
+
+class ScheduleInput(TypedDict, total=False):
+    """A schedule as code asks for it: the fields of ScheduleIn, not yet checked."""
+
+    key: str  # absent: derived from the name
+    name: Required[str]
+    job: Required[str]
+    cron: Required[str]
+    time_zone: Required[str]
+    args: dict[str, Any]
+    active: bool
+    misfire_policy: MisfirePolicy
+    overlap_policy: OverlapPolicy
+
+
+@dataclass(frozen=True)
+class ScheduleRules:
+    """What checking a schedule needs beyond its fields (ScheduleIn's validation context)."""
+
+    catalog: Catalog
+    # The app's configuration, which the jobs' parameter checks read; None: checked as at
+    # registration (a job module's default schedule).
+    settings: Mapping[str, object] | None
+    now: datetime
+    scope: Scope = "tenant"
+    min_interval: int | None = None  # seconds between fires at the least; None: no quota
+
+
+def problem(message: str) -> NoReturn:
+    # The message as a context value, not the template: a '{' in user input stays as it is.
+    raise PydanticCustomError("schedule", "{message}", {"message": message})
+
+
+def rules_of(info: ValidationInfo) -> ScheduleRules:
+    if not isinstance(info.context, ScheduleRules):
+        raise TypeError("validate a schedule with ScheduleIn.check(data, rules)")
+    return info.context
+
+
+def shortest_gap(spec: cron.CronSpec, now: datetime) -> timedelta | None:
+    fires = [spec.next_fire_after(now)]
+    fires += spec.fire_times_between(fires[0], fires[0] + timedelta(days=800), INTERVAL_SAMPLE)
+    gaps = [later - earlier for earlier, later in itertools.pairwise(fires)]
+    return min(gaps) if gaps else None
+
+
+class ScheduleIn(BaseModel):
+    """A schedule as asked for, checked. The fields are checked in this order, so that the
+    arguments are checked against a known job and the cron expression in a known zone."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: StrictStr | None = None  # None: derived from the name
+    name: StrictStr
+    job: StrictStr
+    # Checked when left out too: the job may require some.
+    args: dict[str, Any] = Field(default_factory=dict, validate_default=True)
+    time_zone: StrictStr
+    cron: StrictStr
+    misfire_policy: MisfirePolicy = "fire_once"
+    overlap_policy: OverlapPolicy = "allow"
+    active: StrictBool = True
+
+    @classmethod
+    def check(cls, data: object, rules: ScheduleRules) -> Self:
+        """The schedule, or ScheduleError with every problem by field."""
+        try:
+            return cls.model_validate(data, context=rules)
+        except ValidationError as error:
+            raise ScheduleError(field_errors(error)) from None
+
+    def next_fire_after(self, now: datetime) -> datetime:
+        return cron.validate(self.cron, self.time_zone).next_fire_after(now)
+
+    @field_validator("key")
+    @classmethod
+    def check_key(cls, key: str | None) -> str | None:
+        if key is not None and not SCHEDULE_KEY.fullmatch(key):
+            problem(f"invalid key {key!r}: use 1-64 lower-case letters, digits, '_', '.', '-'")
+        return key
+
+    @field_validator("name")
+    @classmethod
+    def check_name(cls, name: str) -> str:
+        name = name.strip()
+        if not name:
+            problem("a name is required")
+        if len(name) > MAX_SCHEDULE_NAME:
+            problem(f"the name is longer than {MAX_SCHEDULE_NAME} characters")
+        if "\x00" in name:  # PostgreSQL cannot store NUL in text
+            problem("the name must not contain a NUL character")
+        return name
+
+    @field_validator("job")
+    @classmethod
+    def check_job(cls, job: str, info: ValidationInfo) -> str:
+        rules = rules_of(info)
+        try:
+            spec = rules.catalog.get(job)
+        except UnknownJobError as error:
+            problem(str(error))
+        refused = spec.scope_problem(rules.scope)
+        if refused:
+            problem(refused)
+        return spec.name
+
+    @field_validator("args", mode="before")
+    @classmethod
+    def check_args(cls, args: object, info: ValidationInfo) -> dict[str, Any]:
+        """The arguments as the job's parameters model normalises them (defaults filled in)."""
+        if "job" not in info.data:
+            return {}  # no job to check them against: the job's own error says why
+        rules = rules_of(info)
+        try:
+            values = rules.catalog.get(info.data["job"]).validate_args(args, rules.settings)
+        except ArgsError as error:
+            raise args_errors(error.errors, args) from None
+        # PostgreSQL cannot store NUL in text: refused here rather than by the database.
+        nul = [
+            (name, "must not contain a NUL character")
+            for name, value in values.items()
+            if isinstance(value, str) and "\x00" in value
+        ]
+        if nul:
+            raise args_errors(nul, args)
+        return values
+
+    @field_validator("time_zone")
+    @classmethod
+    def check_zone(cls, time_zone: str) -> str:
+        if time_zone not in cron.known_time_zones():  # the list the tick checks too
+            problem(f"unknown time zone {time_zone!r}")
+        return time_zone
+
+    @field_validator("cron")
+    @classmethod
+    def check_cron(cls, expression: str, info: ValidationInfo) -> str:
+        """The expression as stored (whitespace normalised), if it fires in the zone as often
+        as the tenant allows and no more."""
+        if "time_zone" not in info.data:
+            return expression  # checked in a known zone only: the zone's error says why
+        rules = rules_of(info)
+        try:
+            spec = cron.validate(expression, info.data["time_zone"])
+        except cron.CronError as error:
+            problem(str(error))
+        if rules.min_interval:
+            gap = shortest_gap(spec, rules.now)
+            if gap is not None and gap < timedelta(seconds=rules.min_interval):
+                problem(
+                    f"fires as often as every {int(gap.total_seconds())} s; this tenant "
+                    f"allows at most one fire every {rules.min_interval} s"
+                )
+        return spec.expression
+
+
+class ImportItem(ScheduleIn):
+    """A schedule of an import file: the key, which names it across imports, is required."""
+
+    key: StrictStr
+
+
+def args_errors(errors: list[tuple[str, str]], args: object) -> ValidationError:
+    """The job's (parameter, message) pairs as errors located under `args` (`args.url`)."""
+    return ValidationError.from_exception_data(
+        "args",
+        [
+            InitErrorDetails(
+                type=PydanticCustomError("args", "{message}", {"message": message}),
+                loc=(path,) if path else (),
+                input=args,
+            )
+            for path, message in errors
+        ],
+    )
+
+
+def field_errors(error: ValidationError) -> dict[str, str]:
+    """Pydantic's errors as one message per field, the first when a field has several."""
+    errors: dict[str, str] = {}
+    for detail in error.errors(include_url=False):
+        loc = detail["loc"]
+        name = ".".join(str(part) for part in loc)
+        if name in errors:
+            continue
+        message = FIELD_MESSAGES.get(detail["type"], detail["msg"])
+        if detail["type"] == "literal_error":
+            allowed: tuple[str, ...] = get_args(ScheduleIn.model_fields[str(loc[0])].annotation)
+            message = f"{detail['input']!r} is not one of {', '.join(allowed)}"
+        errors[name] = message
+    return errors
