@@ -1,17 +1,15 @@
 """indexes for a schedule's audit trail and for Next runs
 
 Revision ID: 0008
-Revises: 0006
+Revises: 0007
 Create Date: 2026-12-03 14:45:00
 
-Named 0008: 0007 is being written on another branch (the REST API); when both are merged,
-this one's down_revision becomes "0007".
 """
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0008"
-down_revision = "0006"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta
+from datetime import date
 from typing import Any
 
 from flask import Blueprint, request
@@ -15,9 +15,10 @@ from werkzeug.wrappers import Response
 from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import RUN_STATUSES, TRIGGERS, Run, Schedule, User, Worker
+from webapp.services.history import filter_runs
 from webapp.web import tenancy
 from webapp.web.common import page_or_partial
-from webapp.web.formatting import is_htmx, zone
+from webapp.web.formatting import is_htmx
 from webapp.web.params import bad_request, choice_arg, date_arg, id_arg
 
 bp = Blueprint("runs", __name__)
@@ -75,20 +76,16 @@ class RunFilters:
         return filters
 
     def apply(self, query: Select[Run], time_zone: str) -> Select[Run]:
-        if self.schedule is not None:
-            query = query.where(Run.schedule_id == self.schedule.id)
-        if self.status:
-            query = query.where(Run.status == self.status)
-        if self.trigger:
-            query = query.where(Run.trigger == self.trigger)
-        if self.since:
-            query = query.where(Run.scheduled_for >= local_midnight(self.since, time_zone))
-        if self.until:
-            end = local_midnight(self.until + timedelta(days=1), time_zone)
-            query = query.where(Run.scheduled_for < end)
-        if self.before is not None:
-            query = query.where(Run.id < self.before)
-        return query
+        return filter_runs(
+            query,
+            time_zone,
+            schedule_id=self.schedule.id if self.schedule is not None else None,
+            status=self.status,
+            trigger=self.trigger,
+            since=self.since,
+            until=self.until,
+            before=self.before,
+        )
 
     def args(self, **changes: Any) -> dict[str, Any]:
         """The query string of these filters, for links (the next page, the filter form)."""
@@ -126,10 +123,6 @@ def schedule_options(filters: RunFilters) -> tuple[list[tuple[int, str]], bool]:
     ).all()
     options = [(row.id, row.name) for row in rows[:SCHEDULE_OPTIONS]]
     return options, len(rows) > SCHEDULE_OPTIONS
-
-
-def local_midnight(day: date, time_zone: str) -> datetime:
-    return datetime.combine(day, time.min, tzinfo=zone(time_zone))
 
 
 def history_rows(query: Select[Run], limit: int) -> list[Row[Any]]:

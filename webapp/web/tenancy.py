@@ -13,7 +13,7 @@ from sqlalchemy import Select, select
 from sqlalchemy.sql.base import ExecutableOption
 
 from webapp.extensions import db
-from webapp.models import AuditEvent, Membership, Run, Schedule, Tenant
+from webapp.models import ApiToken, AuditEvent, Membership, Run, Schedule, Tenant
 
 SESSION_KEY = "tenant_id"
 
@@ -104,3 +104,13 @@ def get_rw_schedule_or_404(schedule_id: int) -> Schedule:
     schedule = get_schedule_or_404(schedule_id)
     require_admin()
     return schedule
+
+
+def get_rw_token_or_404(token_id: int) -> ApiToken:
+    """One of the current tenant's API tokens, for an admin: 404 for another tenant's id, 403
+    for a viewer."""
+    tenant = require_admin()
+    token: ApiToken = db.first_or_404(
+        select(ApiToken).where(ApiToken.tenant_id == tenant.id, ApiToken.id == token_id)
+    )
+    return token
