@@ -95,4 +95,7 @@ def test_the_reference_page_needs_no_token_and_no_inline_script(app: Flask) -> N
     assert 'id="op-create_schedule"' in html and 'id="problem-validation"' in html
     assert "&#34;30 2 * * *&#34;" in html or "&quot;30 2 * * *&quot;" in html
     assert 'id="schema-ScheduleIn"' in html
+    # Swagger UI replaces it when JavaScript runs (tests/test_api_docs_browser.py).
+    assert 'data-openapi-url="/api/v1/openapi.json"' in html
+    assert "/static/vendor/swagger-ui-bundle.js" in html and "/static/api-docs.js" in html
     db.session.rollback()
