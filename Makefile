@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 PORT ?= 5000
 FLASK := $(BIN)/flask --app webapp
 
-.PHONY: run test lint bench
+.PHONY: run test lint bench soak
 
 $(VENV)/.runtime: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,6 +44,10 @@ test: $(VENV)/.dev
 
 bench: $(VENV)/.dev
 	$(BIN)/python -m bench.all
+
+# Minutes: 8 workers, 10,000 schedules, three fire times each (not part of make test or bench).
+soak: $(VENV)/.dev
+	$(BIN)/python -m bench.soak
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check webapp tests bench

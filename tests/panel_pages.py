@@ -48,6 +48,8 @@ class DemoPages:
             "run history": "/runs",
             "run": f"/runs/{self.failed_run}",
             "audit log": "/audit",
+            "api tokens": "/tokens",
+            "api reference": "/api/docs",
             # The pages behind htmx's fragments, for a browser without JavaScript.
             "run status": f"/runs/{self.failed_run}/status",
             "schedule filter": "/runs/schedule-options?schedule_q=zz",

@@ -93,9 +93,9 @@ def test_the_run_page_joins_rather_than_querying_per_detail(app: Flask, world: W
         with counted_statements() as statements:
             assert alice.get(f"/runs/{run_id}").status_code == 200
         counts.append(len([sql for sql in statements if sql != "BEGIN"]))
-    # The user, the membership, the tenant and the run with its schedule, worker and requester
-    # in one statement (joined), whatever the run has.
-    assert counts == [4, 4]
+    # The login with its user, memberships and tenants in one statement, and the run with its
+    # schedule, worker and requester in one statement (joined), whatever the run has.
+    assert counts == [2, 2]
 
 
 def test_a_failed_run_shows_the_error_type_message_and_job_frames_but_no_server_traceback(

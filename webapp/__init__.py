@@ -100,6 +100,9 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     from webapp.web import register_panel
 
     register_panel(app)
+    from webapp import api
+
+    api.install(app)  # after the panel: its id converter, and its error pages to defer to
     security.install_headers(app)
     register_commands(app)
     return app

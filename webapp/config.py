@@ -98,6 +98,7 @@ class Settings(BaseSettings):
     SCHEDULER_MAX_ARGS_BYTES: Int = 16384
     SCHEDULER_SESSION_IDLE_TIMEOUT: Int = 8 * 3600
     SCHEDULER_SESSION_MAX_AGE: Int = 7 * 86400
+    SCHEDULER_API_RATE_LIMIT: Int = 600  # requests per token per minute; 0: no limit
 
     @classmethod
     def settings_customise_sources(

@@ -73,11 +73,14 @@ def write_transaction(session: Session | scoped_session[Any]) -> Iterator[Sessio
 
     On SQLite it holds the write lock from its first statement; a read-only transaction the
     session had open (a request's user lookup) is ended first, since it cannot be upgraded safely.
+    PostgreSQL (read committed) goes on in the open transaction: ending it would cost a round
+    trip and reload every object the request has already read.
     """
     current = session() if isinstance(session, scoped_session) else session
-    if current.in_transaction():
-        current.commit()
-    current.connection(execution_options={IMMEDIATE: True})
+    if current.get_bind().dialect.name == "sqlite":
+        if current.in_transaction():
+            current.commit()
+        current.connection(execution_options={IMMEDIATE: True})
     try:
         yield current
         current.commit()

@@ -39,6 +39,7 @@ def register_commands(app: Flask) -> None:
     from webapp.cli.scheduler import scheduler_cli, worker_command
     from webapp.cli.schedules import schedule_cli
     from webapp.cli.serve import serve_command
+    from webapp.cli.tokens import token_cli
 
     app.cli.add_command(tenant_cli)
     app.cli.add_command(user_cli)
@@ -50,3 +51,4 @@ def register_commands(app: Flask) -> None:
     app.cli.add_command(schedule_cli)
     app.cli.add_command(catalog_cli)
     app.cli.add_command(cron_cli)
+    app.cli.add_command(token_cli)

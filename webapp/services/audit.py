@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from webapp.database import utcnow
-from webapp.models import AuditEvent, Schedule, User
+from webapp.models import ApiToken, AuditEvent, Schedule, User
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,11 @@ class Actor:
     @classmethod
     def cli(cls) -> Actor:
         return cls(user_id=None, label="cli")
+
+    @classmethod
+    def for_token(cls, token: ApiToken) -> Actor:
+        """An API token: named by its prefix, which the token list shows, and its name."""
+        return cls(user_id=None, label=f"token {token.prefix} ({token.name})")
 
 
 SCHEDULER = Actor(user_id=None, label="scheduler")
@@ -45,6 +52,13 @@ AUDITED_FIELDS = (
 
 def schedule_snapshot(schedule: Schedule) -> dict[str, Any]:
     return {name: getattr(schedule, name) for name in AUDITED_FIELDS}
+
+
+def schedule_version(schedule: Schedule) -> str:
+    """A digest of what a user may change in the schedule (not the tick's bookkeeping): it
+    changes when someone changes the schedule, as an HTTP ETag must."""
+    fields = json.dumps([schedule.id, schedule_snapshot(schedule)], sort_keys=True, default=str)
+    return hashlib.sha256(fields.encode()).hexdigest()[:32]
 
 
 def changed_fields(

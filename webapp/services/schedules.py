@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import unicodedata
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
@@ -161,14 +161,26 @@ def create_schedule(
     return schedule
 
 
+# Asked of a schedule as it is once the change holds its lock (an API client's If-Match): it
+# raises to refuse the change.
+Precondition = Callable[[Schedule], None]
+
+
 def update_schedule(
-    schedule: Schedule, data: Mapping[str, object], actor: Actor, now: datetime
+    schedule: Schedule,
+    data: Mapping[str, object],
+    actor: Actor,
+    now: datetime,
+    precondition: Precondition | None = None,
 ) -> Schedule:
     """Applies an edit; the cadence restarts from now only if the cron or the zone changed."""
     with write_transaction(db.session) as session:
         tenant = schedule.tenant
         assert tenant is not None
         lock_tenant(session, tenant)
+        if precondition is not None:
+            session.refresh(schedule)  # as it is now that changes wait for this one
+            precondition(schedule)
         asked = ScheduleIn.check(data, tenant_rules(tenant_limits(tenant), now))
         key = asked.key or schedule.key
         if key != schedule.key and key_taken(tenant, key):
@@ -184,9 +196,17 @@ def update_schedule(
     return schedule
 
 
-def delete_schedule(schedule: Schedule, actor: Actor) -> None:
+def delete_schedule(
+    schedule: Schedule, actor: Actor, precondition: Precondition | None = None
+) -> None:
     """Deletes the schedule; its run history stays."""
     with write_transaction(db.session) as session:
+        if precondition is not None:
+            tenant = schedule.tenant
+            assert tenant is not None
+            lock_tenant(session, tenant)
+            session.refresh(schedule)
+            precondition(schedule)
         record(
             session,
             audit_row(actor, "schedule.deleted", schedule, before=schedule_snapshot(schedule)),

@@ -245,8 +245,10 @@ def args_errors(errors: list[tuple[str, str]], args: object) -> ValidationError:
     )
 
 
-def field_errors(error: ValidationError) -> dict[str, str]:
-    """Pydantic's errors as one message per field, the first when a field has several."""
+def field_errors(error: ValidationError, model: type[BaseModel] | None = None) -> dict[str, str]:
+    """Pydantic's errors as one message per field, the first when a field has several, in our
+    words (`model`'s choices for a wrong one: ScheduleIn's unless another model was checked)."""
+    fields = (model or ScheduleIn).model_fields
     errors: dict[str, str] = {}
     for detail in error.errors(include_url=False):
         loc = detail["loc"]
@@ -254,8 +256,19 @@ def field_errors(error: ValidationError) -> dict[str, str]:
         if name in errors:
             continue
         message = FIELD_MESSAGES.get(detail["type"], detail["msg"])
-        if detail["type"] == "literal_error":
-            allowed: tuple[str, ...] = get_args(ScheduleIn.model_fields[str(loc[0])].annotation)
+        if detail["type"] == "literal_error" and str(loc[0]) in fields:
+            allowed = literal_values(fields[str(loc[0])].annotation)
             message = f"{detail['input']!r} is not one of {', '.join(allowed)}"
         errors[name] = message
     return errors
+
+
+def literal_values(annotation: object) -> list[str]:
+    """The choices of a `Literal[...]` annotation, also inside `Literal[...] | None`."""
+    values: list[str] = []
+    for arg in get_args(annotation):
+        if isinstance(arg, str):
+            values.append(arg)
+        else:
+            values += literal_values(arg)
+    return values

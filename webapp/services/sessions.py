@@ -16,10 +16,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, select, update
+from sqlalchemy.orm import contains_eager
 
 from webapp.config import ConfigError
 from webapp.extensions import db
-from webapp.models import User, UserSession
+from webapp.models import Membership, Tenant, User, UserSession
 
 # last_seen_at is written at most this often: an idle timeout of hours needs no write per request.
 TOUCH_INTERVAL = timedelta(minutes=1)
@@ -68,12 +69,23 @@ def start(user: User, now: datetime, lifetimes: Lifetimes) -> User:
 
 
 def find(token: str, now: datetime, lifetimes: Lifetimes) -> User | None:
-    """The user of a live session, or None (unknown, ended, idle too long or too old)."""
-    found = db.session.execute(
-        select(UserSession.id, UserSession.created_at, UserSession.last_seen_at, User)
-        .join(User, User.id == UserSession.user_id)
-        .where(UserSession.token_hash == token_hash(token))
-    ).one_or_none()
+    """The user of a live session, or None (unknown, ended, idle too long or too old).
+
+    One statement loads the session, its user and the user's memberships with their tenants
+    (`user.memberships`): every page of the panel shows which tenant is current and the others
+    the user may switch to, so a request needs no other query to know who asks for what."""
+    found = (
+        db.session.execute(
+            select(UserSession.id, UserSession.created_at, UserSession.last_seen_at, User)
+            .join(User, User.id == UserSession.user_id)
+            .outerjoin(Membership, Membership.user_id == User.id)
+            .outerjoin(Tenant, Tenant.id == Membership.tenant_id)
+            .options(contains_eager(User.memberships).contains_eager(Membership.tenant))
+            .where(UserSession.token_hash == token_hash(token))
+        )
+        .unique()
+        .one_or_none()
+    )
     if found is None:
         return None
     session_id, created_at, last_seen_at, user = found

@@ -32,7 +32,9 @@ def upcoming_fires(
     after: Cursor | None = None,
 ) -> tuple[list[Fire], bool]:
     """Fires with start < t <= end, earliest first (then by schedule id), at most `limit`; and
-    whether more exist. With `after`, only the fires that come after that one in this order."""
+    whether more exist. With `after`, only the fires that come after that one in this order.
+    A schedule fires nothing before its next_run_at (the scheduler never fires it earlier), so
+    a caller may load schedules by next_run_at and stop early (see the Next runs page)."""
     per_schedule: list[Iterator[Fire]] = []
     for schedule in schedules:
         try:
@@ -45,6 +47,8 @@ def upcoming_fires(
             # time, for the schedules after the cursor's one.
             at, schedule_id = after
             first = max(start, at - timedelta(microseconds=1) if schedule.id > schedule_id else at)
+        if schedule.next_run_at is not None:
+            first = max(first, schedule.next_run_at - timedelta(microseconds=1))
         per_schedule.append(fires_of(schedule, spec, first, end))
     # Lazy: the merge asks each schedule for its next fire only when that one is shown, so a
     # page costs one fire per schedule plus the fires it shows, however many schedules fire.

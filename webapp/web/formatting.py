@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import json
-from datetime import datetime, timedelta
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from flask import Flask, g, request, session, url_for
-from markupsafe import Markup, escape
+from markupsafe import Markup
 
 from webapp import cron
 from webapp.database import utcnow
-from webapp.models import MAX_SCHEDULE_NAME
+from webapp.models import MAX_SCHEDULE_NAME, TRIGGERS
 from webapp.web import tenancy
 
 
@@ -21,8 +24,12 @@ def dom_id(obj: Any, suffix: str | None = None) -> str:
 
     hx-target attributes and the browser tests use these ids, so they come from one place.
     """
-    base = f"{type(obj).__name__.lower()}-{obj.id}"
-    return f"{base}-{suffix}" if suffix else base
+    return dom_id_of(type(obj).__name__.lower(), obj.id, suffix)
+
+
+def dom_id_of(kind: str, row_id: int, suffix: str | None = None) -> str:
+    """`dom_id` of a row that a list loaded as a tuple, not a model: `dom_id_of("run", 42)`."""
+    return f"{kind}-{row_id}-{suffix}" if suffix else f"{kind}-{row_id}"
 
 
 _ID_PLACEHOLDER = 2_147_483_647  # the largest id (params.MAX_ID): never part of a route's text
@@ -34,13 +41,23 @@ def id_url(endpoint: str, **values: int) -> str:
     page builds several URLs per row, so each endpoint's URL is built once per request around a
     placeholder id and then filled in."""
     ((name, value),) = values.items()
+    before, after = id_url_parts(endpoint, name)
+    return f"{before}{int(value)}{after}"
+
+
+def id_url_parts(endpoint: str, name: str) -> tuple[str, str]:
+    """The text before and after the id in the URL of `endpoint` (see id_url), once a request."""
     templates: dict[tuple[str, str], tuple[str, str]] = g.setdefault("id_url_templates", {})
     parts = templates.get((endpoint, name))
     if parts is None:
         placeholder: dict[str, Any] = {name: _ID_PLACEHOLDER}
         before, _, after = url_for(endpoint, **placeholder).rpartition(str(_ID_PLACEHOLDER))
         parts = templates[(endpoint, name)] = (before, after)
-    return f"{parts[0]}{int(value)}{parts[1]}"
+    return parts
+
+
+# How a run's trigger reads on the panel (the history's rows and filter, a run's page).
+TRIGGER_LABELS = {**{trigger: trigger for trigger in TRIGGERS}, "catchup": "catch-up"}
 
 
 def zone(name: str | None) -> ZoneInfo:
@@ -55,13 +72,14 @@ def local_time(moment: datetime | None, time_zone: str | None) -> str:
     if moment is None:
         return "-"
     local = moment.astimezone(zone(time_zone))
-    return f"{local:%Y-%m-%d %H:%M} {local.tzname()}"
+    # isoformat is a C call; strftime costs several times more, and a page formats hundreds.
+    return f"{local.isoformat(' ', 'minutes')[:16]} {local.tzname()}"
 
 
 def utc_time(moment: datetime | None) -> str:
     if moment is None:
         return ""
-    return moment.astimezone(ZoneInfo("UTC")).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f"{moment.astimezone(UTC).isoformat(' ', 'seconds')[:19]} UTC"
 
 
 def relative_time(moment: datetime | None, now: datetime | None = None) -> str:
@@ -119,17 +137,95 @@ def moment(value: datetime | None, time_zone: str | None, with_date: bool = True
     `with_date=False` leaves out the date, under a heading that names the day."""
     if value is None:
         return Markup('<span class="muted">-</span>')
-    other = local_time(value, time_zone) if times_in_utc() else utc_time(value)
-    shown = local_time(value, shown_zone(time_zone))
-    # An f-string of escaped parts: Markup.format costs more than the rest of a history row.
+    in_utc, now = moment_settings()
+    other = local_time(value, time_zone) if in_utc else utc_time(value)
+    shown = local_time(value, "UTC" if in_utc else time_zone or "UTC")
+    # An f-string, not Markup.format, and no escaping: every part is made by datetime from
+    # digits, separators and a zone's abbreviation. A history page formats 100 of these.
     return Markup(
-        f'<time datetime="{escape(value.isoformat())}" title="{escape(other)}">'
-        f"{escape(shown if with_date else shown[11:])} "
-        f'<span class="muted">{escape(relative_time(value))}</span></time>'
+        f'<time datetime="{value.isoformat()}" title="{other}">'
+        f"{shown if with_date else shown[11:]} "
+        f'<span class="muted">{relative_time(value, now)}</span></time>'
     )
 
 
+def moment_settings() -> tuple[bool, datetime]:
+    """Whether this request shows times in UTC, and its `now`: read once per request (the
+    relative times of one page are then relative to the same moment)."""
+    settings: tuple[bool, datetime] | None = g.get("moment_settings")
+    if settings is None:
+        settings = g.moment_settings = (times_in_utc(), utcnow())
+    return settings
+
+
+@dataclass(frozen=True, slots=True)
+class RunCells:
+    """The formatted cells of one row of a run history (templates/runs/_rows.html)."""
+
+    dom_id: str
+    url: str
+    schedule_url: str
+    scheduled: Markup
+    started: Markup
+    duration: str
+    lag: str
+    status: Markup
+
+
+def run_cells(runs: Iterable[Any], time_zone: str, place: str = "") -> list[tuple[Any, RunCells]]:
+    """Each run of a history page with its formatted cells. One Python call per page: in the
+    template, each of these calls and filters cost as much again as the value it formats, and
+    a page has 50 rows of seven."""
+    detail = id_url_parts("runs.detail", "run_id")
+    schedule = id_url_parts("schedules.detail", "schedule_id")
+    rows = []
+    for run in runs:
+        started, finished = run.started_at, run.finished_at
+        cells = RunCells(
+            dom_id=dom_id_of("run", run.id),
+            url=f"{detail[0]}{run.id}{detail[1]}",
+            schedule_url=f"{schedule[0]}{run.schedule_id}{schedule[1]}",
+            scheduled=moment(run.scheduled_for, time_zone),
+            started=moment(started, time_zone),
+            duration=duration(finished - started) if finished and started else "-",
+            lag=duration(started - run.scheduled_for) if started else "-",
+            status=status_badge(run, place),
+        )
+        rows.append((run, cells))
+    return rows
+
+
+LIVE_STATUSES = ("queued", "running")
+
+
+def status_badge(run: Any, place: str = "") -> Markup:
+    """A run's status badge (a model or a history row): templates/runs/_status.html renders it
+    alone, lists once per row, so it is made here, not by a macro (a macro call with its
+    expressions costs several times this). While the run is queued or running the badge polls
+    itself; a finished badge has no trigger, so the polling stops. `place` ("history") keeps
+    the id unique where a page shows the same run twice (a schedule's last run and its
+    history); the polled badge keeps its place. A status is one of RUN_STATUSES and ids are
+    numbers: nothing here needs escaping."""
+    status = run.status
+    badge_id = dom_id_of("run", run.id, f"{place}-status" if place else "status")
+    poll = spinner = took = ""
+    if status in LIVE_STATUSES:
+        url = url_for("runs.status", run_id=run.id, place=place or None)
+        poll = f' hx-get="{url}" hx-trigger="every 1s" hx-swap="outerHTML"'
+        spinner = '<span class="spinner" aria-hidden="true"></span>'
+    if run.finished_at and run.started_at:
+        took = f' <span class="muted">{duration(run.finished_at - run.started_at)}</span>'
+    url = id_url("runs.detail", run_id=run.id)
+    return Markup(
+        f'<span class="run-status" id="{badge_id}" data-status="{status}"{poll}>'
+        f'<a class="badge badge-{status}" href="{url}">{status}{spinner}</a>{took}</span>'
+    )
+
+
+@functools.lru_cache(maxsize=4096)
 def describe_cron(expression: str, time_zone: str = "UTC") -> str:
+    """The expression in words (a pure function of its arguments: remembered, since the list
+    describes 50 schedules, most of them with common expressions)."""
     try:
         return cron.describe(cron.validate(expression, time_zone))
     except (cron.CronError, ValueError):
@@ -149,12 +245,16 @@ def pretty_value(value: Any) -> str:
 
 def install(app: Flask) -> None:
     app.add_template_global(dom_id)
+    app.add_template_global(dom_id_of)
+    app.add_template_global(run_cells)
+    app.add_template_global(status_badge)
     app.add_template_global(id_url)
     app.add_template_global(tenancy.can_write)
     app.add_template_global(is_htmx)
     app.add_template_global(times_in_utc)
     app.add_template_global(shown_zone)
     app.jinja_env.globals["MAX_SCHEDULE_NAME"] = MAX_SCHEDULE_NAME
+    app.jinja_env.globals["trigger_labels"] = TRIGGER_LABELS
     app.add_template_filter(local_time, "local_time")
     app.add_template_filter(utc_time, "utc_time")
     app.add_template_filter(relative_time, "relative_time")

@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta
+from datetime import date
 from typing import Any
 
 from flask import Blueprint, request
 from flask_login import login_required
-from sqlalchemy import Select, func
-from sqlalchemy.orm import defer, joinedload, load_only
+from sqlalchemy import Row, Select, and_, func
+from sqlalchemy.orm import defer, joinedload
 from werkzeug.wrappers import Response
 
 from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import RUN_STATUSES, TRIGGERS, Run, Schedule, User, Worker
+from webapp.services.history import filter_runs
 from webapp.web import tenancy
 from webapp.web.common import page_or_partial
-from webapp.web.formatting import is_htmx, zone
+from webapp.web.formatting import is_htmx
 from webapp.web.params import bad_request, choice_arg, date_arg, id_arg
 
 bp = Blueprint("runs", __name__)
@@ -28,10 +29,10 @@ PAGE_SIZE = 50
 # typed) and the chosen one: a fixed cost whatever the number of schedules of the tenant.
 SCHEDULE_OPTIONS = 50
 MAX_SCHEDULE_QUERY = 200  # characters of "Find a schedule" (a name has at most 200)
-# What a history row shows (templates/runs/_rows.html and _status.html).
+# What a history row shows (templates/runs/_rows.html and _status.html), loaded as row tuples:
+# 50 ORM objects with their schedules cost more to load than the whole page to render.
 HISTORY_COLUMNS = (
     Run.id,
-    Run.tenant_id,
     Run.schedule_id,
     Run.job,
     Run.trigger,
@@ -41,6 +42,7 @@ HISTORY_COLUMNS = (
     Run.fires_covered,
     Run.started_at,
     Run.finished_at,
+    Schedule.name.label("schedule_name"),
 )
 # Where else a status badge may stand (its DOM id says where): a schedule's page shows its last
 # run twice, as the last run (`run-N-status`) and in its history (`run-N-history-status`).
@@ -74,20 +76,16 @@ class RunFilters:
         return filters
 
     def apply(self, query: Select[Run], time_zone: str) -> Select[Run]:
-        if self.schedule is not None:
-            query = query.where(Run.schedule_id == self.schedule.id)
-        if self.status:
-            query = query.where(Run.status == self.status)
-        if self.trigger:
-            query = query.where(Run.trigger == self.trigger)
-        if self.since:
-            query = query.where(Run.scheduled_for >= local_midnight(self.since, time_zone))
-        if self.until:
-            end = local_midnight(self.until + timedelta(days=1), time_zone)
-            query = query.where(Run.scheduled_for < end)
-        if self.before is not None:
-            query = query.where(Run.id < self.before)
-        return query
+        return filter_runs(
+            query,
+            time_zone,
+            schedule_id=self.schedule.id if self.schedule is not None else None,
+            status=self.status,
+            trigger=self.trigger,
+            since=self.since,
+            until=self.until,
+            before=self.before,
+        )
 
     def args(self, **changes: Any) -> dict[str, Any]:
         """The query string of these filters, for links (the next page, the filter form)."""
@@ -127,22 +125,21 @@ def schedule_options(filters: RunFilters) -> tuple[list[tuple[int, str]], bool]:
     return options, len(rows) > SCHEDULE_OPTIONS
 
 
-def local_midnight(day: date, time_zone: str) -> datetime:
-    return datetime.combine(day, time.min, tzinfo=zone(time_zone))
+def history_rows(query: Select[Run], limit: int) -> list[Row[Any]]:
+    """At most `limit` runs of `query` (a tenancy.runs() query), newest first, as tuples of
+    HISTORY_COLUMNS: only the columns a row shows (not the output, error or arguments, which
+    may be large) and its schedule's name, joined in the same statement while the schedule is
+    still the tenant's."""
+    same_schedule = and_(Schedule.id == Run.schedule_id, Schedule.tenant_id == Run.tenant_id)
+    rows = query.with_only_columns(*HISTORY_COLUMNS).outerjoin_from(Run, Schedule, same_schedule)
+    return list(db.session.execute(rows.order_by(Run.id.desc()).limit(limit)))
 
 
-def history_page(filters: RunFilters) -> tuple[list[Run], int | None]:
+def history_page(filters: RunFilters) -> tuple[list[Row[Any]], int | None]:
     """One page, newest first, walking ix_runs_tenant_history or ix_runs_schedule_history
     backwards from `before`: no OFFSET, no COUNT, the same cost on page 1 and page 10,000."""
     tenant = tenancy.current_tenant()
-    query = filters.apply(tenancy.runs(), tenant.time_zone)
-    # Only the columns a row shows (not the output, error or arguments, which may be large),
-    # and its schedule's name, joined: the same statements whatever the rows (no query per row).
-    query = query.options(
-        load_only(*HISTORY_COLUMNS),
-        joinedload(Run.schedule).load_only(Schedule.id, Schedule.tenant_id, Schedule.name),
-    )
-    rows = list(db.session.scalars(query.order_by(Run.id.desc()).limit(PAGE_SIZE + 1)))
+    rows = history_rows(filters.apply(tenancy.runs(), tenant.time_zone), PAGE_SIZE + 1)
     next_before = rows[PAGE_SIZE - 1].id if len(rows) > PAGE_SIZE else None
     return rows[:PAGE_SIZE], next_before
 

@@ -41,6 +41,7 @@ from webapp.web.forms import (
     job_spec,
 )
 from webapp.web.params import bad_request, choice_arg, date_arg, id_arg, shown
+from webapp.web.runs import history_rows
 from webapp.web.time_zones import time_zone_names
 
 bp = Blueprint("schedules", __name__)
@@ -284,14 +285,7 @@ def detail(schedule_id: int) -> Response:
 
 def detail_context(schedule: Schedule) -> dict[str, Any]:
     """What the schedule's page shows; its actions render it again after a change."""
-    runs = list(
-        db.session.scalars(
-            tenancy.runs()
-            .where(Run.schedule_id == schedule.id)
-            .order_by(Run.id.desc())
-            .limit(DETAIL_RUNS + 1)
-        )
-    )
+    runs = history_rows(tenancy.runs().where(Run.schedule_id == schedule.id), DETAIL_RUNS + 1)
     events = list(
         db.session.scalars(
             tenancy.audit_events()
@@ -345,11 +339,12 @@ def action_done(message: str, schedule: Schedule) -> Response:
 def run(schedule_id: int) -> Response:
     """Run now: queue a manual run and show its status in place; a worker executes it."""
     schedule = tenancy.get_rw_schedule_or_404(schedule_id)
+    name = schedule.name  # read now: the commit expires it (one statement less to answer)
     try:
         queued = run_now(schedule, actor(), utcnow())
     except ScheduleError as error:
         abort(409, "; ".join(error.errors.values()))
-    message = f"Run #{queued.id} of “{schedule.name}” queued."
+    message = f"Run #{queued.id} of “{name}” queued."
     if from_detail():  # the new run heads the page's history, its badges polling
         return action_done(message, schedule)
     return done(message, back_to(schedule), "runs/_status.html", run=queued, schedule=schedule)
@@ -427,16 +422,55 @@ def upcoming_cursor() -> Cursor | None:
     return at.astimezone(UTC), schedule_id
 
 
+# What Next runs needs of a schedule to compute and show its fire times.
+UPCOMING_COLUMNS = (
+    Schedule.id,
+    Schedule.tenant_id,
+    Schedule.name,
+    Schedule.job,
+    Schedule.cron,
+    Schedule.time_zone,
+    Schedule.next_run_at,
+)
+
+
+def upcoming_page(start: datetime, end: datetime, cursor: Cursor | None) -> tuple[list[Any], bool]:
+    """UPCOMING_PAGE fires of the tenant's active schedules (and whether more exist), loading
+    schedules by next_run_at rather than all of them: a schedule fires nothing before its
+    next_run_at, so once the page's fires (and the one after) all come before the last loaded
+    schedule's (next_run_at, id), no schedule not loaded can take a place on the page. The
+    first UPCOMING_PAGE + 1 schedules usually suffice; else four times as many, and so on."""
+    # (A schedule without next_run_at never falls due: the scheduler will not fire it.)
+    active = (
+        tenancy.schedules()
+        .where(Schedule.active.is_(True), Schedule.next_run_at.is_not(None))
+        .options(load_only(*UPCOMING_COLUMNS))
+        .order_by(Schedule.next_run_at, Schedule.id)
+    )
+    size = UPCOMING_PAGE + 1
+    while True:
+        schedules = list(db.session.scalars(active.limit(size)))
+        fires, _ = upcoming_fires(schedules, start, end, UPCOMING_PAGE + 1, cursor)
+        if len(schedules) < size:
+            break  # every active schedule is loaded
+        last = schedules[-1]
+        assert last.next_run_at is not None  # the query's condition
+        if last.next_run_at > end or (
+            len(fires) > UPCOMING_PAGE
+            and (fires[-1].at, fires[-1].schedule.id) <= (last.next_run_at, last.id)
+        ):
+            break
+        size *= 4
+    return fires[:UPCOMING_PAGE], len(fires) > UPCOMING_PAGE
+
+
 @bp.get("/upcoming")
 def upcoming() -> Response:
     """The tenant's fire times across all active schedules in the next 24 hours, by day,
     UPCOMING_PAGE at a time ("Later fire times" continues after the last one shown)."""
     now = utcnow()
     cursor = upcoming_cursor()
-    active = db.session.scalars(tenancy.schedules().where(Schedule.active.is_(True)))
-    fires, more = upcoming_fires(
-        active, now, now + timedelta(hours=UPCOMING_HOURS), UPCOMING_PAGE, cursor
-    )
+    fires, more = upcoming_page(now, now + timedelta(hours=UPCOMING_HOURS), cursor)
     tenant = tenancy.current_tenant()
     zone = shown_zone(tenant.time_zone)
     today = now.astimezone(ZoneInfo(zone)).date()

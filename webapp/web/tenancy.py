@@ -13,7 +13,7 @@ from sqlalchemy import Select, select
 from sqlalchemy.sql.base import ExecutableOption
 
 from webapp.extensions import db
-from webapp.models import AuditEvent, Membership, Run, Schedule, Tenant
+from webapp.models import ApiToken, AuditEvent, Membership, Run, Schedule, Tenant
 
 SESSION_KEY = "tenant_id"
 
@@ -23,15 +23,11 @@ class NoTenant(Exception):
 
 
 def memberships() -> list[Membership]:
-    """The current user's memberships, by tenant name."""
+    """The current user's memberships, by tenant name. The login's one statement loaded them
+    with their tenants (services.sessions.find): no query here."""
     if "memberships" not in g:
-        rows = db.session.scalars(
-            select(Membership)
-            .join(Tenant, Tenant.id == Membership.tenant_id)
-            .where(Membership.user_id == current_user.id)
-            .order_by(Tenant.name, Tenant.id)
-        )
-        g.memberships = list(rows)
+        mine = current_user.memberships
+        g.memberships = sorted(mine, key=lambda m: (m.tenant.name, m.tenant.id))
     result: list[Membership] = g.memberships
     return result
 
@@ -108,3 +104,13 @@ def get_rw_schedule_or_404(schedule_id: int) -> Schedule:
     schedule = get_schedule_or_404(schedule_id)
     require_admin()
     return schedule
+
+
+def get_rw_token_or_404(token_id: int) -> ApiToken:
+    """One of the current tenant's API tokens, for an admin: 404 for another tenant's id, 403
+    for a viewer."""
+    tenant = require_admin()
+    token: ApiToken = db.first_or_404(
+        select(ApiToken).where(ApiToken.tenant_id == tenant.id, ApiToken.id == token_id)
+    )
+    return token

@@ -1,0 +1,306 @@
+"""The OpenAPI 3.1 document of the API, built from the same pydantic models the views use (no
+hand-written copy), and its reference page at /api/docs, rendered on the server from that
+document (no script: the panel's CSP holds)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from flask import current_app, render_template
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from webapp.api import schemas
+from webapp.api.problems import MEDIA_TYPE, TYPES
+from webapp.api.schemas import MAX_ID
+from webapp.services.schema import ScheduleIn
+
+VERSION = "1.0.0"
+REF = "#/components/schemas/{model}"
+EXAMPLE_SCHEDULE = {
+    "name": "Nightly report",
+    "job": "demo.echo",
+    "args": {"message": "hello"},
+    "cron": "30 2 * * *",
+    "time_zone": "Europe/Berlin",
+}
+
+
+@dataclass(frozen=True)
+class Operation:
+    """What an endpoint takes and answers, beyond its route (read from the URL map)."""
+
+    tag: str
+    responses: dict[int, type[BaseModel] | None]
+    query: type[BaseModel] | None = None
+    body: type[BaseModel] | None = None
+    body_required: bool = True
+    example: dict[str, Any] | None = None
+    writes: bool = False
+    links: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+RUN_LINKS = {
+    "GetRun": {"operationId": "get_run", "parameters": {"run_id": "$response.body#/id"}},
+}
+SCHEDULE_LINKS = {
+    "GetSchedule": {
+        "operationId": "get_schedule",
+        "parameters": {"schedule_id": "$response.body#/id"},
+    },
+    "RunNow": {"operationId": "run_now", "parameters": {"schedule_id": "$response.body#/id"}},
+    "ListRuns": {
+        "operationId": "list_runs",
+        "parameters": {"schedule_id": "$response.body#/id"},
+    },
+}
+# Endpoint -> its operation. A test checks that every API route is here.
+OPERATIONS: dict[str, Operation] = {
+    "api.list_schedules": Operation(
+        "schedules", {200: schemas.SchedulePage}, query=schemas.ScheduleQuery
+    ),
+    "api.create_schedule": Operation(
+        "schedules",
+        {201: schemas.ScheduleOut},
+        body=ScheduleIn,
+        example=EXAMPLE_SCHEDULE,
+        writes=True,
+        links=SCHEDULE_LINKS,
+    ),
+    "api.get_schedule": Operation("schedules", {200: schemas.ScheduleOut}),
+    "api.update_schedule": Operation(
+        "schedules",
+        {200: schemas.ScheduleOut},
+        body=schemas.SchedulePatch,
+        example={"cron": "0 3 * * *"},
+        writes=True,
+    ),
+    "api.delete_schedule": Operation("schedules", {204: None}, writes=True),
+    "api.pause_schedule": Operation("schedules", {200: schemas.ScheduleOut}, writes=True),
+    "api.resume_schedule": Operation(
+        "schedules",
+        {200: schemas.ScheduleOut},
+        body=schemas.ResumeIn,
+        body_required=False,
+        example={"missed": "skip"},
+        writes=True,
+    ),
+    "api.run_now": Operation(
+        "runs",
+        {201: schemas.RunDetail},
+        body=schemas.RunNowIn,
+        body_required=False,
+        example={"at": "2030-01-01T09:00:00Z"},
+        writes=True,
+        links=RUN_LINKS,
+    ),
+    "api.schedule_fires": Operation("schedules", {200: schemas.FiresOut}, query=schemas.FiresQuery),
+    "api.list_runs": Operation("runs", {200: schemas.RunPage}, query=schemas.RunQuery),
+    "api.get_run": Operation("runs", {200: schemas.RunDetail}),
+    "api.catalog": Operation("catalog", {200: schemas.CatalogOut}),
+    "api.cron_preview": Operation("catalog", {200: schemas.FiresOut}, query=schemas.PreviewQuery),
+}
+# Errors every operation may answer (problem details), and what they mean.
+ERRORS = {
+    400: "Malformed request: a query parameter, the JSON, the cursor",
+    401: "No token, or an unknown, revoked or expired one",
+    404: "No such object in the token's tenant",
+    405: "The URL does not take this method (`Allow` lists those it does)",
+    406: "Not acceptable",
+    413: "The body is larger than the server accepts",
+    429: "Too many requests for this token: wait Retry-After seconds",
+}
+WRITE_ERRORS = {
+    403: "The token's scope is read",
+    409: "A request with this Idempotency-Key is still in progress",
+    412: "If-Match: the schedule changed since it was read",
+    415: "The body is not JSON",
+    422: "Invalid input: `errors` lists each field and what is wrong (or an Idempotency-Key "
+    "reused for another request)",
+}
+HEADERS = {
+    "POST": {
+        "name": "Idempotency-Key",
+        "in": "header",
+        "required": False,
+        "description": "Any unique text: a retry with the same key and body answers as the "
+        "first request did (for 24 hours), without doing it again",
+        "schema": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": "^[ -~]+$"},
+    },
+    "PATCH": {
+        "name": "If-Match",
+        "in": "header",
+        "required": False,
+        "description": "The ETag of the schedule as read: 412 if it changed since",
+        "schema": {"type": "string"},
+    },
+}
+HEADERS["DELETE"] = HEADERS["PATCH"]
+ETAG = {"description": "The schedule's version, for If-Match", "schema": {"type": "string"}}
+
+
+def path_of(rule: str) -> str:
+    """A Flask rule as an OpenAPI path: `<id:schedule_id>` -> `{schedule_id}`."""
+    return re.sub(r"<(?:[a-z]+:)?([a-z_]+)>", r"{\1}", rule)
+
+
+def query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
+    schema = model.model_json_schema(by_alias=True)
+    required = set(schema.get("required", []))
+    parameters = []
+    for name, prop in schema["properties"].items():
+        prop = dict(prop)
+        prop.pop("title", None)
+        description = prop.pop("description", None)
+        options = [p for p in prop.pop("anyOf", []) if p != {"type": "null"}]
+        if len(options) == 1:  # optional: absent, never null, in a query string
+            prop.update(options[0])
+        elif options:
+            prop["anyOf"] = options
+        if prop.get("default", ...) is None:
+            del prop["default"]
+        parameter: dict[str, Any] = {
+            "name": name,
+            "in": "query",
+            "required": name in required,
+            "schema": prop,
+        }
+        if description:
+            parameter["description"] = description
+        parameters.append(parameter)
+    return parameters
+
+
+def problem_response(status: int, description: str) -> dict[str, Any]:
+    response: dict[str, Any] = {
+        "description": description,
+        "content": {MEDIA_TYPE: {"schema": {"$ref": REF.format(model="ProblemOut")}}},
+    }
+    if status == 429:
+        wait = {
+            "description": "Seconds until the token may send again",
+            "schema": {"type": "string"},
+        }
+        response["headers"] = {"Retry-After": wait}
+    return response
+
+
+def document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document of the app's API routes."""
+    models: list[type[BaseModel]] = [schemas.ProblemOut]
+    for described in OPERATIONS.values():
+        models += [m for m in described.responses.values() if m is not None]
+        if described.body is not None:
+            models.append(described.body)
+    pairs = [(model, "validation") for model in dict.fromkeys(models)]
+    _, components = models_json_schema(pairs, ref_template=REF)  # type: ignore[arg-type]
+    paths: dict[str, dict[str, Any]] = {}
+    for rule in current_app.url_map.iter_rules():
+        if rule.endpoint not in OPERATIONS:
+            continue
+        operation = OPERATIONS[rule.endpoint]
+        view = current_app.view_functions[rule.endpoint]
+        name = rule.endpoint.removeprefix("api.")
+        method = next(m for m in sorted(rule.methods or ()) if m not in ("HEAD", "OPTIONS"))
+        entry: dict[str, Any] = {
+            "operationId": name,
+            "tags": [operation.tag],
+            "summary": (view.__doc__ or name).strip().splitlines()[0],
+            "parameters": [
+                {
+                    "name": argument,
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "integer", "minimum": 1, "maximum": MAX_ID},
+                }
+                for argument in sorted(rule.arguments)
+            ]
+            + (query_parameters(operation.query) if operation.query else [])
+            + ([HEADERS[method]] if method in HEADERS else []),
+            "responses": {},
+        }
+        if operation.body is not None:
+            media: dict[str, Any] = {"schema": {"$ref": REF.format(model=operation.body.__name__)}}
+            if operation.example:
+                media["example"] = operation.example
+            entry["requestBody"] = {
+                "required": operation.body_required,
+                "content": {"application/json": media},
+            }
+        for status, model in operation.responses.items():
+            response: dict[str, Any] = {"description": "OK" if status < 300 else "Created"}
+            if model is not None:
+                ref = {"$ref": REF.format(model=model.__name__)}
+                response["content"] = {"application/json": {"schema": ref}}
+            else:
+                response["description"] = "Done; no content"
+            headers: dict[str, Any] = {}
+            if status == 201:
+                location = {"description": "The new object's URL", "schema": {"type": "string"}}
+                headers["Location"] = location
+            if model is schemas.ScheduleOut:
+                headers["ETag"] = ETAG
+            if headers:
+                response["headers"] = headers
+            if operation.links:
+                response["links"] = operation.links
+            entry["responses"][str(status)] = response
+        errors = {**ERRORS, **(WRITE_ERRORS if operation.writes or operation.body else {})}
+        if operation.query is not None:
+            errors.setdefault(422, WRITE_ERRORS[422])
+        for status, description in sorted(errors.items()):
+            entry["responses"][str(status)] = problem_response(status, description)
+        paths.setdefault(path_of(rule.rule), {})[method.lower()] = entry
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Scheduler API",
+            "version": VERSION,
+            "description": (
+                "The tenant's schedules and runs over HTTP. Send `Authorization: Bearer "
+                "<token>` (an API token of the tenant, `read` or `write`). Times are RFC 3339 "
+                "in UTC, with the zone they are meant in alongside. Errors are RFC 9457 problem "
+                "details with a per-field `errors` list."
+            ),
+        },
+        "servers": [{"url": "/"}],
+        "security": [{"bearer": []}],
+        "tags": [{"name": "schedules"}, {"name": "runs"}, {"name": "catalog"}],
+        "paths": dict(sorted(paths.items())),
+        "components": {
+            "schemas": components["$defs"],
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer", "description": "An API token"}
+            },
+        },
+    }
+
+
+def type_label(schema: dict[str, Any]) -> str:
+    """A JSON Schema's type in a few words: `string`, `ScheduleOut`, `list of RunOut`..."""
+    if "$ref" in schema:
+        return str(schema["$ref"]).rsplit("/", 1)[-1]
+    if "enum" in schema:
+        return " | ".join(f'"{value}"' for value in schema["enum"])
+    if "anyOf" in schema:
+        return " or ".join(type_label(option) for option in schema["anyOf"])
+    kind = schema.get("type", "any")
+    if kind == "array":
+        return f"list of {type_label(schema.get('items', {}))}"
+    if kind == "string" and "format" in schema:
+        return f"string ({schema['format']})"
+    return str(kind)
+
+
+def reference_page() -> str:
+    """The document as an HTML page: operations, parameters, bodies, examples, problems."""
+    return render_template(
+        "api/docs.html",
+        spec=document(),
+        problem_types=TYPES,
+        type_label=type_label,
+        pretty=lambda value: json.dumps(value, indent=2, ensure_ascii=False),
+    )

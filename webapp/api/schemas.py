@@ -1,0 +1,268 @@
+"""The API's documents as pydantic models: what the views answer and what the OpenAPI
+document describes, from the same classes. A schedule's input is `ScheduleIn` itself (the one
+validation of a schedule); these add the output shapes, the small action bodies and the query
+strings."""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from typing import Any, Literal
+from zoneinfo import ZoneInfo
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictStr
+
+from webapp import cron
+from webapp.catalog import JobSpec
+from webapp.models import (
+    MisfirePolicy,
+    OverlapPolicy,
+    Run,
+    RunStatus,
+    Schedule,
+    Trigger,
+)
+
+MAX_ID = 2_147_483_647  # ids are PostgreSQL `integer`s
+MAX_PAGE = 200
+MAX_FIRES = 100
+MAX_TEXT_FILTER = 200
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- Output ---------------------------------------------------------------------------------
+
+
+class ScheduleOut(BaseModel):
+    """A schedule. Times are RFC 3339 in UTC; `time_zone` is the zone its cron runs in."""
+
+    id: int
+    key: str
+    name: str
+    job: str
+    args: dict[str, Any]
+    cron: str
+    description: str = Field(description="The cron expression in words")
+    time_zone: str
+    active: bool
+    inactive_reason: str | None = Field(description="Why the scheduler paused it, if it did")
+    misfire_policy: MisfirePolicy
+    overlap_policy: OverlapPolicy
+    next_run_at: datetime | None
+    last_run_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, schedule: Schedule) -> ScheduleOut:
+        try:
+            description = cron.describe(cron.validate(schedule.cron, schedule.time_zone))
+        except cron.CronError as error:
+            description = f"not a valid expression: {error}"
+        return cls(
+            id=schedule.id,
+            key=schedule.key,
+            name=schedule.name,
+            job=schedule.job,
+            args=schedule.args,
+            cron=schedule.cron,
+            description=description,
+            time_zone=schedule.time_zone,
+            active=schedule.active,
+            inactive_reason=schedule.inactive_reason,
+            misfire_policy=schedule.misfire_policy,
+            overlap_policy=schedule.overlap_policy,  # type: ignore[arg-type]
+            next_run_at=schedule.next_run_at,
+            last_run_at=schedule.last_run_at,
+            created_at=schedule.created_at,
+            updated_at=schedule.updated_at,
+        )
+
+
+class SchedulePage(BaseModel):
+    items: list[ScheduleOut]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null: last")
+
+
+class RunOut(BaseModel):
+    """A run. Times are RFC 3339 in UTC; `time_zone` is the tenant's."""
+
+    id: int
+    schedule_id: int | None = Field(description="Null once its schedule is deleted")
+    job: str
+    args: dict[str, Any]
+    trigger: Trigger
+    status: RunStatus
+    attempt: int
+    max_attempts: int
+    fires_covered: int
+    scheduled_for: datetime
+    queued_at: datetime
+    available_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: str | None
+    time_zone: str
+
+    @classmethod
+    def fields_of(cls, run: Run, time_zone: str) -> dict[str, Any]:
+        return {
+            "id": run.id,
+            "schedule_id": run.schedule_id,
+            "job": run.job,
+            "args": run.args,
+            "trigger": run.trigger,
+            "status": run.status,
+            "attempt": run.attempt,
+            "max_attempts": run.max_attempts,
+            "fires_covered": run.fires_covered,
+            "scheduled_for": run.scheduled_for,
+            "queued_at": run.queued_at,
+            "available_at": run.available_at,
+            "started_at": run.started_at,
+            "finished_at": run.finished_at,
+            "error": run.error,
+            "time_zone": time_zone,
+        }
+
+    @classmethod
+    def of(cls, run: Run, time_zone: str) -> RunOut:
+        return cls(**cls.fields_of(run, time_zone))
+
+
+class RunDetail(RunOut):
+    output: str | None = Field(description="What the job printed (capped)")
+
+    @classmethod
+    def of(cls, run: Run, time_zone: str) -> RunDetail:
+        return cls(**cls.fields_of(run, time_zone), output=run.output)
+
+
+class RunPage(BaseModel):
+    items: list[RunOut]
+    next_cursor: str | None = Field(description="Pass as `cursor` for older runs; null: last")
+
+
+class FireOut(BaseModel):
+    at: datetime = Field(description="UTC")
+    local: datetime = Field(description="The same instant in the schedule's zone, with offset")
+    note: str | None = Field(description="How a daylight-saving change moved it, if it did")
+
+
+class FiresOut(BaseModel):
+    time_zone: str
+    description: str
+    fires: list[FireOut]
+
+    @classmethod
+    def of(
+        cls, description: str, fires: list[tuple[datetime, str, str | None]], time_zone: str
+    ) -> FiresOut:
+        zone = ZoneInfo(time_zone)
+        return cls(
+            time_zone=time_zone,
+            description=description,
+            fires=[FireOut(at=at, local=at.astimezone(zone), note=note) for at, _, note in fires],
+        )
+
+
+class JobOut(BaseModel):
+    name: str
+    title: str
+    description: str
+    params_schema: dict[str, Any] = Field(description="JSON Schema of the job's `args`")
+    max_attempts: int
+    timeout: float = Field(description="Seconds a run may take")
+
+    @classmethod
+    def of(cls, spec: JobSpec) -> JobOut:
+        return cls(
+            name=spec.name,
+            title=spec.title,
+            description=spec.description,
+            params_schema=spec.params.model_json_schema(),
+            max_attempts=spec.max_attempts,
+            timeout=spec.timeout,
+        )
+
+
+class CatalogOut(BaseModel):
+    jobs: list[JobOut]
+
+
+class FieldProblem(BaseModel):
+    field: str = Field(description="The field at fault: `cron`, `args.url`, `limit`")
+    message: str
+
+
+class ProblemOut(BaseModel):
+    """RFC 9457 problem details (`application/problem+json`)."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    errors: list[FieldProblem] = Field(default_factory=list)
+
+
+# --- Input ----------------------------------------------------------------------------------
+
+
+class SchedulePatch(Strict):
+    """Only the fields to change; the result is checked as a whole, as a new schedule is."""
+
+    key: StrictStr | None = None
+    name: StrictStr | None = None
+    job: StrictStr | None = None
+    args: dict[str, Any] | None = None
+    time_zone: StrictStr | None = None
+    cron: StrictStr | None = None
+    misfire_policy: MisfirePolicy | None = None
+    overlap_policy: OverlapPolicy | None = None
+    active: bool | None = None
+
+
+class ResumeIn(Strict):
+    missed: Literal["skip", "catch_up"] = Field(
+        "skip", description="Fire times missed while paused: skip them, or catch up on them"
+    )
+
+
+class RunNowIn(Strict):
+    at: AwareDatetime | None = Field(
+        None, description="When the run may start (RFC 3339 with an offset); default: now"
+    )
+
+
+class ScheduleQuery(Strict):
+    status: Literal["active", "paused"] | None = None
+    job: str | None = Field(None, max_length=MAX_TEXT_FILTER)
+    q: str | None = Field(None, max_length=MAX_TEXT_FILTER, description="Part of the name")
+    limit: int = Field(50, ge=1, le=MAX_PAGE)
+    cursor: str | None = Field(None, max_length=20)
+
+
+class RunQuery(Strict):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    status: RunStatus | None = None
+    trigger: Trigger | None = None
+    schedule_id: int | None = Field(None, ge=1, le=MAX_ID)
+    since: date | None = Field(
+        None, alias="from", description="First local day (the tenant's zone), YYYY-MM-DD"
+    )
+    until: date | None = Field(None, alias="to", description="Last local day, YYYY-MM-DD")
+    limit: int = Field(50, ge=1, le=MAX_PAGE)
+    cursor: str | None = Field(None, max_length=20)
+
+
+class FiresQuery(Strict):
+    count: int = Field(5, ge=1, le=MAX_FIRES)
+
+
+class PreviewQuery(Strict):
+    expression: str = Field(max_length=cron.MAX_EXPRESSION_LENGTH)
+    time_zone: str = Field("UTC", max_length=64)
+    count: int = Field(5, ge=1, le=MAX_FIRES)

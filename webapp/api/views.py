@@ -1,0 +1,342 @@
+"""The REST API's endpoints under /api/v1: short views over the service layer.
+
+Each view loads through `auth` (the token's tenant only), parses its query string or body into
+the models of `schemas`, calls the same service function as the panel (same validation, quotas
+and audit rows, with the token as the actor) and answers JSON; every error is a problem
+details document (`problems`)."""
+
+from __future__ import annotations
+
+from datetime import UTC
+from typing import Any, TypeVar
+
+from flask import Blueprint, Response, json, request, url_for
+from pydantic import BaseModel, ValidationError
+from sqlalchemy import Select, func
+from werkzeug.exceptions import HTTPException, default_exceptions
+
+from webapp.api import auth, openapi
+from webapp.api.preconditions import etag, idempotent, if_match
+from webapp.api.problems import Problem, from_http_exception
+from webapp.api.schemas import (
+    MAX_ID,
+    CatalogOut,
+    FiresOut,
+    FiresQuery,
+    JobOut,
+    PreviewQuery,
+    ResumeIn,
+    RunDetail,
+    RunNowIn,
+    RunOut,
+    RunPage,
+    RunQuery,
+    ScheduleOut,
+    SchedulePage,
+    ScheduleQuery,
+)
+from webapp.catalog.current import current_catalog
+from webapp.database import utcnow
+from webapp.extensions import db
+from webapp.models import Run, Schedule
+from webapp.services import schedules as service
+from webapp.services.audit import AUDITED_FIELDS
+from webapp.services.history import filter_runs
+from webapp.services.schema import ScheduleError, field_errors
+
+bp = Blueprint("api", __name__, url_prefix="/api")
+ModelT = TypeVar("ModelT", bound=BaseModel)
+JSON_TYPES = ("application/json",)
+PUBLIC_ENDPOINTS = {"api.openapi_document", "api.docs"}  # the API's description needs no token
+
+
+@bp.before_request
+def require_token() -> None:
+    if request.endpoint not in PUBLIC_ENDPOINTS:
+        auth.authenticate()
+
+
+@bp.errorhandler(Problem)
+def problem(error: Problem) -> Response:
+    return error.response()
+
+
+@bp.errorhandler(ScheduleError)
+def invalid_schedule(error: ScheduleError) -> Response:
+    """The service layer's refusals: the same messages as the panel's, by field."""
+    return Problem.invalid(error.errors).response()
+
+
+def http_error(error: HTTPException) -> Response:
+    return from_http_exception(error).response()
+
+
+# By status, not only by class: the panel's handlers of 400 and 413 (raised by the request
+# guard and the body size limit) would otherwise come first.
+for _status in default_exceptions:
+    bp.register_error_handler(_status, http_error)
+
+
+# --- Parsing --------------------------------------------------------------------------------
+
+
+def query(model: type[ModelT]) -> ModelT:
+    """The query string as `model`, or 400 naming each bad parameter."""
+    values = request.args.to_dict(flat=True)
+    try:
+        return model.model_validate(values)
+    except ValidationError as error:
+        raise Problem.invalid(field_errors(error, model), status=400) from None
+
+
+def nul_fields(value: object, path: str = "") -> list[str]:
+    """Where a JSON document holds a NUL character (PostgreSQL text cannot)."""
+    if isinstance(value, str):
+        return [path or "body"] if "\x00" in value else []
+    if isinstance(value, dict):
+        found = []
+        for key, item in value.items():
+            inner = f"{path}.{key}" if path else str(key)
+            found += [inner] if "\x00" in str(key) else nul_fields(item, inner)
+        return found
+    if isinstance(value, list):
+        return [p for i, item in enumerate(value) for p in nul_fields(item, f"{path}.{i}")]
+    return []
+
+
+def body(optional: bool = False) -> dict[str, Any]:
+    """The request's JSON object: 415 for another content type, 400 for malformed JSON, 422
+    for anything but an object or for a NUL character (naming the field). An action whose body
+    is optional takes an empty body as {}."""
+    raw = request.get_data(cache=True)  # 413 past SCHEDULER_MAX_REQUEST_BYTES, before reading
+    if optional and not raw.strip():
+        return {}
+    if request.mimetype not in JSON_TYPES:
+        raise Problem(415, None, "send the body as JSON, with Content-Type: application/json")
+    try:
+        document = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise Problem(400, "malformed", f"the body is not valid JSON: {error}") from None
+    if not isinstance(document, dict):
+        raise Problem.invalid({"body": "must be a JSON object"})
+    nul = nul_fields(document)
+    if nul:
+        raise Problem.invalid({field: "must not contain a NUL character" for field in nul})
+    return document
+
+
+def action_body(model: type[ModelT]) -> ModelT:
+    try:
+        return model.model_validate(body(optional=True))
+    except ValidationError as error:
+        raise Problem.invalid(field_errors(error, model)) from None
+
+
+def cursor_id(cursor: str | None) -> int | None:
+    if cursor is None:
+        return None
+    if not (cursor.isascii() and cursor.isdigit() and 1 <= int(cursor) <= MAX_ID):
+        raise Problem.invalid({"cursor": "not a cursor of this list"}, status=400)
+    return int(cursor)
+
+
+def answer(document: BaseModel, status: int = 200, location: str | None = None) -> Response:
+    response = Response(document.model_dump_json(), status, mimetype="application/json")
+    if location:
+        response.headers["Location"] = location
+    return response
+
+
+def tenant_zone() -> str:
+    return auth.current_token().tenant.time_zone
+
+
+# --- Schedules ------------------------------------------------------------------------------
+
+
+@bp.get("/v1/schedules")
+def list_schedules() -> Response:
+    """The tenant's schedules by id, a page at a time, filtered by status, job and name."""
+    asked = query(ScheduleQuery)
+    after = cursor_id(asked.cursor)
+    rows: Select[Schedule] = auth.schedules()
+    if asked.status:
+        rows = rows.where(Schedule.active.is_(asked.status == "active"))
+    if asked.job:
+        rows = rows.where(Schedule.job == asked.job)
+    if asked.q:
+        rows = rows.where(func.lower(Schedule.name).contains(asked.q.lower(), autoescape=True))
+    if after is not None:
+        rows = rows.where(Schedule.id > after)
+    found = list(db.session.scalars(rows.order_by(Schedule.id).limit(asked.limit + 1)))
+    page = found[: asked.limit]
+    more = len(found) > asked.limit
+    return answer(
+        SchedulePage(
+            items=[ScheduleOut.of(s) for s in page],
+            next_cursor=str(page[-1].id) if more else None,
+        )
+    )
+
+
+def schedule_answer(schedule: Schedule, status: int = 200) -> Response:
+    """A schedule, with its ETag (for If-Match) and, when new, its Location."""
+    location = url_for("api.get_schedule", schedule_id=schedule.id) if status == 201 else None
+    response = answer(ScheduleOut.of(schedule), status, location)
+    response.headers["ETag"] = etag(schedule)
+    return response
+
+
+@bp.post("/v1/schedules")
+@idempotent
+def create_schedule() -> Response:
+    """A new schedule, checked by ScheduleIn as the panel's form is; 201 with its Location."""
+    auth.require_write()
+    data = body()
+    schedule = service.create_schedule(auth.current_token().tenant, data, auth.actor(), utcnow())
+    return schedule_answer(schedule, 201)
+
+
+@bp.get("/v1/schedules/<id:schedule_id>")
+def get_schedule(schedule_id: int) -> Response:
+    """One schedule."""
+    return schedule_answer(auth.schedule_or_404(schedule_id))
+
+
+@bp.patch("/v1/schedules/<id:schedule_id>")
+def update_schedule(schedule_id: int) -> Response:
+    """Changes the given fields; the result is checked whole, as an edit in the panel is."""
+    schedule = auth.writable_schedule_or_404(schedule_id)
+    changes = body()
+    current = {name: getattr(schedule, name) for name in AUDITED_FIELDS}
+    if "job" in changes and changes["job"] != schedule.job and "args" not in changes:
+        current["args"] = {}  # another job's arguments: the new job's defaults instead
+    service.update_schedule(
+        schedule, {**current, **changes}, auth.actor(), utcnow(), precondition=if_match()
+    )
+    return schedule_answer(schedule)
+
+
+@bp.delete("/v1/schedules/<id:schedule_id>")
+def delete_schedule(schedule_id: int) -> Response:
+    """Deletes the schedule; its runs stay in the history."""
+    schedule = auth.writable_schedule_or_404(schedule_id)
+    service.delete_schedule(schedule, auth.actor(), precondition=if_match())
+    return Response(status=204)
+
+
+@bp.post("/v1/schedules/<id:schedule_id>/pause")
+@idempotent
+def pause_schedule(schedule_id: int) -> Response:
+    """Pauses the schedule (no change if it is paused)."""
+    schedule = auth.writable_schedule_or_404(schedule_id)
+    service.pause_schedule(schedule, auth.actor())
+    return schedule_answer(schedule)
+
+
+@bp.post("/v1/schedules/<id:schedule_id>/resume")
+@idempotent
+def resume_schedule(schedule_id: int) -> Response:
+    """Resumes the schedule, skipping or catching up on the fire times missed meanwhile."""
+    schedule = auth.writable_schedule_or_404(schedule_id)
+    asked = action_body(ResumeIn)
+    service.resume_schedule(schedule, auth.actor(), utcnow(), catch_up=asked.missed == "catch_up")
+    return schedule_answer(schedule)
+
+
+@bp.post("/v1/schedules/<id:schedule_id>/runs")
+@idempotent
+def run_now(schedule_id: int) -> Response:
+    """Run now, or at `at`: queues a manual run; 201 with the run's Location."""
+    schedule = auth.writable_schedule_or_404(schedule_id)
+    asked = action_body(RunNowIn)
+    at = asked.at.astimezone(UTC) if asked.at else None
+    run = service.run_now(schedule, auth.actor(), utcnow(), at)
+    location = url_for("api.get_run", run_id=run.id)
+    return answer(RunDetail.of(run, tenant_zone()), 201, location)
+
+
+@bp.get("/v1/schedules/<id:schedule_id>/fires")
+def schedule_fires(schedule_id: int) -> Response:
+    """The schedule's next `count` fire times, in UTC and in its zone."""
+    schedule = auth.schedule_or_404(schedule_id)
+    asked = query(FiresQuery)
+    preview = service.preview_cron(schedule.cron, schedule.time_zone, utcnow(), asked.count)
+    return answer(FiresOut.of(preview.description, preview.fires, schedule.time_zone))
+
+
+# --- Runs -----------------------------------------------------------------------------------
+
+
+@bp.get("/v1/runs")
+def list_runs() -> Response:
+    """The tenant's runs, newest first, filtered as the history page filters them."""
+    asked = query(RunQuery)
+    before = cursor_id(asked.cursor)
+    zone = tenant_zone()
+    schedule_id = None
+    if asked.schedule_id is not None:
+        schedule_id = auth.schedule_or_404(asked.schedule_id).id
+    rows = filter_runs(
+        auth.runs(),
+        zone,
+        schedule_id=schedule_id,
+        status=asked.status,
+        trigger=asked.trigger,
+        since=asked.since,
+        until=asked.until,
+        before=before,
+    )
+    found = list(db.session.scalars(rows.order_by(Run.id.desc()).limit(asked.limit + 1)))
+    page = found[: asked.limit]
+    more = len(found) > asked.limit
+    return answer(
+        RunPage(
+            items=[RunOut.of(run, zone) for run in page],
+            next_cursor=str(page[-1].id) if more else None,
+        )
+    )
+
+
+@bp.get("/v1/runs/<id:run_id>")
+def get_run(run_id: int) -> Response:
+    """One run, with its output."""
+    return answer(RunDetail.of(auth.run_or_404(run_id), tenant_zone()))
+
+
+# --- Catalog and cron -----------------------------------------------------------------------
+
+
+@bp.get("/v1/catalog")
+def catalog() -> Response:
+    """The jobs a schedule may use, each with the JSON Schema of its parameters."""
+    jobs = current_catalog().jobs(scope="tenant")
+    return answer(CatalogOut(jobs=[JobOut.of(spec) for spec in jobs]))
+
+
+@bp.get("/v1/cron/preview")
+def cron_preview() -> Response:
+    """A cron expression in words and its next fire times in a zone, or what is wrong."""
+    asked = query(PreviewQuery)
+    try:
+        preview = service.preview_cron(asked.expression, asked.time_zone, utcnow(), asked.count)
+    except ScheduleError as error:
+        renamed = {"cron": "expression"}
+        errors = {renamed.get(field, field): message for field, message in error.errors.items()}
+        raise Problem.invalid(errors, status=400) from None
+    return answer(FiresOut.of(preview.description, preview.fires, asked.time_zone))
+
+
+# --- The description ------------------------------------------------------------------------
+
+
+@bp.get("/v1/openapi.json")
+def openapi_document() -> Response:
+    """The OpenAPI 3.1 document (no token needed)."""
+    return Response(json.dumps(openapi.document()), mimetype="application/json")
+
+
+@bp.get("/docs")
+def docs() -> str:
+    """The API's reference page, rendered from the OpenAPI document (no token needed)."""
+    return openapi.reference_page()
