@@ -177,13 +177,6 @@ def test_kill_9_during_ticks_leaves_every_fire_recorded_exactly_once(
     assert set(outcomes) <= {("failed", LOST_ERROR)}, outcomes
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding: tick() repeats batches until nothing is due without returning to the "
-    "round, so a worker renews no lease while it ticks; after a tick longer than "
-    "SCHEDULER_LOCK_TTL the round reaps before it renews, and the worker's own reaper fails "
-    "the job it is running as 'worker lost' (or another worker's reaper runs it again)",
-)
 def test_a_tick_longer_than_the_lock_ttl_does_not_let_its_workers_leases_expire(
     app: Flask, world: World, workers: Workers
 ) -> None:
