@@ -22,7 +22,8 @@ from tests.scheduler_helpers import add_run, all_runs, get_run
 from tests.test_worker_processes import Workers, postgresql_only, wait_for
 from webapp.extensions import db
 from webapp.models import Run, Schedule, Worker
-from webapp.scheduler.leases import LOST_ERROR
+from webapp.scheduler import claims
+from webapp.scheduler.leases import LOST_ERROR, reap_once
 
 pytestmark = pytest.mark.slow
 
@@ -180,16 +181,24 @@ def test_kill_9_during_ticks_leaves_every_fire_recorded_exactly_once(
 def test_a_tick_longer_than_the_lock_ttl_does_not_let_its_workers_leases_expire(
     app: Flask, world: World, workers: Workers
 ) -> None:
-    """One worker leases a 6 s sleep (first in its round), then ticks 1,000 due schedules one
-    per batch (several seconds) with a 1 s lock TTL: the sleep must still succeed."""
+    """A worker leases a 6 s sleep (first in its round), then ticks 1,000 due schedules one per
+    batch (seconds) with a 1 s lock TTL, while another reaper (the test, calling the workers'
+    reap step) reaps all along: the worker renews its lease between batches, so the sleep is
+    never taken back and succeeds at its first attempt."""
     (run,) = add_sleeps(world.alpha.id, 6, 1, max_attempts=1)
     add_minutely_backlog(world.alpha.id, count=1000, fires=2)
     process = workers.start(SCHEDULER_BATCH_SIZE="1", SCHEDULER_LOCK_TTL="1")
-    wait_for(lambda: get_run(run).status in ("succeeded", "failed"), 60, "the sleep to end")
+    wait_for(lambda: get_run(run).status == "running", 60, "the worker to start the sleep")
+    reaped = 0
+    while get_run(run).status == "running":
+        reaped += reap_once(db.session(), claims.database_now(db.session()))
+        assert get_run(run).status in ("running", "succeeded"), workers.logs()
+        time.sleep(0.05)
     process.send_signal(signal.SIGTERM)
     assert process.wait(30) == 0, workers.logs()
     ended = get_run(run)
-    assert (ended.status, ended.error) == ("succeeded", None)
+    assert (ended.status, ended.error, ended.attempt) == ("succeeded", None, 1), workers.logs()
+    assert "schedule_fired" in workers.logs()  # the tick ran while the sleep did
 
 
 def test_kill_9_during_runs_hands_them_to_another_worker_as_their_next_attempt(

@@ -7,7 +7,7 @@ index on runs (schedule_id, scheduled_for) refuses a fire that another worker al
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -208,12 +208,19 @@ def count_run(result: TickResult, row: dict[str, Any], recorded: bool) -> None:
 
 
 def tick(
-    session: Session, catalog: Catalog, settings: TickSettings, now: datetime | None = None
+    session: Session,
+    catalog: Catalog,
+    settings: TickSettings,
+    now: datetime | None = None,
+    between_batches: Callable[[], None] | None = None,
 ) -> TickResult:
-    """Repeats batches until nothing is due."""
+    """Repeats batches until nothing is due, calling `between_batches` after each full one (the
+    worker renews its leases there: a backlog can take longer than a lease)."""
     total = TickResult()
     while True:
         batch = tick_once(session, catalog, settings, now)
         total.add(batch)
         if batch.claimed < settings.batch_size:
             return total
+        if between_batches is not None:
+            between_batches()

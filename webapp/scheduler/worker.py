@@ -165,7 +165,9 @@ class WorkerProcess:
         now_monotonic = time.monotonic()
         fire_due = self.next_fire is not None and self.next_fire <= utcnow()
         if notified or fire_due or now_monotonic - self.last_tick >= self.poll_interval:
-            fired = tick(session, current_catalog(), self.settings)
+            fired = tick(
+                session, current_catalog(), self.settings, between_batches=self.renew_if_due
+            )
             self.last_tick = now_monotonic
             self.next_fire = claims.earliest_next_run(session)
             session.commit()
@@ -176,6 +178,11 @@ class WorkerProcess:
             self.renew_and_reap(session, now_monotonic)
         session.commit()
         return worked
+
+    def renew_if_due(self) -> None:
+        started = time.monotonic()
+        if started - self.last_renewal >= self.renewal_interval:
+            self.renew_and_reap(db.session(), started)
 
     def renew_and_reap(self, session: Session, started: float) -> None:
         """Renews this worker's leases (dropping the runs it finds lost), gives back the runs
