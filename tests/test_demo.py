@@ -82,9 +82,11 @@ def test_demo_runs_vary_and_tell_the_products_stories(cli: FlaskCliRunner) -> No
     assert retried and all(run.status == "succeeded" and run.error is None for run in retried)
     assert all(run.job == "demo.sleep" and run.max_attempts == 2 for run in retried)
     assert all(run.available_at - run.queued_at > timedelta(seconds=60) for run in retried)
-    # One catch-up after the worker's downtime, standing for several missed fires.
-    (catchup,) = [run for run in runs if run.trigger == "catchup"]
-    assert catchup.fires_covered > 1 and catchup.status == "succeeded"
+    # Catch-ups after the worker's downtime, one standing for several missed fires (another
+    # schedule's fire may fall into the downtime too, depending on the time of day).
+    catchups = [run for run in runs if run.trigger == "catchup"]
+    assert catchups and all(run.status == "succeeded" for run in catchups)
+    assert max(run.fires_covered for run in catchups) > 1
     # One fire skipped because a Run now of the same schedule was still running.
     (skipped,) = [run for run in runs if run.status == "skipped"]
     (manual,) = [run for run in runs if run.trigger == "manual"]
