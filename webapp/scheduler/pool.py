@@ -30,6 +30,7 @@ import math
 import threading
 import time
 import traceback
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -88,7 +89,7 @@ class Slot:
     thread: threading.Thread | None = field(default=None, repr=False)
 
 
-class JobPool:
+class JobPool(ABC):
     """`concurrency` slots taking leased runs; the table of held runs; outcomes to store."""
 
     kind = ""
@@ -129,8 +130,9 @@ class JobPool:
 
     # --- in the slots' threads ---------------------------------------------------------------
 
+    @abstractmethod
     def serve(self, slot: Slot) -> None:
-        raise NotImplementedError
+        """A slot's life: take runs, run them, hand back their outcomes, until the pool stops."""
 
     def take(self, slot: Slot) -> Held | None:
         """The next waiting run whose lease holds, now started in `slot`; None once the pool
@@ -326,7 +328,9 @@ class JobPool:
                 self.held.pop(run_id, None)
 
     def enforce_timeouts(self) -> None:
-        """Ends the jobs past their hard limit, where the pool's main thread must do it."""
+        """Ends the jobs past their hard limit, where the pool's main thread must do it (the
+        thread pool); a process pool's slots kill their own child, so by default nothing."""
+        return None
 
     def next_deadline(self) -> float | None:
         """When enforce_timeouts has work next (time.monotonic()), if ever."""
