@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -20,6 +21,7 @@ from sqlalchemy.engine import make_url
 from werkzeug.test import TestResponse
 
 from tests.pg_cluster import Cluster, ClusterUnavailable, start_cluster
+from tests.worker_support import Workers
 from webapp import create_app
 from webapp.extensions import db
 from webapp.models import Membership, Run, RunStatus, Schedule, Tenant, Trigger, User
@@ -250,3 +252,10 @@ def make_run(
     )
     db.session.add(run)
     return run
+
+
+@pytest.fixture
+def workers(app: Flask, database_url: str, tmp_path: Path) -> Iterator[Workers]:
+    started = Workers(database_url, tmp_path)
+    yield started
+    started.stop_all()

@@ -7,7 +7,6 @@ import signal
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from sqlalchemy.engine import make_url
 
 from tests.conftest import World
 from tests.scheduler_helpers import add_run, all_runs, get_run
-from tests.test_worker_processes import Workers, postgresql_only, wait_for
+from tests.worker_support import Workers, postgresql_only, wait_for
 from webapp.extensions import db
 from webapp.models import Run, Schedule, Worker
 from webapp.scheduler import claims
@@ -28,13 +27,6 @@ from webapp.scheduler.leases import LOST_ERROR, reap_once
 pytestmark = pytest.mark.slow
 
 MINUTE = timedelta(minutes=1)
-
-
-@pytest.fixture
-def workers(app: Flask, database_url: str, tmp_path: Path) -> Iterator[Workers]:
-    started = Workers(database_url, tmp_path)
-    yield started
-    started.stop_all()
 
 
 def add_minutely_backlog(tenant_id: int, count: int, fires: int) -> datetime:

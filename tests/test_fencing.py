@@ -24,7 +24,7 @@ from sqlalchemy import select
 from tests.conftest import World, migrated_app, require_postgres, run_migrations
 from tests.pg_cluster import Cluster, ClusterUnavailable, start_cluster
 from tests.probe_jobs import concurrent_copies, executions
-from tests.test_worker_processes import Workers, wait_for
+from tests.worker_support import Workers, wait_for
 from webapp.extensions import db
 from webapp.models import Run, Tenant
 
@@ -120,13 +120,6 @@ def no_write_in_progress(database_url: str) -> Iterator[None]:
     finally:
         connection.execute("ROLLBACK")
         connection.close()
-
-
-@pytest.fixture
-def workers(app: Flask, database_url: str, tmp_path: Path) -> Iterator[Workers]:
-    started = Workers(database_url, tmp_path)
-    yield started
-    started.stop_all()
 
 
 def test_a_worker_frozen_past_its_lease_starts_nothing_it_no_longer_owns(

@@ -8,10 +8,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO
 
 import pytest
 from flask import Flask
@@ -19,72 +17,13 @@ from sqlalchemy import func, select
 
 from tests.conftest import World
 from tests.scheduler_helpers import add_run, get_run
+from tests.worker_support import Workers, postgresql_only, wait_for
 from webapp.extensions import db
 from webapp.models import Run, Schedule, Worker
 from webapp.services.audit import Actor
 from webapp.services.transfer import import_schedules
 
 pytestmark = pytest.mark.slow
-PROJECT = Path(__file__).resolve().parent.parent
-
-
-class Workers:
-    """Starts `flask scheduler worker` processes and stops whatever is left at the end."""
-
-    def __init__(self, database_url: str, log_dir: Path) -> None:
-        self.database_url = database_url
-        self.log_dir = log_dir
-        self.processes: list[subprocess.Popen[bytes]] = []
-        self.log_files: list[IO[bytes]] = []
-
-    def start(self, *args: str, **settings: str) -> subprocess.Popen[bytes]:
-        env = {
-            **os.environ,
-            "DATABASE_URL": self.database_url,
-            "SECRET_KEY": "test",
-            "SCHEDULER_DEMO_JOBS": "1",
-            "SCHEDULER_POLL_INTERVAL": "0.2",
-            **settings,
-        }
-        log = open(self.log_dir / f"worker-{len(self.processes)}.log", "wb")
-        self.log_files.append(log)
-        process = subprocess.Popen(
-            [sys.executable, "-m", "flask", "--app", "webapp", "scheduler", "worker", *args],
-            cwd=PROJECT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        self.processes.append(process)
-        return process
-
-    def logs(self) -> str:
-        return "\n".join(path.read_text() for path in sorted(self.log_dir.glob("worker-*.log")))
-
-    def stop_all(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait(10)
-        for log in self.log_files:
-            log.close()
-
-
-@pytest.fixture
-def workers(app: Flask, database_url: str, tmp_path: Path) -> Iterator[Workers]:
-    started = Workers(database_url, tmp_path)
-    yield started
-    started.stop_all()
-
-
-def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        db.session.rollback()  # a fresh snapshot each time
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def test_workers_in_burst_fire_every_due_schedule_exactly_once(
@@ -331,9 +270,6 @@ def test_scheduler_tick_prints_what_it_fired(app: Flask, world: World) -> None:
 
 
 # LISTEN/NOTIFY and terminating a backend are PostgreSQL features.
-postgresql_only = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
-
-
 @postgresql_only
 def test_run_now_wakes_an_idle_worker_at_once_on_postgresql(
     app: Flask, world: World, workers: Workers, database_url: str

@@ -177,7 +177,7 @@ class Schedule(Model):
     # Why the scheduler deactivated it (tampered data, job gone from the catalog); NULL otherwise.
     inactive_reason: Mapped[str | None] = mapped_column(Text)
     misfire_policy: Mapped[MisfirePolicy] = mapped_column(String(16), default="fire_once")
-    overlap_policy: Mapped[str] = mapped_column(String(16), default="allow")
+    overlap_policy: Mapped[OverlapPolicy] = mapped_column(String(16), default="allow")
     next_run_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     last_run_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     created_by: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))

@@ -73,7 +73,7 @@ class ScheduleOut(BaseModel):
             active=schedule.active,
             inactive_reason=schedule.inactive_reason,
             misfire_policy=schedule.misfire_policy,
-            overlap_policy=schedule.overlap_policy,  # type: ignore[arg-type]
+            overlap_policy=schedule.overlap_policy,
             next_run_at=schedule.next_run_at,
             last_run_at=schedule.last_run_at,
             created_at=schedule.created_at,
