@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any
+from datetime import timedelta
+from typing import Annotated, Any, Literal
 
 import click
 from flask import Config
-from pydantic import BeforeValidator, Strict, ValidationError
+from pydantic import BeforeValidator, Field, Strict, ValidationError
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -57,6 +58,11 @@ Number = Annotated[float, from_text(float)]
 Flag = Annotated[bool, from_text(parse_flag)]
 OptionalFlag = Annotated[bool | None, from_text(parse_flag)]
 Limit = Annotated[int | None, from_text(parse_limit)]  # empty text: not limited
+# Days of run history (SCHEDULER_RUN_RETENTION_DAYS and a tenant's own): a day to ten years.
+RETENTION_DAYS_RANGE = (1, 3650)
+RetentionDays = Annotated[
+    int, from_text(int), Field(ge=RETENTION_DAYS_RANGE[0], le=RETENTION_DAYS_RANGE[1])
+]
 # Comma-separated text (not JSON); in the instance file a list or a tuple of strings.
 Names = Annotated[list[str], NoDecode, Strict(False), from_text(parse_names)]
 
@@ -81,7 +87,8 @@ class Settings(BaseSettings):
     SCHEDULER_MISFIRE_GRACE: Number = 60.0
     SCHEDULER_RECOVERY_WINDOW: Int = 86400
     SCHEDULER_MAX_CATCHUP: Int = 100
-    SCHEDULER_RUN_RETENTION_DAYS: Int = 90
+    SCHEDULER_RUN_RETENTION_DAYS: RetentionDays = 90
+    SCHEDULER_ROLLUP_RETENTION_DAYS: Int = 730  # the daily roll-ups of pruned runs: 2 years
     SCHEDULER_OUTPUT_LIMIT: Int = 65536
     SCHEDULER_DEMO_JOBS: Flag = False
     SCHEDULER_JOB_MODULES: Names = []
@@ -99,6 +106,23 @@ class Settings(BaseSettings):
     SCHEDULER_SESSION_IDLE_TIMEOUT: Int = 8 * 3600
     SCHEDULER_SESSION_MAX_AGE: Int = 7 * 86400
     SCHEDULER_API_RATE_LIMIT: Int = 600  # requests per token per minute; 0: no limit
+    # A schedule whose fire time passed this many seconds ago undispatched is overdue; so is a
+    # queued run not started this long after it could have.
+    SCHEDULER_OVERDUE_GRACE: Int = 300
+    # A schedule sends at most one notification per window (seconds); the others are recorded
+    # as suppressed.
+    SCHEDULER_NOTIFY_WINDOW: Int = 3600
+    SCHEDULER_SMTP_HOST: str = ""  # empty: email notifications are not sent (recorded failed)
+    SCHEDULER_SMTP_PORT: Int = 25
+    SCHEDULER_SMTP_USERNAME: str = ""
+    SCHEDULER_SMTP_PASSWORD: str = ""
+    SCHEDULER_SMTP_FROM: str = "scheduler@localhost"
+    SCHEDULER_SMTP_SECURITY: Literal["none", "starttls", "ssl"] = "none"
+    # The panel's address as users reach it, for links in notifications ("" : no links).
+    SCHEDULER_BASE_URL: str = ""
+    # The bearer token /metrics asks for; empty: /metrics answers 404.
+    SCHEDULER_METRICS_TOKEN: str = ""
+    SCHEDULER_LOG_FORMAT: Literal["keyvalue", "json"] = "keyvalue"
 
     @classmethod
     def settings_customise_sources(
@@ -171,6 +195,12 @@ def args_limits(settings: Mapping[str, Any]) -> tuple[int, int]:
     return limits[0], limits[1]
 
 
+def overdue_grace(settings: Mapping[str, Any]) -> timedelta:
+    """SCHEDULER_OVERDUE_GRACE as a duration (the default where the setting is missing)."""
+    name = "SCHEDULER_OVERDUE_GRACE"
+    return timedelta(seconds=settings.get(name, Settings.model_fields[name].default))
+
+
 def load_settings(instance_path: str) -> dict[str, Any]:
     """The Flask settings from the defaults, the instance folder's config.py and the
     environment, the later winning. A value that cannot be used is a ConfigError naming the
@@ -203,6 +233,16 @@ def refused(error: ValidationError, written: Mapping[str, Any], path: str) -> Co
         value, where = os.environ[name], ""
     else:
         value, where = written[name], f" (in {path})"
+    context = problem.get("ctx", {})
+    if problem["type"] in ("greater_than_equal", "less_than_equal"):
+        field = Settings.model_fields[name]
+        low, high = (
+            next(getattr(rule, bound) for rule in field.metadata if hasattr(rule, bound))
+            for bound in ("ge", "le")
+        )
+        return ConfigError(f"{name}={value!r} must be from {low} to {high}{where}")
+    if problem["type"] == "literal_error":
+        return ConfigError(f"{name}={value!r} must be one of {context['expected']}{where}")
     in_a_list = isinstance(problem["loc"][-1], int)  # the position of an item that is no str
     kind = "list of str" if in_a_list else KINDS.get(problem["type"], "value")
     return ConfigError(f"{name}={value!r} is not a valid {kind}{where}")

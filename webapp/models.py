@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from flask_login import UserMixin
@@ -11,12 +11,16 @@ from sqlalchemy import (
     JSON,
     Boolean,
     CheckConstraint,
+    ColumnElement,
+    Date,
+    Float,
     ForeignKey,
     Index,
     Integer,
     String,
     Text,
     UniqueConstraint,
+    and_,
     text,
 )
 from sqlalchemy.dialects import postgresql
@@ -40,12 +44,20 @@ MisfirePolicy = Literal["fire_once", "fire_all", "skip"]
 OverlapPolicy = Literal["allow", "skip"]
 Trigger = Literal["schedule", "manual", "catchup"]
 RunStatus = Literal["queued", "running", "succeeded", "failed", "skipped"]
+# What a notification is about, how it travels, and where it is in the outbox.
+NotificationEvent = Literal["failure", "recovery", "overdue", "paused"]
+NotificationChannel = Literal["email", "webhook"]
+# suppressed: written but not sent, because the schedule was notified within the window.
+NotificationStatus = Literal["pending", "sent", "failed", "suppressed"]
 ROLES: tuple[Role, ...] = get_args(Role)
 SCOPES: tuple[Scope, ...] = get_args(Scope)
 MISFIRE_POLICIES: tuple[MisfirePolicy, ...] = get_args(MisfirePolicy)
 OVERLAP_POLICIES: tuple[OverlapPolicy, ...] = get_args(OverlapPolicy)
 TRIGGERS: tuple[Trigger, ...] = get_args(Trigger)
 RUN_STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
+NOTIFICATION_EVENTS: tuple[NotificationEvent, ...] = get_args(NotificationEvent)
+NOTIFICATION_CHANNELS: tuple[NotificationChannel, ...] = get_args(NotificationChannel)
+NOTIFICATION_STATUSES: tuple[NotificationStatus, ...] = get_args(NotificationStatus)
 # A run in one of these has not finished: overlap, deletion and the run-now status poll ask this.
 UNFINISHED_STATUSES: tuple[RunStatus, ...] = ("queued", "running")
 # What a schedule's key may look like (it is the column's width) and the width of its name: checked
@@ -55,6 +67,9 @@ MAX_SCHEDULE_NAME = 200
 # SQLite reuses the id of a deleted newest row unless the table has AUTOINCREMENT: a new schedule
 # would inherit the old one's audit trail, links and log lines. PostgreSQL sequences never reuse.
 NEVER_REUSE_IDS = {"sqlite_autoincrement": True}
+# The widest notification webhook URL and the most addresses a schedule or tenant may list.
+MAX_URL = 2000
+MAX_NOTIFY_EMAILS = 20
 
 
 def one_of(column: str, values: tuple[str, ...]) -> str:
@@ -73,6 +88,16 @@ class Tenant(Model):
     # Quotas; NULL falls back to the operator's SCHEDULER_MAX_SCHEDULES / SCHEDULER_MIN_INTERVAL.
     max_schedules: Mapped[int | None] = mapped_column(Integer)
     min_interval_seconds: Mapped[int | None] = mapped_column(Integer)
+    # NULL: SCHEDULER_RUN_RETENTION_DAYS.
+    retention_days: Mapped[int | None] = mapped_column(Integer)
+    # The default recipients of a schedule's notifications (a schedule's own replace them).
+    notify_emails: Mapped[list[str]] = mapped_column(
+        JSONDocument, default=list, server_default="[]"
+    )
+    notify_webhook_url: Mapped[str | None] = mapped_column(String(MAX_URL))
+    # The key of the HMAC-SHA256 signature on this tenant's notification webhooks; made when
+    # first needed, shown to the tenant's admins.
+    webhook_secret: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
@@ -180,6 +205,16 @@ class Schedule(Model):
     overlap_policy: Mapped[OverlapPolicy] = mapped_column(String(16), default="allow")
     next_run_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     last_run_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Notification recipients; empty / NULL: the tenant's defaults.
+    notify_emails: Mapped[list[str]] = mapped_column(
+        JSONDocument, default=list, server_default="[]"
+    )
+    notify_webhook_url: Mapped[str | None] = mapped_column(String(MAX_URL))
+    # After this many failed runs in a row the schedule pauses itself; NULL: never.
+    pause_after_failures: Mapped[int | None] = mapped_column(Integer)
+    consecutive_failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # When the watchdog found it overdue (see schedule_overdue); NULL when it is not.
+    overdue_since: Mapped[datetime | None] = mapped_column(UTCDateTime)
     created_by: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
@@ -195,6 +230,11 @@ class Worker(Model):
     hostname: Mapped[str] = mapped_column(String(255))
     pid: Mapped[int] = mapped_column(Integer)
     concurrency: Mapped[int] = mapped_column(Integer, default=1)
+    # The release of the package it runs (webapp.__version__ / the installed distribution).
+    version: Mapped[str | None] = mapped_column(String(32))
+    # Job threads that overran their timeout and were left behind (the thread pool cannot kill
+    # a thread); reported with each heartbeat.
+    abandoned_jobs: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     # Set on a clean exit; a row without it and with an old heartbeat is a worker that died.
@@ -375,3 +415,84 @@ class ApiIdempotencyKey(Model):
     body: Mapped[str | None] = mapped_column(Text)
     location: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Notification(Model):
+    """The outbox: a message to send, written in the transaction that decided it (a run's
+    outcome, the watchdog's overdue flag) and sent by a worker. The idempotency key makes a
+    second write of the same message a no-op and travels with it (header, Message-ID)."""
+
+    __tablename__ = "notifications"
+    __table_args__ = (
+        Index(
+            "ix_notifications_outbox",
+            "available_at",
+            postgresql_where=text("status = 'pending'"),
+            sqlite_where=text("status = 'pending'"),
+        ),
+        Index("ix_notifications_schedule_history", "schedule_id", "id"),
+        Index("ix_notifications_tenant_history", "tenant_id", "id"),
+        CheckConstraint(one_of("event", NOTIFICATION_EVENTS), name="event"),
+        CheckConstraint(one_of("channel", NOTIFICATION_CHANNELS), name="channel"),
+        CheckConstraint(one_of("status", NOTIFICATION_STATUSES), name="status"),
+        NEVER_REUSE_IDS,
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    schedule_id: Mapped[int | None] = mapped_column(ForeignKey("schedules.id", ondelete="SET NULL"))
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    event: Mapped[NotificationEvent] = mapped_column(String(16))
+    channel: Mapped[NotificationChannel] = mapped_column(String(16))
+    target: Mapped[str] = mapped_column(String(MAX_URL))  # an email address or a webhook URL
+    subject: Mapped[str] = mapped_column(String(300))
+    body: Mapped[str] = mapped_column(Text)  # the email's text; the webhook's JSON
+    idempotency_key: Mapped[str] = mapped_column(String(200), unique=True)
+    status: Mapped[NotificationStatus] = mapped_column(String(16), default="pending")
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    available_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    locked_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    worker_id: Mapped[int | None] = mapped_column(ForeignKey("workers.id", ondelete="SET NULL"))
+    sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class RunRollup(Model):
+    """One schedule's runs of one UTC day, folded in before `maintenance.prune_runs` deletes
+    them: the history's shape outlives its rows (kept SCHEDULER_ROLLUP_RETENTION_DAYS)."""
+
+    __tablename__ = "run_rollups"
+    __table_args__ = (
+        UniqueConstraint("schedule_id", "day"),
+        Index("ix_run_rollups_tenant_day", "tenant_id", "day"),
+        NEVER_REUSE_IDS,
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    schedule_id: Mapped[int | None] = mapped_column(ForeignKey("schedules.id", ondelete="SET NULL"))
+    job: Mapped[str] = mapped_column(String(200))
+    day: Mapped[date] = mapped_column(Date)  # the UTC day of the runs' fire times
+    runs: Mapped[int] = mapped_column(Integer, default=0)
+    succeeded: Mapped[int] = mapped_column(Integer, default=0)
+    failed: Mapped[int] = mapped_column(Integer, default=0)
+    skipped: Mapped[int] = mapped_column(Integer, default=0)
+    # Of the runs that started: seconds from start to finish, and from fire time to start.
+    duration_p50_seconds: Mapped[float | None] = mapped_column(Float)
+    duration_p95_seconds: Mapped[float | None] = mapped_column(Float)
+    lag_mean_seconds: Mapped[float | None] = mapped_column(Float)
+    lag_max_seconds: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+def schedule_overdue(now: datetime, grace: timedelta) -> ColumnElement[bool]:
+    """The dead-man's switch: an active schedule whose fire time passed more than `grace` ago
+    without a tick dispatching it (the panel, the watchdog, /metrics and `scheduler health`)."""
+    return and_(Schedule.active, Schedule.next_run_at < now - grace)
+
+
+def run_overdue(now: datetime, grace: timedelta) -> ColumnElement[bool]:
+    """A queued run that could have started more than `grace` ago: no worker is alive, or all
+    are busy."""
+    return and_(Run.status == "queued", Run.available_at < now - grace)

@@ -48,6 +48,17 @@ def current_tenant() -> Tenant:
     return current_membership().tenant
 
 
+def is_operator() -> bool:
+    """Whether the logged-in user runs the whole installation (`user set-operator`)."""
+    return bool(current_user.is_authenticated and current_user.is_operator)
+
+
+def require_operator() -> None:
+    """404 for anyone but an operator: the operator area does not exist for tenant users."""
+    if not is_operator():
+        abort(404)
+
+
 def can_write() -> bool:
     """Whether the current user may change the current tenant's data (templates ask this)."""
     try:
