@@ -10,6 +10,7 @@ from flask.cli import AppGroup
 from webapp.cli import reports_errors
 from webapp.models import ROLES
 from webapp.services import accounts
+from webapp.services.audit import Actor
 
 tenant_cli = AppGroup("tenant", help="Create and list tenants.")
 user_cli = AppGroup("user", help="Create and list users.")
@@ -39,13 +40,32 @@ def list_tenants() -> None:
 @click.option("--tenant", "tenant_slug", required=True, help="Slug of the tenant to join.")
 @click.option("--role", type=click.Choice(ROLES), required=True)
 @click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
+@click.option("--operator", is_flag=True, help="Also make the user an operator (/operator).")
 @reports_errors
-def create_user(email: str, tenant_slug: str, role: str, password_stdin: bool) -> None:
+def create_user(
+    email: str, tenant_slug: str, role: str, password_stdin: bool, operator: bool
+) -> None:
     """Create a user in a tenant, or add an existing user to another tenant."""
     password = read_password(password_stdin)
-    added = accounts.add_user(email, tenant_slug, role, password)
+    added = accounts.add_user(email, tenant_slug, role, password, operator=operator)
     verb = "created user" if added.created else "updated user"
-    click.echo(f"{verb} {added.user.email}: {role} of {tenant_slug}")
+    also = ", operator" if operator else ""
+    click.echo(f"{verb} {added.user.email}: {role} of {tenant_slug}{also}")
+
+
+@user_cli.command("set-operator")
+@click.argument("email")
+@click.option(
+    "--operator/--no-operator",
+    default=True,
+    help="Grant the operator role (default) or take it away.",
+)
+@reports_errors
+def set_operator(email: str, operator: bool) -> None:
+    """Make a user an operator (the /operator area, a read-only view of every tenant)."""
+    user = accounts.set_operator(email, operator, Actor.cli())
+    state = "is now an operator" if operator else "is no longer an operator"
+    click.echo(f"{user.email} {state}")
 
 
 @user_cli.command("list")

@@ -29,7 +29,7 @@ from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session
 
 from webapp.database import UTCDateTime, utcnow
-from webapp.models import UNFINISHED_STATUSES, Run, Schedule, Tenant
+from webapp.models import UNFINISHED_STATUSES, Run, Schedule, Tenant, Worker
 
 DUE_COLUMNS = (
     Schedule.id,
@@ -302,6 +302,43 @@ def extend_leases(
         .execution_options(synchronize_session=False)
     )
     return set(session.execute(statement).scalars())
+
+
+def release_run(
+    session: Session, run_id: int, worker_id: int, now: datetime, stale_before: datetime
+) -> bool:
+    """An operator's release of one run held by `worker_id`: back to the queue as
+    leases.release_leases puts it (the attempt does not count), but only while the lease is
+    dead: expired, or its worker stopped or silent since `stale_before`. The condition is part
+    of the UPDATE, so a worker that renews meanwhile keeps its run. Returns whether it was
+    released. Its worker, if it comes back, finds the run no longer its own (fencing)."""
+    worker_gone = (
+        select(Worker.id)
+        .where(
+            Worker.id == worker_id,
+            or_(Worker.stopped_at.is_not(None), Worker.last_heartbeat_at < stale_before),
+        )
+        .exists()
+    )
+    statement = (
+        update(Run)
+        .where(
+            Run.id == run_id,
+            Run.worker_id == worker_id,
+            Run.status == "running",
+            or_(Run.locked_until < now, worker_gone),
+        )
+        .values(
+            status="queued",
+            worker_id=None,
+            locked_until=None,
+            available_at=now,
+            attempt=Run.attempt - 1,
+        )
+        .returning(Run.id)
+        .execution_options(synchronize_session=False)
+    )
+    return session.execute(statement).first() is not None
 
 
 def any_run_available(session: Session, now: datetime) -> bool:

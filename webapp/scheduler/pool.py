@@ -93,6 +93,9 @@ class JobPool(ABC):
     """`concurrency` slots taking leased runs; the table of held runs; outcomes to store."""
 
     kind = ""
+    # Jobs left running past their hard limit: only threads can be left behind (a process is
+    # killed), so this stays 0 but in ThreadJobPool.
+    abandoned_threads = 0
 
     def __init__(
         self,

@@ -11,6 +11,7 @@ and the outcomes of finished jobs are stored together, one transaction per batch
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import math
 import os
@@ -57,6 +58,15 @@ def database_unavailable(
     return delay, min(delay * 2, max_delay)
 
 
+def installed_version() -> str:
+    """The installed package's release, for the workers page (a checkout run without
+    installing has none)."""
+    try:
+        return importlib.metadata.version("webapp")[:32]  # the column's width
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 class WorkerProcess:
     """One worker: registers itself, runs rounds of steps until stopped, deregisters."""
 
@@ -93,7 +103,10 @@ class WorkerProcess:
     def register(self) -> int:
         with write_transaction(db.session) as session:
             worker = Worker(
-                hostname=socket.gethostname(), pid=os.getpid(), concurrency=self.concurrency
+                hostname=socket.gethostname(),
+                pid=os.getpid(),
+                concurrency=self.concurrency,
+                version=installed_version(),
             )
             session.add(worker)
             session.flush()
@@ -110,9 +123,13 @@ class WorkerProcess:
         return self.worker_id
 
     def heartbeat(self, now: datetime) -> None:
+        # The operator's workers page shows the job threads left running past their timeout.
+        abandoned = self.pool.abandoned_threads if self.pool is not None else 0
         with write_transaction(db.session) as session:
             session.execute(
-                update(Worker).where(Worker.id == self.worker_id).values(last_heartbeat_at=now)
+                update(Worker)
+                .where(Worker.id == self.worker_id)
+                .values(last_heartbeat_at=now, abandoned_jobs=abandoned)
             )
 
     def deregister(self) -> None:

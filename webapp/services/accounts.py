@@ -13,7 +13,8 @@ from webapp.catalog.current import current_catalog
 from webapp.database import utcnow, write_transaction
 from webapp.extensions import db
 from webapp.models import ROLES, Membership, Tenant, User
-from webapp.services import sessions
+from webapp.services import audit, sessions
+from webapp.services.audit import Actor
 from webapp.services.defaults import materialise_defaults
 
 SLUG_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
@@ -95,10 +96,14 @@ class UserAdded:
     created: bool
 
 
-def add_user(email: str, tenant_slug: str, role: str, password: str | None) -> UserAdded:
+def add_user(
+    email: str, tenant_slug: str, role: str, password: str | None, operator: bool = False
+) -> UserAdded:
     """Creates a user in a tenant, or gives an existing user a membership in another tenant.
 
     A new user needs a password; an existing user keeps theirs unless a new one is given.
+    `operator` also makes the user an operator (audited as `set_operator` is); False leaves
+    the flag as it is.
     """
     email = normalise_email(email)
     if role not in ROLES:
@@ -127,7 +132,42 @@ def add_user(email: str, tenant_slug: str, role: str, password: str | None) -> U
             db.session.add(Membership(user_id=user.id, tenant_id=tenant.id, role=role))
         else:
             membership.role = role
+        if operator:
+            change_operator(user, True, Actor.cli())
     return UserAdded(user=user, created=created)
+
+
+def set_operator(email: str, operator: bool, actor: Actor) -> User:
+    """Grants (or takes away) the operator role: the /operator area and a read-only view of
+    every tenant. Audited with tenant_id NULL, since the role spans all tenants."""
+    email = normalise_email(email)
+    with write_transaction(db.session):
+        user = find_user(email)
+        change_operator(user, operator, actor)
+    return user
+
+
+def change_operator(user: User, operator: bool, actor: Actor) -> None:
+    """Sets the flag in the caller's transaction, with its audit row (none when unchanged)."""
+    was = bool(user.is_operator)
+    if was == operator:
+        return
+    user.is_operator = operator
+    audit.record(
+        db.session(),
+        {
+            "tenant_id": None,
+            "actor_id": actor.user_id,
+            "actor_label": actor.label,
+            "action": "user.set_operator",
+            "object_type": "user",
+            "object_id": user.id,
+            "object_label": user.email,
+            "before": {"is_operator": was},
+            "after": {"is_operator": operator},
+            "created_at": utcnow(),
+        },
+    )
 
 
 def remove_member(email: str, tenant_slug: str) -> None:

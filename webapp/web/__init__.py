@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import Flask, make_response, render_template, request
+from flask import Flask, make_response, redirect, render_template, request, url_for
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
@@ -13,17 +13,19 @@ from webapp.web.formatting import is_htmx
 def register_panel(app: Flask) -> None:
     """Registers the panel's blueprints, template helpers and error pages."""
     from webapp.catalog.current import EXTENSION_KEY, install_catalog
-    from webapp.web import audit, runs, schedules, tenants, tokens
+    from webapp.web import audit, operator, runs, schedules, tenants, tokens
 
     if EXTENSION_KEY not in app.extensions:
         install_catalog(app)
     params.install(app)  # the `<id:...>` converter, before the rules that use it
-    for blueprint in (schedules.bp, runs.bp, audit.bp, tenants.bp, tokens.bp):
+    for blueprint in (schedules.bp, runs.bp, audit.bp, tenants.bp, tokens.bp, operator.bp):
         app.register_blueprint(blueprint)
     formatting.install(app)
 
     @app.errorhandler(tenancy.NoTenant)
-    def no_tenant(_error: tenancy.NoTenant) -> tuple[str, int]:
+    def no_tenant(_error: tenancy.NoTenant) -> Response | tuple[str, int]:
+        if tenancy.is_operator():  # an operator needs no tenant: the operator area is theirs
+            return redirect(url_for("operator.tenants"), 303)
         return render_template("errors/no_tenant.html"), 403
 
     @app.errorhandler(400)

@@ -250,6 +250,8 @@ def install(app: Flask) -> None:
     app.add_template_global(status_badge)
     app.add_template_global(id_url)
     app.add_template_global(tenancy.can_write)
+    app.add_template_global(tenancy.is_operator)
+    app.add_template_global(tenancy.is_operator_view)
     app.add_template_global(is_htmx)
     app.add_template_global(times_in_utc)
     app.add_template_global(shown_zone)

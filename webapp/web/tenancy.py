@@ -3,6 +3,10 @@
 The current tenant comes from the session and is checked against the user's memberships on
 every request. Objects are loaded by id *and* tenant, so another tenant's id answers 404 (never
 403, which would confirm that the id exists). Writes need the admin role (403 otherwise).
+
+An operator may view any tenant (the operator area's "View"): the session then names that
+tenant, and the operator's membership in it is a transient viewer one, never saved. So every
+page reads that tenant's data through the same helpers below, and every write answers 403.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from webapp.extensions import db
 from webapp.models import ApiToken, AuditEvent, Membership, Run, Schedule, Tenant
 
 SESSION_KEY = "tenant_id"
+# The tenant an operator views without being a member of it (see operator_view).
+OPERATOR_VIEW_KEY = "operator_view_tenant_id"
 
 
 class NoTenant(Exception):
@@ -33,15 +39,68 @@ def memberships() -> list[Membership]:
 
 
 def current_membership() -> Membership:
-    """The membership of the tenant chosen in the session (the first one by default)."""
+    """The membership of the tenant chosen in the session (the first one by default), or the
+    read-only one of the tenant an operator chose to view."""
     if "membership" not in g:
-        mine = memberships()
-        if not mine:
-            raise NoTenant
-        chosen = session.get(SESSION_KEY)
-        g.membership = next((m for m in mine if m.tenant_id == chosen), mine[0])
+        viewed = operator_view()
+        g.operator_view = viewed is not None
+        if viewed is not None:
+            g.membership = viewed
+        else:
+            mine = memberships()
+            if not mine:
+                raise NoTenant
+            chosen = session.get(SESSION_KEY)
+            g.membership = next((m for m in mine if m.tenant_id == chosen), mine[0])
     membership: Membership = g.membership
     return membership
+
+
+def operator_view() -> Membership | None:
+    """For an operator viewing a tenant they are not a member of: a viewer membership made for
+    this request and never added to the database session (so never saved). None otherwise, also
+    for a user who is no longer an operator, or once the tenant is gone."""
+    tenant_id = session.get(OPERATOR_VIEW_KEY)
+    if tenant_id is None or not is_operator():
+        return None
+    own = next((m for m in memberships() if m.tenant_id == tenant_id), None)
+    if own is not None:
+        return own  # made a member since: the real role applies
+    tenant = db.session.get(Tenant, tenant_id)
+    if tenant is None:
+        session.pop(OPERATOR_VIEW_KEY, None)
+        return None
+    # Membership.tenant has no backref, so the persistent tenant does not pull it into the
+    # session; nor is `user` set, whose memberships list would.
+    return Membership(user_id=current_user.id, tenant_id=tenant.id, role="viewer", tenant=tenant)
+
+
+def is_operator_view() -> bool:
+    """Whether the current tenant is one an operator views read-only (the banner asks this)."""
+    if not is_operator():
+        return False
+    try:
+        current_membership()
+    except NoTenant:
+        return False
+    return bool(g.get("operator_view"))
+
+
+def view_as_operator(tenant: Tenant) -> bool:
+    """Makes `tenant` current for an operator: with their own role where they are a member,
+    read-only otherwise. Returns whether the view is read-only (the operator's view, audited)."""
+    require_operator()
+    if any(m.tenant_id == tenant.id for m in memberships()):
+        switch_tenant(tenant.id)
+        return False
+    session[OPERATOR_VIEW_KEY] = tenant.id
+    g.pop("membership", None)
+    return True
+
+
+def end_operator_view() -> None:
+    session.pop(OPERATOR_VIEW_KEY, None)
+    g.pop("membership", None)
 
 
 def current_tenant() -> Tenant:
@@ -80,7 +139,9 @@ def switch_tenant(tenant_id: int) -> Tenant:
     if membership is None:
         abort(404)
     session[SESSION_KEY] = membership.tenant_id
+    session.pop(OPERATOR_VIEW_KEY, None)  # switching to one's own tenant ends a read-only view
     g.membership = membership
+    g.operator_view = False
     return membership.tenant
 
 

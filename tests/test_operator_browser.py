@@ -1,0 +1,113 @@
+"""The operator area in headless Chromium: an operator without a tenant logs in and lands on the
+tenants page, views a tenant read-only, then releases a stale worker's lease on the workers page."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import test_panel_browser as panel_browser
+from tests.browser_support import LiveServer, PageErrors, live_server, require_chromium
+from tests.conftest import PASSWORD, make_run
+from webapp.extensions import db
+from webapp.models import Run, User, Worker
+from webapp.services.accounts import add_user, create_tenant, find_tenant, hash_password
+from webapp.services.audit import Actor
+from webapp.services.schedules import ScheduleInput, create_schedule
+
+pytestmark = pytest.mark.browser
+
+chromium = panel_browser.chromium
+errors = panel_browser.errors
+new_page = panel_browser.new_page  # JavaScript on, dialogs (hx-confirm) accepted
+
+
+@pytest.fixture
+def server(sqlite_template: str, tmp_path: Path) -> Iterator[LiveServer]:
+    """Tenant alpha with a schedule and a run held by a worker silent for ten minutes; olga, an
+    operator who is a member of no tenant."""
+    require_chromium()
+    with live_server(sqlite_template, str(tmp_path)) as live, live.app.app_context():
+        create_tenant("alpha", "Alpha Corp", "Europe/Berlin")
+        add_user("alice@example.com", "alpha", "admin", PASSWORD)
+        db.session.add(
+            User(email="olga@example.com", password_hash=hash_password(PASSWORD), is_operator=True)
+        )
+        db.session.commit()
+        db.session.remove()
+        yield live
+        db.session.remove()
+        db.engine.dispose()
+
+
+def stale_worker_with_a_run(server: LiveServer) -> tuple[int, int]:
+    with server.app.app_context():
+        now = datetime.now(UTC)
+        schedule = create_schedule(
+            find_tenant("alpha"),
+            ScheduleInput(
+                name="Alpha nightly report",
+                job="demo.echo",
+                args={"message": "m"},
+                cron="0 2 * * *",
+                time_zone="UTC",
+            ),
+            Actor.cli(),
+            now,
+        )
+        worker = Worker(hostname="host-b", pid=202, last_heartbeat_at=now - timedelta(minutes=10))
+        db.session.add(worker)
+        db.session.flush()
+        run = make_run(
+            schedule, "running", 12, worker_id=worker.id, locked_until=now - timedelta(minutes=9)
+        )
+        db.session.commit()
+        ids = worker.id, run.id
+        db.session.remove()
+        return ids
+
+
+def run_state(server: LiveServer, run_id: int) -> tuple[str, int | None, int]:
+    with server.app.app_context():
+        run = db.session.get(Run, run_id)
+        assert run is not None
+        state = run.status, run.worker_id, run.attempt
+        db.session.remove()
+        return state
+
+
+def test_an_operator_views_a_tenant_and_releases_a_stale_lease(
+    new_page: Any, server: LiveServer, errors: PageErrors
+) -> None:
+    worker_id, run_id = stale_worker_with_a_run(server)
+    page = new_page
+    page.goto(server.url + "/login")
+    page.get_by_label("Email").fill("olga@example.com")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(server.url + "/operator")  # no tenant of her own: the operator area
+    page.get_by_role("heading", name="Tenants").wait_for()
+    row = page.get_by_role("row", name="Alpha Corp")
+    assert row.locator('[data-count="schedules"]').inner_text() == "1"
+
+    row.get_by_role("button", name="View Alpha Corp").click()
+    page.wait_for_url(server.url + "/")
+    banner = page.locator("#operator-banner")
+    banner.get_by_text("Operator view of Alpha Corp (read-only)").wait_for()
+    page.get_by_role("link", name="Alpha nightly report").wait_for()
+    assert page.get_by_role("link", name="New schedule").count() == 0  # read-only
+
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Operator").click()
+    page.get_by_role("navigation", name="Operator").get_by_role("link", name="Workers").click()
+    page.wait_for_url(server.url + "/operator/workers")
+    worker = page.locator(f"#worker-{worker_id}")
+    worker.get_by_text("stale", exact=True).wait_for()
+    worker.get_by_role("button", name=f"Release run {run_id}").click()  # hx-confirm accepted
+    page.get_by_text(f"Run {run_id} released from worker {worker_id} on host-b").wait_for()
+    page.locator(f"#worker-{worker_id}").get_by_text("Holds no run.").wait_for()
+    assert run_state(server, run_id) == ("queued", None, 0)
+    assert errors.messages == []

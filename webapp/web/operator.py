@@ -1,0 +1,97 @@
+"""The operator area under /operator: every tenant at a glance (and a read-only view of each),
+the workers and their leases. It does not exist for anyone but operators: 404, GET or POST."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from flask import Blueprint, abort, current_app, flash, redirect, request, url_for
+from flask_login import login_required
+from werkzeug.wrappers import Response
+
+from webapp.config import overdue_grace
+from webapp.extensions import db
+from webapp.services import operations
+from webapp.web import tenancy
+from webapp.web.auth import is_own_path
+from webapp.web.common import actor, done, page_or_partial
+
+bp = Blueprint("operator", __name__, url_prefix="/operator")
+bp.before_request(login_required(lambda: None))
+bp.before_request(tenancy.require_operator)
+
+
+def lock_ttl() -> timedelta:
+    return timedelta(seconds=float(current_app.config["SCHEDULER_LOCK_TTL"]))
+
+
+@bp.get("")
+def tenants() -> Response:
+    """Every tenant with its schedules, recent failures and what is overdue."""
+    grace = overdue_grace(current_app.config)
+    return page_or_partial(
+        "operator/tenants.html",
+        "operator/_tenants.html",
+        tenants=operations.tenant_health(operations.database_now(), grace),
+        grace_minutes=round(grace.total_seconds() / 60),
+    )
+
+
+@bp.post("/tenants/<id:tenant_id>/view")
+def view_tenant(tenant_id: int) -> Response:
+    """Open a tenant's pages, read-only unless the operator is a member (audited)."""
+    try:
+        tenant = operations.find_tenant(tenant_id)
+    except operations.NotFound:
+        abort(404)
+    if tenancy.view_as_operator(tenant):
+        operations.record_tenant_view(tenant, actor(), operations.database_now())
+        flash(f"Viewing {tenant.name} as an operator: read-only.", "info")
+    else:
+        flash(f"Now working in {tenant.name}.", "info")
+    target = request.form.get("next", "")
+    return redirect(target if is_own_path(target) else url_for("schedules.index"), 303)
+
+
+@bp.post("/view/end")
+def end_view() -> Response:
+    """Leave the read-only view of a tenant."""
+    tenancy.end_operator_view()
+    return redirect(url_for("operator.tenants"), 303)
+
+
+def workers_page() -> Response:
+    return page_or_partial(
+        "operator/workers.html",
+        "operator/_workers.html",
+        overview=operations.workers_overview(db.session(), lock_ttl()),
+        lock_ttl_seconds=round(lock_ttl().total_seconds()),
+    )
+
+
+@bp.get("/workers")
+def workers() -> Response:
+    """Every worker, the runs it holds and how it did in the last hour; expired leases."""
+    return workers_page()
+
+
+@bp.post("/workers/<id:worker_id>/runs/<id:run_id>/release")
+def release(worker_id: int, run_id: int) -> Response:
+    """Put a run of a dead or silent worker back in the queue (audited); 409 while it lives."""
+    try:
+        released = operations.release_lease(worker_id, run_id, actor(), lock_ttl())
+    except operations.NotFound as error:
+        abort(404, str(error))
+    except operations.ReleaseRefused as error:
+        abort(409, str(error))
+    message = (
+        f"Run {released.run_id} released from worker {released.worker_id} on "
+        f"{released.hostname}: it is queued again."
+    )
+    return done(
+        message,
+        url_for("operator.workers"),
+        "operator/_workers.html",
+        overview=operations.workers_overview(db.session(), lock_ttl()),
+        lock_ttl_seconds=round(lock_ttl().total_seconds()),
+    )
