@@ -16,7 +16,7 @@ from typing import Any
 
 from bench.common import PROJECT_ROOT, RESULTS_DIR
 
-BENCHMARKS = ("fire", "idle_tick", "bulk_import", "panel", "run_now", "execution")
+BENCHMARKS = ("fire", "idle_tick", "bulk_import", "panel", "run_now", "execution", "prune")
 README = os.path.join(PROJECT_ROOT, "bench", "README.md")
 BEGIN, END = "<!-- figures:begin -->", "<!-- figures:end -->"
 
@@ -106,6 +106,17 @@ def figures_table() -> str:
             f"{row['commits_per_run']:.2f} commits/run | raw batch lease "
             f"{row['floor_runs_per_s']:,.0f} runs/s, {row['floor_commits_per_run']:.3f} "
             f"commits/run | {row['ratio_to_floor']:.3f}x | >= 5,000/s, >= 0.1x, <= 0.05 |"
+        )
+    for row in latest("prune"):
+        dates.append(row["date"])
+        lines.append(
+            f"| Prune, {row['runs']:,} runs, {row['deleted']:,} expired | "
+            f"{row['runs_per_s']:,.0f} runs/s, {row['batches']} batches, longest batch "
+            f"transaction {row['batch_max_ms']:,.0f} ms (p50 {row['batch_p50_ms']:,.0f}, p95 "
+            f"{row['batch_p95_ms']:,.0f}); tick-like writer max {row['writer_max_ms']:,.0f} ms | "
+            f"writer alone: max {row['writer_baseline_max_ms']:,.0f} ms, p99 "
+            f"{row['writer_baseline_p99_ms']:.1f} ms | writer max {row['writer_max_ratio']:.1f}x, "
+            f"p99 {row['writer_p99_ratio']:.1f}x | batch <= 1 s, writer max <= 1 s |"
         )
     machine = (
         f"{info.get('nproc', '?')} CPUs ({info.get('cpu', '?')}), PostgreSQL "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -13,7 +13,6 @@ from flask.testing import FlaskCliRunner
 from sqlalchemy import func, select, update
 
 from tests.conftest import World, migrated_app
-from webapp.catalog.maintenance import prune_finished_runs
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule
 from webapp.services import accounts
@@ -169,7 +168,10 @@ def test_import_over_the_quota_writes_nothing(
     cli: FlaskCliRunner, world: World, tmp_path: Path
 ) -> None:
     result = cli.invoke(args=["tenant", "set", "alpha", "--max-schedules", "2"])
-    assert result.stdout == "tenant alpha: max schedules 2, min interval default\n"
+    assert (
+        result.stdout
+        == "tenant alpha: max schedules 2, min interval default, retention days default\n"
+    )
     code, _, err = import_file(cli, write(tmp_path, [item("a"), item("b"), item("c")]))
     assert code == 1
     assert err.splitlines()[0] == (
@@ -279,26 +281,6 @@ def test_sync_materialises_defaults_once_and_never_overwrites(
         {"recipients": 9, "fmt": "pdf"},
     )
     assert count(Schedule) == 3
-
-
-def test_prune_deletes_only_old_finished_runs(app: Flask, world: World) -> None:
-    now = datetime(2026, 6, 1, tzinfo=UTC)
-    for n, (status, age) in enumerate(
-        [("succeeded", 100), ("failed", 91), ("succeeded", 10), ("queued", 200)]
-    ):
-        db.session.add(
-            Run(
-                tenant_id=world.alpha.id,
-                job="demo.echo",
-                scheduled_for=now,
-                idempotency_key=f"k{n}",
-                status=status,
-                finished_at=None if status == "queued" else now - timedelta(days=age),
-            )
-        )
-    db.session.commit()
-    assert prune_finished_runs(db.session(), now - timedelta(days=90)) == 2
-    assert sorted(db.session.scalars(select(Run.idempotency_key))) == ["k2", "k3"]
 
 
 def test_the_first_tenant_gets_the_system_defaults_without_a_sync(app: Flask) -> None:

@@ -54,7 +54,10 @@ def register_builtin_jobs(catalog: Catalog, demo: bool) -> None:
     catalog.job(
         "maintenance.prune_runs",
         title="Prune run history",
-        description="Deletes finished runs older than SCHEDULER_RUN_RETENTION_DAYS.",
+        description=(
+            "Folds finished runs older than their retention (the tenant's, or "
+            "SCHEDULER_RUN_RETENTION_DAYS) into daily roll-ups, then deletes them."
+        ),
         params=PruneParams,
         scope="system",
         timeout=3600.0,

@@ -109,27 +109,45 @@ def read_password(from_stdin: bool) -> str | None:
 @click.argument("slug")
 @click.option("--max-schedules", help="Most schedules the tenant may have; 'default' to clear.")
 @click.option("--min-interval", help="Fewest seconds between fires; 'default' to clear.")
+@click.option(
+    "--retention-days",
+    help="Days of run history kept (1-3650) before runs are folded into daily roll-ups; "
+    "'default' for SCHEDULER_RUN_RETENTION_DAYS.",
+)
 @reports_errors
-def set_tenant(slug: str, max_schedules: str | None, min_interval: str | None) -> None:
-    """Set a tenant's quotas (unset options keep their value)."""
+def set_tenant(
+    slug: str, max_schedules: str | None, min_interval: str | None, retention_days: str | None
+) -> None:
+    """Set a tenant's quotas and run retention (unset options keep their value)."""
     tenant = accounts.find_tenant(slug)
-    limits = {
+    settings = {
         "--max-schedules": tenant.max_schedules,
         "--min-interval": tenant.min_interval_seconds,
+        "--retention-days": tenant.retention_days,
     }
-    for label, given in (("--max-schedules", max_schedules), ("--min-interval", min_interval)):
+    given_options = (
+        ("--max-schedules", max_schedules),
+        ("--min-interval", min_interval),
+        ("--retention-days", retention_days),
+    )
+    for label, given in given_options:
         if given is None:
             continue
         if given == "default":
-            limits[label] = None
+            settings[label] = None
         elif given.isascii() and given.isdigit() and int(given) <= accounts.MAX_INTEGER:
-            limits[label] = int(given)
+            settings[label] = int(given)
         else:
             message = f"{given!r} is not a whole number up to {accounts.MAX_INTEGER} or 'default'"
             raise click.BadParameter(message, param_hint=label)
-    tenant = accounts.set_limits(slug, limits["--max-schedules"], limits["--min-interval"])
-    shown = {k: "default" if v is None else v for k, v in limits.items()}
+    tenant = accounts.set_limits(
+        slug,
+        settings["--max-schedules"],
+        settings["--min-interval"],
+        retention_days=settings["--retention-days"],
+    )
+    shown = {k: "default" if v is None else v for k, v in settings.items()}
     click.echo(
         f"tenant {tenant.slug}: max schedules {shown['--max-schedules']}, "
-        f"min interval {shown['--min-interval']}"
+        f"min interval {shown['--min-interval']}, retention days {shown['--retention-days']}"
     )

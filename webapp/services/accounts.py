@@ -10,6 +10,7 @@ from werkzeug.security import generate_password_hash
 
 from webapp import cron
 from webapp.catalog.current import current_catalog
+from webapp.config import RETENTION_DAYS_RANGE
 from webapp.database import utcnow, write_transaction
 from webapp.extensions import db
 from webapp.models import ROLES, Membership, Tenant, User
@@ -203,15 +204,29 @@ def hash_password(password: str) -> str:
     return generate_password_hash(password, method=PASSWORD_METHOD)
 
 
-def set_limits(slug: str, max_schedules: int | None, min_interval: int | None) -> Tenant:
-    """Overrides the operator-wide quotas for one tenant; None restores the default."""
+def check_retention_days(days: int) -> int:
+    low, high = RETENTION_DAYS_RANGE
+    if not low <= days <= high:
+        raise AccountError(f"--retention-days must be from {low} to {high} days, or 'default'")
+    return days
+
+
+def set_limits(
+    slug: str, max_schedules: int | None, min_interval: int | None, *, retention_days: int | None
+) -> Tenant:
+    """Overrides the operator-wide quotas and run retention for one tenant, in one transaction;
+    None restores the default (SCHEDULER_MAX_SCHEDULES, SCHEDULER_MIN_INTERVAL,
+    SCHEDULER_RUN_RETENTION_DAYS)."""
     for label, value in (("--max-schedules", max_schedules), ("--min-interval", min_interval)):
         if value is not None and not 0 <= value <= MAX_INTEGER:
             raise AccountError(f"{label} must be between 0 and {MAX_INTEGER}")
+    if retention_days is not None:
+        check_retention_days(retention_days)
     with write_transaction(db.session):
         tenant = find_tenant(slug)
         tenant.max_schedules = max_schedules
         tenant.min_interval_seconds = min_interval
+        tenant.retention_days = retention_days
     return tenant
 
 
