@@ -17,6 +17,7 @@ from webapp.catalog.current import current_catalog
 from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule
+from webapp.services.schedule_stats import last_days
 from webapp.services.schedules import (
     ScheduleError,
     create_schedule,
@@ -30,6 +31,7 @@ from webapp.services.schedules import (
 from webapp.services.upcoming import Cursor, by_day, upcoming_fires
 from webapp.web import tenancy
 from webapp.web.auth import is_own_path
+from webapp.web.charts import days_figures
 from webapp.web.common import actor, done, htmx_redirect, page_or_partial
 from webapp.web.formatting import id_url, is_htmx, shown_zone
 from webapp.web.forms import (
@@ -306,6 +308,7 @@ def detail_context(schedule: Schedule) -> dict[str, Any]:
         "last_run": runs[0] if runs else None,
         "tenant": tenancy.current_tenant(),
         "titles": job_titles(),
+        "history": days_figures(last_days(schedule.id, schedule.tenant_id, utcnow())),
     }
 
 

@@ -1,0 +1,131 @@
+"""The charts in headless Chromium, under the app's real CSP: a schedule's "Last 30 days" and the
+operator's fires per minute are visible, have accessible names, and log no error."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from tests.browser_support import (
+    LiveServer,
+    PageErrors,
+    chromium_browser,
+    live_server,
+    log_in,
+    require_chromium,
+)
+from tests.conftest import PASSWORD, make_run
+from webapp.extensions import db
+from webapp.models import RunRollup, Schedule, User
+from webapp.services.accounts import add_user, create_tenant, find_tenant
+from webapp.services.audit import Actor
+from webapp.services.schedules import ScheduleInput, create_schedule
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture
+def server(sqlite_template: str, tmp_path: Path) -> Iterator[LiveServer]:
+    """Alice (admin of alpha, and an operator) with a schedule that has a month of history."""
+    require_chromium()
+    with live_server(sqlite_template, str(tmp_path)) as live, live.app.app_context():
+        create_tenant("alpha", "Alpha Corp", "Europe/Berlin")
+        add_user("alice@example.com", "alpha", "admin", PASSWORD)
+        alice = db.session.scalars(select(User).where(User.email == "alice@example.com")).one()
+        alice.is_operator = True
+        schedule = create_schedule(
+            find_tenant("alpha"),
+            ScheduleInput(
+                name="Charted",
+                job="demo.echo",
+                args={"message": "m"},
+                cron="0 0 * * *",
+                time_zone="UTC",
+            ),
+            Actor.for_user(alice),
+            datetime.now(UTC),
+        )
+        today = datetime.now(UTC).date()
+        for days_ago in range(3, 20):
+            db.session.add(
+                RunRollup(
+                    tenant_id=schedule.tenant_id,
+                    schedule_id=schedule.id,
+                    job=schedule.job,
+                    day=today - timedelta(days=days_ago),
+                    runs=1,
+                    succeeded=0 if days_ago % 5 == 0 else 1,
+                    failed=1 if days_ago % 5 == 0 else 0,
+                    skipped=0,
+                    duration_p50_seconds=days_ago * 1.5,
+                    lag_mean_seconds=days_ago % 4,
+                )
+            )
+        make_run(schedule, "succeeded", 60)
+        make_run(schedule, "failed", 60 * 25)
+        db.session.commit()
+        db.session.remove()
+        yield live
+        db.session.remove()
+        db.engine.dispose()
+
+
+@pytest.fixture
+def page(server: LiveServer) -> Iterator[tuple[Any, PageErrors]]:
+    with chromium_browser() as browser:
+        context = browser.new_context()
+        opened = context.new_page()
+        opened.set_default_timeout(10_000)
+        errors = PageErrors()
+        errors.watch(opened)
+        yield opened, errors
+        context.close()
+
+
+def schedule_id(server: LiveServer) -> int:
+    with server.app.app_context():
+        found: int = db.session.scalars(select(Schedule.id).where(Schedule.name == "Charted")).one()
+        db.session.remove()
+        return found
+
+
+def test_the_schedule_page_draws_its_last_30_days_visibly_and_by_name(
+    server: LiveServer, page: tuple[Any, PageErrors]
+) -> None:
+    browser_page, errors = page
+    log_in(browser_page, server, "alice@example.com")
+    browser_page.goto(f"{server.url}/schedules/{schedule_id(server)}")
+    for name in ("Daily outcomes", "Median duration and mean lag per day"):
+        chart = browser_page.get_by_role("img", name=name)
+        chart.wait_for()
+        assert chart.is_visible()
+        box = chart.bounding_box()
+        assert box and box["width"] > 200 and box["height"] > 20
+    strip = browser_page.get_by_role("img", name="Daily outcomes")
+    description = strip.evaluate(
+        "svg => document.getElementById(svg.getAttribute('aria-describedby')).textContent"
+    )
+    assert "days with failures" in description
+    browser_page.get_by_text("The figures per day").click()
+    browser_page.get_by_role("table", name="Runs per UTC day").wait_for()
+    assert errors.messages == []
+
+
+def test_the_fires_page_draws_the_next_24_hours_for_an_operator(
+    server: LiveServer, page: tuple[Any, PageErrors]
+) -> None:
+    browser_page, errors = page
+    log_in(browser_page, server, "alice@example.com")
+    browser_page.goto(f"{server.url}/operator/fires")
+    chart = browser_page.get_by_role("img", name="Fires per minute over the next 24 hours, UTC")
+    chart.wait_for()
+    assert chart.is_visible()
+    box = chart.bounding_box()
+    assert box and box["width"] > 400
+    assert browser_page.locator("#busiest-minutes").get_by_text("00:00 UTC").is_visible()
+    assert errors.messages == []

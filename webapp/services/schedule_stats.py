@@ -1,0 +1,165 @@
+"""One schedule's last 30 UTC days, for its page's charts: from the daily roll-ups where the
+retention job made one, otherwise aggregated from the runs still in the table.
+
+Two statements whatever the history's size: the roll-ups of the window, and one aggregate of
+the schedule's runs of the window (found by the runs' (schedule_id, ...) indexes). The median
+is computed in SQL with window functions, which SQLite and PostgreSQL both have, so that no
+run row is ever loaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Date,
+    Float,
+    SQLColumnExpression,
+    and_,
+    case,
+    cast,
+    func,
+    select,
+)
+
+from webapp.extensions import db
+from webapp.models import Run, RunRollup
+
+DAYS = 30
+
+
+@dataclass(frozen=True)
+class DayStats:
+    day: date  # UTC, of the runs' fire times
+    runs: int
+    succeeded: int
+    failed: int
+    skipped: int
+    duration_p50_seconds: float | None  # of the runs that finished
+    lag_mean_seconds: float | None  # fire time to start, of the runs that started
+    from_rollup: bool
+
+
+def window(today: date, days: int = DAYS) -> list[date]:
+    """The `days` UTC days ending with `today`, oldest first."""
+    return [today - timedelta(days=days - 1 - i) for i in range(days)]
+
+
+def last_days(schedule_id: int, tenant_id: int | None, now: datetime) -> list[DayStats]:
+    """Each of the 30 UTC days up to `now`'s, oldest first; days without runs count zero."""
+    days = window(now.astimezone(UTC).date())
+    first = days[0]
+    rollups = {
+        rollup.day: rollup
+        for rollup in db.session.scalars(
+            select(RunRollup).where(
+                RunRollup.schedule_id == schedule_id,
+                RunRollup.tenant_id == tenant_id,
+                RunRollup.day >= first,
+            )
+        )
+    }
+    from_runs = aggregate_runs(schedule_id, tenant_id, datetime.combine(first, time(), UTC))
+    shown = []
+    for day in days:
+        if day in rollups:
+            r = rollups[day]
+            shown.append(
+                DayStats(
+                    day,
+                    r.runs,
+                    r.succeeded,
+                    r.failed,
+                    r.skipped,
+                    r.duration_p50_seconds,
+                    r.lag_mean_seconds,
+                    from_rollup=True,
+                )
+            )
+        else:
+            shown.append(from_runs.get(day, DayStats(day, 0, 0, 0, 0, None, None, False)))
+    return shown
+
+
+def seconds_between(
+    start: SQLColumnExpression[Any], end: SQLColumnExpression[Any]
+) -> ColumnElement[float]:
+    """`end - start` in seconds, in the dialect's own date arithmetic."""
+    if db.engine.dialect.name == "sqlite":
+        # Stored as UTC text that julianday() reads; its days as a float are exact to about
+        # 10 microseconds only: milliseconds are what the charts show anyway.
+        return func.round((func.julianday(end) - func.julianday(start)) * 86400.0, 3)
+    return cast(func.extract("epoch", end - start), Float)
+
+
+def utc_day(moment: SQLColumnExpression[Any]) -> ColumnElement[date]:
+    if db.engine.dialect.name == "sqlite":
+        return func.date(moment)
+    return cast(func.timezone("UTC", moment), Date)
+
+
+def aggregate_runs(
+    schedule_id: int, tenant_id: int | None, since: datetime
+) -> dict[date, DayStats]:
+    """Per UTC day since `since`: runs by status, the median duration and the mean lag."""
+    day = utc_day(Run.scheduled_for)
+    finished = and_(Run.started_at.is_not(None), Run.finished_at.is_not(None))
+    duration = case((finished, seconds_between(Run.started_at, Run.finished_at)))
+    lag = case((Run.started_at.is_not(None), seconds_between(Run.scheduled_for, Run.started_at)))
+    # Number each day's durations in order, apart from the runs without one (NULLs sort first
+    # on SQLite and last on PostgreSQL), and count them: the median is the middle one or two.
+    ranked = (
+        select(
+            day.label("day"),
+            Run.status,
+            duration.label("duration"),
+            lag.label("lag"),
+            func.row_number()
+            .over(partition_by=(day, duration.is_(None)), order_by=duration)
+            .label("position"),
+            func.count(duration).over(partition_by=day).label("finished"),
+        )
+        .where(
+            Run.schedule_id == schedule_id,
+            Run.tenant_id == tenant_id,
+            Run.scheduled_for >= since,
+        )
+        .subquery()
+    )
+    middle = and_(
+        ranked.c.duration.is_not(None),
+        ranked.c.position.in_([(ranked.c.finished + 1) // 2, (ranked.c.finished + 2) // 2]),
+    )
+
+    def having(status: str) -> ColumnElement[int]:
+        return func.sum(case((ranked.c.status == status, 1), else_=0))
+
+    rows = db.session.execute(
+        select(
+            ranked.c.day,
+            func.count(),
+            having("succeeded"),
+            having("failed"),
+            having("skipped"),
+            func.avg(case((middle, ranked.c.duration))),
+            func.avg(ranked.c.lag),
+        ).group_by(ranked.c.day)
+    )
+    stats = {}
+    for day_value, runs, succeeded, failed, skipped, median, lag_mean in rows:
+        # SQLite's date() answers text, PostgreSQL a date.
+        when = date.fromisoformat(day_value) if isinstance(day_value, str) else day_value
+        stats[when] = DayStats(
+            when,
+            int(runs),
+            int(succeeded),
+            int(failed),
+            int(skipped),
+            None if median is None else float(median),
+            None if lag_mean is None else float(lag_mean),
+            from_rollup=False,
+        )
+    return stats
