@@ -100,6 +100,11 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     from webapp.web import register_panel
 
     register_panel(app)
+    from webapp.web import health, metrics
+
+    # Outside the panel: for probes and Prometheus, without a session, a login or CSRF.
+    app.register_blueprint(health.bp)
+    app.register_blueprint(metrics.bp)
     from webapp import api
 
     api.install(app)  # after the panel: its id converter, and its error pages to defer to

@@ -28,7 +28,7 @@ def worker_command(concurrency: int | None, burst: bool, pool: str) -> None:
     from webapp.scheduler.logs import configure_worker_logging
     from webapp.scheduler.worker import WorkerProcess
 
-    configure_worker_logging()
+    configure_worker_logging()  # in SCHEDULER_LOG_FORMAT
     app = current_app._get_current_object()  # type: ignore[attr-defined]
     WorkerProcess(app, concurrency or app.config["SCHEDULER_CONCURRENCY"], burst, pool).run()
 
@@ -57,3 +57,62 @@ def tick_command() -> None:
         f"fired {result.queued} runs ({result.skipped} skipped, {result.failed} failed, "
         f"{result.already_recorded} already recorded) for {result.claimed} schedules"
     )
+
+
+@scheduler_cli.command("health")
+@click.option(
+    "--max-heartbeat-age",
+    type=click.IntRange(1),
+    default=None,
+    help="Seconds within which a worker must have heartbeated [default: 2 x SCHEDULER_LOCK_TTL].",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the checks as one JSON object.")
+def health_command(max_heartbeat_age: int | None, as_json: bool) -> None:
+    """Check the database, the migrations, a worker's heartbeat and the overdue; exit 1 if any
+    fails (for systemd, Kubernetes or any supervisor)."""
+    import json
+    from datetime import timedelta
+
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from webapp.config import overdue_grace
+    from webapp.extensions import db
+    from webapp.scheduler.claims import database_now
+    from webapp.services import health
+
+    session = db.session()
+    config = current_app.config
+    checks = {"database": health.database_check(session)}
+    if checks["database"].ok:
+        max_age = timedelta(seconds=max_heartbeat_age or 2 * int(config["SCHEDULER_LOCK_TTL"]))
+        grace = overdue_grace(config)
+        checks["migrations"] = health.migrations_check(
+            session, current_app.extensions["migrate"].directory
+        )
+        try:
+            now = database_now(session)
+            checks["worker_heartbeat"] = health.heartbeat_check(session, now, max_age)
+            checks["overdue_schedules"] = health.overdue_schedules_check(session, now, grace)
+            checks["overdue_runs"] = health.overdue_runs_check(session, now, grace)
+        except SQLAlchemyError as error:  # a schema far behind, the connection lost meanwhile
+            reason = health.unreachable_reason(error, session)
+            checks["scheduler_tables"] = health.Check(False, f"cannot read the tables: {reason}")
+        session.rollback()
+    healthy = all(check.ok for check in checks.values())
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "status": "ok" if healthy else "fail",
+                    "checks": {
+                        name: {**check.as_json(), "message": check.line}
+                        for name, check in checks.items()
+                    },
+                }
+            )
+        )
+    else:
+        for check in checks.values():
+            click.echo(f"{'ok' if check.ok else 'fail'} {check.line}")
+    if not healthy:
+        raise SystemExit(1)

@@ -288,6 +288,8 @@ def store_outcomes(session: Session, worker_id: int, finished: list[FinishedRun]
             "action": ACTIONS[done.outcome.status] if kept else "run_outcome_dropped",
             "run_id": done.run.id,
             "attempt": done.run.attempt,
+            "tenant_id": done.run.tenant_id,
+            "schedule_id": done.run.schedule_id,
             "duration_ms": int((done.finished_at - done.started_at).total_seconds() * 1000),
         }
         if done.run.id in stored_late:

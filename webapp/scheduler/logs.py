@@ -1,8 +1,13 @@
-"""Structured logs for the worker: one line per event, `action=...` first, then its fields."""
+"""Structured logs for the worker: one line per event, `action=...` first, then its fields, or
+one JSON object per line (SCHEDULER_LOG_FORMAT=json)."""
 
 from __future__ import annotations
 
+import json
 import logging
+from datetime import UTC, datetime
+
+from flask import current_app, has_app_context
 
 STANDARD_ATTRIBUTES = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 # An extra field printed on the lines after the event, as an exception would be: a failed run's
@@ -32,9 +37,55 @@ def quote(value: object) -> str:
     return f'"{text}"' if not text or any(c in text for c in ' "=') else text
 
 
-def configure_worker_logging(level: int = logging.INFO) -> None:
+# Fields every JSON line of this process carries (the worker's id, once it has registered);
+# the key=value lines stay as they were.
+PROCESS_FIELDS: dict[str, object] = {}
+
+
+def bind_process_fields(**fields: object) -> None:
+    PROCESS_FIELDS.update(fields)
+
+
+class JsonFormatter(logging.Formatter):
+    """`{"time": "2026-03-08T07:00:00.123Z", "level": "INFO", "action": "schedule_fired",
+    "schedule_id": 4, ...}`: one object per line, a traceback as a field, never extra lines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = {k: v for k, v in vars(record).items() if k not in STANDARD_ATTRIBUTES}
+        moment = datetime.fromtimestamp(record.created, UTC)
+        line: dict[str, object] = {
+            "time": moment.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname,
+            "action": fields.pop("action", None) or record.getMessage(),
+        }
+        if record.getMessage() != line["action"]:
+            line["message"] = record.getMessage()
+        line["logger"] = record.name
+        traces = [str(fields.pop(TRACEBACK)).rstrip()] if fields.get(TRACEBACK) else []
+        fields.pop(TRACEBACK, None)
+        if record.exc_info:
+            traces.insert(0, self.formatException(record.exc_info))
+        line.update({k: v for k, v in PROCESS_FIELDS.items() if k not in fields})
+        line.update(fields)
+        if traces:
+            line[TRACEBACK] = "\n".join(traces)
+        # Whatever JSON cannot hold (a datetime, an exception) is written as its text.
+        return json.dumps(line, default=str, ensure_ascii=False)
+
+
+FORMATTERS: dict[str, type[logging.Formatter]] = {
+    "keyvalue": KeyValueFormatter,
+    "json": JsonFormatter,
+}
+
+
+def configure_worker_logging(log_format: str | None = None, level: int = logging.INFO) -> None:
+    """Sends the `webapp` loggers to stderr in `log_format`; by default SCHEDULER_LOG_FORMAT's
+    (the settings validate it), key=value outside an app."""
+    if log_format is None:
+        log_format = current_app.config["SCHEDULER_LOG_FORMAT"] if has_app_context() else "keyvalue"
     handler = logging.StreamHandler()
-    handler.setFormatter(KeyValueFormatter())
+    handler.setFormatter(FORMATTERS[log_format]())
     root = logging.getLogger("webapp")
     root.handlers[:] = [handler]
     root.setLevel(level)

@@ -147,7 +147,13 @@ class JobPool(ABC):
                 self.run_waiting.wait()
         log.info(
             "run_started",
-            extra={"action": "run_started", "run_id": held.run.id, "attempt": held.run.attempt},
+            extra={
+                "action": "run_started",
+                "run_id": held.run.id,
+                "attempt": held.run.attempt,
+                "tenant_id": held.run.tenant_id,
+                "schedule_id": held.run.schedule_id,
+            },
         )
         return held
 

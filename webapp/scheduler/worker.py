@@ -35,6 +35,7 @@ from webapp.models import Worker
 from webapp.scheduler import claims
 from webapp.scheduler.execution import prints_go_to_runs, store_outcomes
 from webapp.scheduler.leases import lease_once, reap_once, release_leases, renew_leases
+from webapp.scheduler.logs import bind_process_fields
 from webapp.scheduler.pool import JobPool, ThreadJobPool
 from webapp.scheduler.process_pool import ProcessJobPool
 from webapp.scheduler.tick import TickSettings, tick
@@ -111,6 +112,7 @@ class WorkerProcess:
             session.add(worker)
             session.flush()
             self.worker_id = worker.id
+        bind_process_fields(worker_id=self.worker_id)
         log.info(
             "worker_started",
             extra={

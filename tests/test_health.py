@@ -1,0 +1,159 @@
+"""/healthz and `flask scheduler health`: what they check, their answers and exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskCliRunner
+from flask_migrate import downgrade
+
+from tests.conftest import World, migrated_app
+from tests.scheduler_helpers import add_schedule
+from webapp.extensions import db
+from webapp.models import Worker
+
+PASSWORD = "pa55-w0rd-never-shown"
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def unreachable_app(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> Flask:
+    """An app whose database cannot be reached: a SQLite file in a folder that does not exist,
+    or a PostgreSQL server that does not listen (with a password in the URL)."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/missing-folder/{PASSWORD}.db"
+    else:
+        url = f"postgresql+psycopg://scheduler:{PASSWORD}@127.0.0.1:{closed_port()}/scheduler"
+    return migrated_app(url)
+
+
+def add_worker(heartbeat_seconds_ago: float, hostname: str = "host-a") -> Worker:
+    worker = Worker(
+        hostname=hostname,
+        pid=1,
+        last_heartbeat_at=datetime.now(UTC) - timedelta(seconds=heartbeat_seconds_ago),
+    )
+    db.session.add(worker)
+    db.session.commit()
+    return worker
+
+
+def test_healthz_answers_200_with_its_checks(app: Flask) -> None:
+    response = app.test_client().get("/healthz")
+    assert response.status_code == 200
+    assert response.get_json() == {
+        "status": "ok",
+        "checks": {
+            "database": {"ok": True},
+            "migrations": {"ok": True, "current": "0009", "head": "0009"},
+        },
+    }
+    assert "Set-Cookie" not in response.headers
+
+
+def test_healthz_answers_503_when_the_migrations_are_behind(app: Flask) -> None:
+    downgrade(revision="0008")
+    response = app.test_client().get("/healthz")
+    assert response.status_code == 503
+    body = response.get_json()
+    assert body["status"] == "fail"
+    assert body["checks"]["database"] == {"ok": True}
+    assert body["checks"]["migrations"] == {"ok": False, "current": "0008", "head": "0009"}
+
+
+def test_healthz_answers_503_without_a_traceback_or_the_password_when_the_database_is_down(
+    unreachable_app: Flask,
+) -> None:
+    with unreachable_app.app_context():
+        response = unreachable_app.test_client().get("/healthz")
+    assert response.status_code == 503
+    body = response.get_json()
+    assert body["status"] == "fail"
+    assert body["checks"]["database"] == {"ok": False, "error": "OperationalError"}
+    assert body["checks"]["migrations"]["ok"] is False
+    text = response.get_data(as_text=True)
+    assert PASSWORD not in text and "Traceback" not in text and "127.0.0.1" not in text
+
+
+def test_health_fails_without_a_worker(app: Flask, cli: FlaskCliRunner) -> None:
+    result = cli.invoke(args=["scheduler", "health"])
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert "ok database reachable" in lines
+    assert "ok migrations at head (0009)" in lines
+    assert "fail no worker heartbeat in the last 120 s (no worker is running)" in lines
+
+
+def test_health_passes_with_a_fresh_heartbeat_and_nothing_overdue(
+    app: Flask, world: World, cli: FlaskCliRunner
+) -> None:
+    worker = add_worker(heartbeat_seconds_ago=5)
+    add_schedule(world.alpha.id, "hourly", datetime.now(UTC) + timedelta(minutes=30))
+    result = cli.invoke(args=["scheduler", "health"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert all(line.startswith("ok ") for line in lines), lines
+    assert f"ok worker heartbeat fresh (worker {worker.id} on host-a, 5 s ago)" in lines
+
+
+def test_health_fails_when_the_newest_heartbeat_is_older_than_the_limit(
+    app: Flask, cli: FlaskCliRunner
+) -> None:
+    worker = add_worker(heartbeat_seconds_ago=300)
+    add_worker(heartbeat_seconds_ago=1).stopped_at = datetime.now(UTC)  # a clean exit: not alive
+    db.session.commit()
+    result = cli.invoke(args=["scheduler", "health"])
+    assert result.exit_code == 1
+    assert (
+        f"fail no worker heartbeat in the last 120 s (newest: worker {worker.id} on host-a, "
+        "5 min ago)"
+    ) in result.output.splitlines()
+    assert cli.invoke(args=["scheduler", "health", "--max-heartbeat-age", "600"]).exit_code == 0
+
+
+def test_health_fails_on_a_schedule_overdue_beyond_the_grace(
+    app: Flask, world: World, cli: FlaskCliRunner
+) -> None:
+    add_worker(heartbeat_seconds_ago=1)
+    add_schedule(world.alpha.id, "nightly", datetime.now(UTC) - timedelta(minutes=12, seconds=5))
+    add_schedule(world.beta.id, "recent", datetime.now(UTC) - timedelta(minutes=6))
+    add_schedule(world.beta.id, "within-grace", datetime.now(UTC) - timedelta(minutes=2))
+    result = cli.invoke(args=["scheduler", "health"])
+    assert result.exit_code == 1
+    assert (
+        "fail 2 schedules overdue beyond the 300 s grace (oldest: alpha/nightly due 12 min ago)"
+    ) in result.output.splitlines()
+
+
+def test_health_prints_json_on_request(app: Flask, cli: FlaskCliRunner) -> None:
+    add_worker(heartbeat_seconds_ago=1)
+    result = cli.invoke(args=["scheduler", "health", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["status"] == "ok"
+    assert report["checks"]["migrations"] == {
+        "ok": True,
+        "current": "0009",
+        "head": "0009",
+        "message": "migrations at head (0009)",
+    }
+
+
+def test_health_exits_1_with_one_line_when_the_database_is_unreachable(
+    unreachable_app: Flask,
+) -> None:
+    result = unreachable_app.test_cli_runner().invoke(args=["scheduler", "health"])
+    assert result.exit_code == 1
+    (line,) = result.output.splitlines()
+    assert line.startswith("fail database unreachable: ")
+    assert PASSWORD not in line and "Traceback" not in result.output

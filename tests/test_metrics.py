@@ -1,0 +1,285 @@
+"""/metrics: the figures of a hand-built state, behind the token, in a bounded number of queries."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from flask import Flask
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import event, insert
+from werkzeug.test import TestResponse
+
+from tests.conftest import World
+from tests.scheduler_helpers import add_schedule
+from webapp.extensions import db
+from webapp.models import Notification, Run, Schedule, Worker
+from webapp.services import metrics
+
+TOKEN = "s3cret-metrics-token"
+AUTHORIZED = {"Authorization": f"Bearer {TOKEN}"}
+
+Figures = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+@pytest.fixture
+def metrics_app(app: Flask) -> Flask:
+    app.config["SCHEDULER_METRICS_TOKEN"] = TOKEN
+    return app
+
+
+def scrape(app: Flask) -> Figures:
+    response = app.test_client().get("/metrics", headers=AUTHORIZED)
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert response.content_type.startswith("text/plain; version=0.0.4")
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(response.get_data(as_text=True))
+        for sample in family.samples
+    }
+
+
+def page(response: TestResponse) -> str:
+    """The page without its CSRF tokens: signed with the time, they change from second to second."""
+    body = response.get_data(as_text=True)
+    return re.sub(r'(name="csrf[-_]token" (?:content|value)=)"[^"]*"', r"\1...", body)
+
+
+def figure(figures: Figures, name: str, **labels: str) -> float:
+    return figures[(name, tuple(sorted(labels.items())))]
+
+
+def add_run(schedule: Schedule, status: str, scheduled_for: datetime, **fields: Any) -> Run:
+    run = Run(
+        tenant_id=schedule.tenant_id,
+        schedule_id=schedule.id,
+        job=schedule.job,
+        args={},
+        trigger=fields.pop("trigger", "schedule"),
+        scheduled_for=scheduled_for,
+        idempotency_key=f"{schedule.id}:{scheduled_for.isoformat()}",
+        status=status,
+        queued_at=fields.pop("queued_at", scheduled_for),
+        available_at=fields.pop("available_at", scheduled_for),
+        **fields,
+    )
+    db.session.add(run)
+    return run
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Bearer wrong-token"},
+        {"Authorization": f"Basic {TOKEN}"},
+        {"Authorization": TOKEN},
+        {"Authorization": f"Bearer {TOKEN}x"},
+    ],
+    ids=["none", "wrong", "basic", "no-scheme", "longer"],
+)
+def test_without_the_right_token_it_answers_like_an_unknown_url(
+    metrics_app: Flask, headers: dict[str, str]
+) -> None:
+    client = metrics_app.test_client()
+    unknown = client.get("/no-such-page")  # first: its session holds the page's CSRF token
+    answer = client.get("/metrics", headers=headers)
+    assert answer.status_code == unknown.status_code == 404
+    assert page(answer) == page(unknown)
+    assert "scheduler_" not in answer.get_data(as_text=True)
+    assert "Set-Cookie" not in answer.headers
+
+
+def test_without_a_configured_token_even_an_empty_bearer_is_refused(app: Flask) -> None:
+    assert app.config["SCHEDULER_METRICS_TOKEN"] == ""
+    client = app.test_client()
+    unknown = client.get("/no-such-page")
+    for headers in ({}, {"Authorization": "Bearer "}, {"Authorization": "Bearer"}):
+        answer = client.get("/metrics", headers=headers)
+        assert (answer.status_code, page(answer)) == (404, page(unknown))
+
+
+def test_with_the_token_it_needs_no_session_and_sets_no_cookie(metrics_app: Flask) -> None:
+    response = metrics_app.test_client().get("/metrics", headers=AUTHORIZED)
+    assert response.status_code == 200
+    assert "Set-Cookie" not in response.headers
+    assert response.headers["Cache-Control"] == "no-store"
+
+
+def test_it_exports_the_figures_of_the_whole_system(metrics_app: Flask, world: World) -> None:
+    now = datetime.now(UTC)
+    minutes = lambda n: now - timedelta(minutes=n)  # noqa: E731
+    overdue = add_schedule(world.alpha.id, "overdue", minutes(10))
+    later = add_schedule(world.beta.id, "later", now + timedelta(hours=1))
+    add_schedule(world.beta.id, "paused", minutes(60), active=False)
+    # The queue: three may start (one for longer than the 300 s grace), one waits for later.
+    add_run(overdue, "queued", minutes(1))
+    add_run(overdue, "queued", minutes(2))
+    add_run(overdue, "queued", minutes(10))
+    add_run(later, "queued", now + timedelta(minutes=30), trigger="manual")
+    # Two leases, one lapsed. Lags 1.5 s and 20 s.
+    add_run(
+        later,
+        "running",
+        minutes(3),
+        started_at=minutes(3) + timedelta(seconds=1.5),
+        locked_until=now + timedelta(minutes=1),
+    )
+    add_run(
+        later,
+        "running",
+        minutes(4),
+        started_at=minutes(4) + timedelta(seconds=20),
+        locked_until=now - timedelta(seconds=5),
+    )
+    # Finished in the window: durations 0.3 s, 7 s and 7 s; lags 1.5 s each.
+    for n, (status, took) in enumerate([("succeeded", 0.3), ("succeeded", 7), ("failed", 7)]):
+        start = minutes(5 + n) + timedelta(seconds=1.5)
+        add_run(
+            overdue,
+            status,
+            minutes(5 + n),
+            started_at=start,
+            finished_at=start + timedelta(seconds=took),
+        )
+    add_run(overdue, "skipped", minutes(8), finished_at=minutes(8))
+    # Long before the window: in no recent figure.
+    add_run(
+        overdue,
+        "failed",
+        minutes(120),
+        started_at=minutes(120),
+        finished_at=minutes(119),
+    )
+    db.session.add_all(
+        [
+            Worker(hostname="a", pid=1, concurrency=4, last_heartbeat_at=now),
+            Worker(hostname="b", pid=2, concurrency=8, last_heartbeat_at=minutes(10)),
+            Worker(hostname="c", pid=3, last_heartbeat_at=minutes(1), stopped_at=minutes(1)),
+            Worker(hostname="d", pid=4, last_heartbeat_at=now - timedelta(days=3)),
+        ]
+    )
+    for status in ("pending", "failed", "sent"):
+        db.session.add(
+            Notification(
+                tenant_id=world.alpha.id,
+                event="failure",
+                channel="email",
+                target="ops@example.com",
+                subject="s",
+                body="b",
+                idempotency_key=f"n-{status}",
+                status=status,
+            )
+        )
+    db.session.commit()
+
+    figures = scrape(metrics_app)
+
+    expected = {
+        ("scheduler_runs", "status", "queued"): 4,
+        ("scheduler_runs", "status", "running"): 2,
+        ("scheduler_recent_runs", "status", "succeeded"): 2,
+        ("scheduler_recent_runs", "status", "failed"): 1,
+        ("scheduler_recent_runs", "status", "skipped"): 1,
+        ("scheduler_recent_fires", "trigger", "schedule"): 9,
+        ("scheduler_recent_fires", "trigger", "manual"): 1,
+        ("scheduler_recent_fires", "trigger", "catchup"): 0,
+        ("scheduler_workers", "state", "alive"): 1,
+        ("scheduler_workers", "state", "stale"): 1,
+        ("scheduler_recent_notifications", "status", "failed"): 1,
+        ("scheduler_recent_notifications", "status", "sent"): 1,
+        ("scheduler_recent_notifications", "status", "suppressed"): 0,
+    }
+    for (name, label, value), count in expected.items():
+        assert figure(figures, name, **{label: value}) == count, (name, value)
+    assert figure(figures, "scheduler_queue_depth") == 3
+    assert 595 <= figure(figures, "scheduler_queue_oldest_age_seconds") <= 660
+    assert figure(figures, "scheduler_queued_runs_overdue") == 1
+    assert figure(figures, "scheduler_leases_held") == 2
+    assert figure(figures, "scheduler_leases_expired") == 1
+    assert figure(figures, "scheduler_schedules_overdue") == 1
+    assert 595 <= figure(figures, "scheduler_dispatch_lag_seconds") <= 660
+    assert figure(figures, "scheduler_worker_slots") == 4
+    assert figure(figures, "scheduler_notifications_pending") == 1
+
+    lag = "scheduler_recent_run_lag_seconds"
+    assert figure(figures, f"{lag}_bucket", le="1.0") == 0
+    assert figure(figures, f"{lag}_bucket", le="2.0") == 4
+    assert figure(figures, f"{lag}_bucket", le="30.0") == 5
+    assert figure(figures, f"{lag}_bucket", le="+Inf") == 5
+    assert figure(figures, f"{lag}_gcount") == 5
+    assert figure(figures, f"{lag}_gsum") == pytest.approx(4 * 1.5 + 20, abs=0.01)
+    duration = "scheduler_recent_run_duration_seconds"
+    assert figure(figures, f"{duration}_bucket", le="0.1") == 0
+    assert figure(figures, f"{duration}_bucket", le="0.5") == 1
+    assert figure(figures, f"{duration}_bucket", le="5.0") == 1
+    assert figure(figures, f"{duration}_bucket", le="10.0") == 3
+    assert figure(figures, f"{duration}_bucket", le="+Inf") == 3
+    assert figure(figures, f"{duration}_gsum") == pytest.approx(14.3, abs=0.01)
+
+
+def test_recent_figures_read_only_the_newest_runs(
+    metrics_app: Flask, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    schedule = add_schedule(world.alpha.id, "often", datetime.now(UTC) + timedelta(hours=1))
+    now = datetime.now(UTC)
+    for n in range(5):
+        at = now - timedelta(minutes=n + 1)
+        add_run(schedule, "succeeded", at, started_at=at, finished_at=at + timedelta(seconds=1))
+    db.session.commit()
+    monkeypatch.setattr(metrics, "RECENT_RUNS_LIMIT", 2)
+    figures = scrape(metrics_app)
+    assert figure(figures, "scheduler_recent_runs", status="succeeded") == 2
+
+
+@contextmanager
+def counted_statements() -> Iterator[list[str]]:
+    statements: list[str] = []
+
+    def count(*args: Any) -> None:
+        statements.append(args[2])
+
+    event.listen(db.engine, "before_cursor_execute", count)
+    try:
+        yield statements
+    finally:
+        event.remove(db.engine, "before_cursor_execute", count)
+
+
+def test_a_scrape_costs_the_same_statements_with_few_or_many_runs(
+    metrics_app: Flask, world: World
+) -> None:
+    schedule = add_schedule(world.alpha.id, "busy", datetime.now(UTC) - timedelta(hours=1))
+    with counted_statements() as empty:
+        scrape(metrics_app)
+    now = datetime.now(UTC)
+    rows: list[dict[str, Any]] = [
+        {
+            "tenant_id": world.alpha.id,
+            "schedule_id": schedule.id,
+            "job": "demo.echo",
+            "args": {},
+            "trigger": "schedule",
+            "scheduled_for": now - timedelta(seconds=n),
+            "idempotency_key": f"bulk-{n}",
+            "status": ("queued", "running", "succeeded", "failed")[n % 4],
+            "queued_at": now - timedelta(seconds=n),
+            "available_at": now - timedelta(seconds=n),
+            "started_at": now - timedelta(seconds=n) if n % 4 else None,
+            "finished_at": now if n % 4 > 1 else None,
+            "locked_until": now if n % 4 == 1 else None,
+        }
+        for n in range(2000)
+    ]
+    db.session.execute(insert(Run), rows)
+    db.session.add_all(Worker(hostname=f"w{n}", pid=n, last_heartbeat_at=now) for n in range(50))
+    db.session.commit()
+    with counted_statements() as full:
+        figures = scrape(metrics_app)
+    assert figure(figures, "scheduler_runs", status="queued") == 500
+    assert len(full) == len(empty) <= 10, full
