@@ -22,9 +22,10 @@ postgresql_only = pytest.mark.parametrize("database_url", ["postgresql"], indire
 class Workers:
     """Starts `flask scheduler worker` processes and stops whatever is left at the end."""
 
-    def __init__(self, database_url: str, log_dir: Path) -> None:
+    def __init__(self, database_url: str, log_dir: Path, code: Path = PROJECT) -> None:
         self.database_url = database_url
         self.log_dir = log_dir
+        self.code = code  # the checkout whose `webapp` the workers run (an older release's)
         self.processes: list[subprocess.Popen[bytes]] = []
         self.log_files: list[IO[bytes]] = []
 
@@ -41,7 +42,7 @@ class Workers:
         self.log_files.append(log)
         process = subprocess.Popen(
             [sys.executable, "-m", "flask", "--app", "webapp", "scheduler", "worker", *args],
-            cwd=PROJECT,
+            cwd=self.code,  # `python -m` imports `webapp` from here first
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
