@@ -67,10 +67,10 @@ def gunicorn(database_url: str, instance: Path) -> Iterator[tuple[str, subproces
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120  # a loaded CI machine starts slowly
         while True:
             try:
-                with urllib.request.urlopen(url + "/login", timeout=5) as answer:
+                with urllib.request.urlopen(url + "/login", timeout=30) as answer:
                     if answer.status == 200 and len(worker_pids(server.pid)) == 2:
                         break
             except (urllib.error.URLError, ConnectionError):
@@ -94,12 +94,12 @@ class Browser:
         )
 
     def get(self, path: str) -> tuple[str, str]:
-        with self.opener.open(self.base + path, timeout=10) as answer:
+        with self.opener.open(self.base + path, timeout=60) as answer:
             return answer.geturl(), answer.read().decode()
 
     def post(self, path: str, form: dict[str, str]) -> tuple[str, str]:
         data = urllib.parse.urlencode(form).encode()
-        with self.opener.open(self.base + path, data=data, timeout=10) as answer:
+        with self.opener.open(self.base + path, data=data, timeout=60) as answer:
             return answer.geturl(), answer.read().decode()
 
 
