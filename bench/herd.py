@@ -21,6 +21,7 @@ to fire a small due batch (1,000 schedules made due, spread over the table), in 
 rounds; the ratios show whether either grows with the table.
 
 Verified: exactly one run per schedule for T, none twice, none at another time, all succeeded,
+each triggered by the schedule (or a catch-up of T when queued later than the misfire grace),
 every next_run_at the cron module's next fire after T, every worker exited 0; in part 2 the
 batch fired entirely and nothing else. A wrong result exits 1; a missed target prints
 `target MISSED`.
@@ -64,6 +65,7 @@ EXPRESSION = "0 0 * * *"
 QUEUED_TARGET_S = 5.0
 FINISHED_TARGET_S = 30.0
 UNCHANGED_TARGET = 1.2
+GRACE = timedelta(seconds=60)  # SCHEDULER_MISFIRE_GRACE's default
 
 SEED_TENANTS = """
 INSERT INTO tenants (slug, name, time_zone, created_at)
@@ -346,7 +348,7 @@ def herd_round(
             for log in files:
                 log.close()
     figures = measure(monitor, fire)
-    verify(monitor, n, fire, problems, label)
+    late = verify(monitor, n, fire, problems, label)
     monitor.close()
     commits = commit_count(server, database) - commits_before - monitor.transactions
     server.drop(database)
@@ -361,6 +363,7 @@ def herd_round(
         "setup_margin_s": margin,
         **figures,
         "runs_per_s": n / wall if wall > 0 else 0.0,
+        "catchup_runs": late,
         # COMMITs from just before T to the last run finished (pg_stat_statements) when known,
         # else every commit of the workers' life.
         "commits_per_fire": (commit_calls if commit_calls is not None else commits) / n,
@@ -414,18 +417,23 @@ def measure(monitor: Monitor, fire: datetime) -> dict[str, float]:
     }
 
 
-def verify(monitor: Monitor, n: int, fire: datetime, problems: list[str], label: str) -> None:
-    runs, schedules_fired, at_fire, succeeded, scheduled = monitor.one(
+def verify(monitor: Monitor, n: int, fire: datetime, problems: list[str], label: str) -> int:
+    # A fire queued later than the misfire grace (60 s by default: a loaded machine) is a
+    # catch-up run of the same fire time, as it should be; any other trigger is wrong.
+    runs, schedules_fired, at_fire, succeeded, scheduled, catchup = monitor.one(
         "SELECT count(*), count(DISTINCT schedule_id), count(*) FILTER (WHERE scheduled_for = %s),"
         " count(*) FILTER (WHERE status = 'succeeded' AND attempt = 1),"
-        " count(*) FILTER (WHERE \"trigger\" = 'schedule') FROM runs",
-        (fire,),
+        " count(*) FILTER (WHERE \"trigger\" = 'schedule'),"
+        " count(*) FILTER (WHERE \"trigger\" = 'catchup' AND fires_covered = 1"
+        "                  AND queued_at - scheduled_for > %s) FROM runs",
+        (fire, GRACE),
     )
     check(runs == n, f"{label}: {runs} runs, expected exactly {n}", problems)
     check(schedules_fired == n, f"{label}: {schedules_fired} schedules fired of {n}", problems)
     check(at_fire == n, f"{label}: {runs - at_fire} runs at another time", problems)
     check(succeeded == n, f"{label}: {n - succeeded} runs not succeeded at once", problems)
-    check(scheduled == n, f"{label}: {n - scheduled} runs not triggered by the schedule", problems)
+    wrong_trigger = n - scheduled - catchup
+    check(wrong_trigger == 0, f"{label}: {wrong_trigger} runs of another trigger", problems)
     expected = {zone: cron.validate(EXPRESSION, zone).next_fire_after(fire) for zone in ZONES}
     wrong = 0
     monitor.transactions += 1
@@ -435,6 +443,7 @@ def verify(monitor: Monitor, n: int, fire: datetime, problems: list[str], label:
         if expected.get(zone) != next_run_at:
             wrong += count
     check(wrong == 0, f"{label}: {wrong} schedules with a wrong next_run_at", problems)
+    return int(catchup)
 
 
 # --- part 2: a day's schedules --------------------------------------------------------------------
@@ -555,6 +564,7 @@ HERD_COLUMNS = (
     "start_lag_p99",
     "runs_per_s",
     "commits_per_fire",
+    "catchup_runs",
 )
 CPU_COLUMNS = (
     "workers",
