@@ -16,7 +16,16 @@ from typing import Any
 
 from bench.common import PROJECT_ROOT, RESULTS_DIR
 
-BENCHMARKS = ("fire", "idle_tick", "bulk_import", "panel", "run_now", "execution", "prune")
+BENCHMARKS = (
+    "fire",
+    "idle_tick",
+    "bulk_import",
+    "panel",
+    "run_now",
+    "execution",
+    "prune",
+    "herd",
+)
 README = os.path.join(PROJECT_ROOT, "bench", "README.md")
 BEGIN, END = "<!-- figures:begin -->", "<!-- figures:end -->"
 
@@ -43,11 +52,18 @@ def figures_table() -> str:
         target = (
             f">= {floor}x, <= 0.01 commits/fire" if row["database"] == "postgresql" else "(none)"
         )
+        minimal = (
+            f"; on a minimal schema {row['minimal_fires_per_s']:,.0f} (ours "
+            f"{row['ratio_to_minimal']:.2f}x, raw SQL {row['ceiling_to_minimal']:.2f}x)"
+            if row.get("minimal_fires_per_s")
+            else ""
+        )
         lines.append(
             f"| Fire, {row['workload']}, {row['database']}, {row['processes']} proc., "
             f"{row['n']:,} due | {row['fires_per_s']:,.0f} fires/s, "
             f"{row['commits_per_fire']:.4f} commits/fire, split {row['split']} | "
-            f"raw SQL {row['ceiling_fires_per_s']:,.0f} fires/s | {row['ratio']:.2f}x | {target} |"
+            f"raw SQL {row['ceiling_fires_per_s']:,.0f} fires/s{minimal} | {row['ratio']:.2f}x | "
+            f"{target} |"
         )
     rows = latest("idle_tick")
     if len(rows) == 2:
@@ -118,6 +134,28 @@ def figures_table() -> str:
             f"{row['writer_baseline_p99_ms']:.1f} ms | writer max {row['writer_max_ratio']:.1f}x, "
             f"p99 {row['writer_p99_ratio']:.1f}x | batch <= 1 s, writer max <= 1 s |"
         )
+    for row in latest("herd"):
+        dates.append(row["date"])
+        if row["part"] == "herd":
+            lines.append(
+                f"| Herd, {row['schedules']:,} schedules of {row['tenants']:,} tenants due at "
+                f"once, {row['workers']} workers | all queued {row['queued_s']:.1f} s, all "
+                f"finished {row['finished_s']:.1f} s after T; start lag p50/p95/p99 "
+                f"{row['start_lag_p50']:.1f}/{row['start_lag_p95']:.1f}/"
+                f"{row['start_lag_p99']:.1f} s; {row['runs_per_s']:,.0f} runs/s, "
+                f"{row['commits_per_fire']:.3f} commits/fire (load {row['load_before']}) | "
+                f"CPU: workers {row['worker_cpu_s']:.1f} s, PostgreSQL "
+                f"{row['server_cpu_s']:.1f} s, "
+                f"others {row['others_cpu_s']:.1f} s of {row['cpu_capacity_s']:.0f} | | "
+                "queued <= 5 s, finished <= 30 s |"
+            )
+        elif "idle_ratio" in row:
+            lines.append(
+                f"| Herd: a day's {row['schedules']:,} schedules | idle tick "
+                f"{row['idle_tick_ms']:.2f} ms, {row['batch']:,} due fired in "
+                f"{row['batch_fire_ms']:.0f} ms | the same at a tenth of the schedules | idle "
+                f"{row['idle_ratio']:.2f}x, fire {row['fire_ratio']:.2f}x | <= 1.2x |"
+            )
     machine = (
         f"{info.get('nproc', '?')} CPUs ({info.get('cpu', '?')}), PostgreSQL "
         f"{info.get('postgresql', '?')}, Python {info.get('python', '?')}"

@@ -16,7 +16,7 @@ import sqlite3
 import sys
 import time
 from datetime import datetime
-from typing import Any
+from typing import Any, LiteralString
 
 # PostgreSQL: claim, insert and advance a batch in one statement (the machine's ceiling).
 RAW_POSTGRESQL = """
@@ -38,6 +38,25 @@ WITH due AS (
 )
 UPDATE schedules AS s
 SET next_run_at = due.next_run_at + interval '1 minute', last_run_at = due.next_run_at
+FROM due WHERE s.id = due.id
+"""
+
+# PostgreSQL, the minimal schema (bench.fire creates it: schema `minimal`): the same statement
+# on tables with only what it needs, runs with only the primary key and the unique
+# (schedule_id, scheduled_for) index. Against RAW_POSTGRESQL it shows what the columns, indexes
+# and constraints of our own schema cost.
+RAW_MINIMAL = """
+WITH due AS (
+    SELECT id, tenant_id, job, args, next_run_at FROM minimal.schedules
+    WHERE active AND next_run_at <= %(now)s
+    ORDER BY next_run_at LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+), fired AS (
+    INSERT INTO minimal.runs (tenant_id, schedule_id, job, args, scheduled_for)
+    SELECT tenant_id, id, job, args, next_run_at FROM due
+    ON CONFLICT DO NOTHING
+)
+UPDATE minimal.schedules AS s SET next_run_at = due.next_run_at + interval '1 minute'
 FROM due WHERE s.id = due.id
 """
 
@@ -107,7 +126,9 @@ def project(url: str, now: datetime, batch_size: int) -> dict[str, Any]:
     }
 
 
-def raw_postgresql(url: str, now: datetime, batch: int) -> dict[str, Any]:
+def raw_postgresql(
+    url: str, now: datetime, batch: int, statement: LiteralString = RAW_POSTGRESQL
+) -> dict[str, Any]:
     import psycopg
     from sqlalchemy.engine import make_url
 
@@ -118,7 +139,7 @@ def raw_postgresql(url: str, now: datetime, batch: int) -> dict[str, Any]:
         start = time.time()
         fired = statements = 0
         while True:
-            cursor = connection.execute(RAW_POSTGRESQL, {"now": now, "batch": batch})
+            cursor = connection.execute(statement, {"now": now, "batch": batch})
             statements += 1
             if cursor.rowcount == 0:
                 break
@@ -157,6 +178,7 @@ def main() -> None:
     parser.add_argument("--now", required=True, help="ISO instant the tick reasons from")
     parser.add_argument("--batch-size", type=int, default=300)
     parser.add_argument("--raw", action="store_true", help="the raw-SQL ceiling instead")
+    parser.add_argument("--minimal", action="store_true", help="with --raw: the minimal schema")
     options = parser.parse_args()
     now = datetime.fromisoformat(options.now)
     if not options.raw:
@@ -164,7 +186,8 @@ def main() -> None:
     elif options.url.startswith("sqlite"):
         result = raw_sqlite(options.url, now, options.batch_size)
     else:
-        result = raw_postgresql(options.url, now, options.batch_size)
+        statement = RAW_MINIMAL if options.minimal else RAW_POSTGRESQL
+        result = raw_postgresql(options.url, now, options.batch_size, statement)
     print(json.dumps(result), flush=True)
 
 
