@@ -93,6 +93,7 @@ class JobPool(ABC):
     """`concurrency` slots taking leased runs; the table of held runs; outcomes to store."""
 
     kind = ""
+    worker_id: int | None = None  # the worker's row, set once it has registered
 
     def __init__(
         self,
