@@ -26,7 +26,6 @@ from webapp.extensions import db
 from webapp.models import Run, Worker
 from webapp.services.audit import Actor
 
-pytestmark = [pytest.mark.slow, postgresql_only]
 __all__ = ["redis_server"]  # the session fixture, used here
 
 LOCK_TTL = "3"  # seconds: a killed Celery worker's run is taken back within a few seconds
@@ -138,13 +137,17 @@ def both_started(
     return celery, registered(celery)
 
 
-def test_a_due_schedule_fires_once_and_runs_in_the_celery_worker(
+@pytest.mark.slow
+@postgresql_only
+def test_a_due_schedule_fires_once_and_run_now_runs_in_the_celery_worker(
     app: Flask,
     world: World,
     workers: Workers,
     celery_workers: CeleryWorkers,
     settings: dict[str, str],
 ) -> None:
+    from webapp.services.schedules import run_now
+
     now = datetime.now(UTC)
     schedule = add_schedule(
         world.alpha.id,
@@ -168,42 +171,45 @@ def test_a_due_schedule_fires_once_and_runs_in_the_celery_worker(
     assert f"action=run_sent run_id={run.id} " in text
     assert text.count(f"action=run_succeeded run_id={run.id} ") == 1, text
 
-
-def test_run_now_is_executed_by_celery(
-    app: Flask,
-    world: World,
-    workers: Workers,
-    celery_workers: CeleryWorkers,
-    settings: dict[str, str],
-) -> None:
-    from webapp.services.schedules import run_now
-
-    schedule = add_schedule(
-        world.alpha.id, "later", datetime(2030, 1, 1, tzinfo=UTC), args={"message": "now"}
+    pressed = run_now(schedule, Actor.cli(), datetime.now(UTC))
+    wait_for(lambda: get_run(pressed.id).status == "succeeded", 20, "Run now to succeed")
+    assert (get_run(pressed.id).output, get_run(pressed.id).worker_id) == (
+        "from celery\n",
+        celery_row,
     )
-    _, celery_row = both_started(workers, celery_workers, settings)
-    run = run_now(schedule, Actor.cli(), datetime.now(UTC))
-    wait_for(lambda: get_run(run.id).status == "succeeded", 20, "Run now to succeed")
-    assert (get_run(run.id).output, get_run(run.id).worker_id) == ("now\n", celery_row)
 
 
-def test_a_failing_job_is_retried_then_fails(
+@pytest.mark.slow
+@postgresql_only
+def test_a_failing_job_is_retried_then_fails_and_a_job_over_its_timeout_times_out(
     app: Flask,
     world: World,
     workers: Workers,
     celery_workers: CeleryWorkers,
     settings: dict[str, str],
 ) -> None:
-    run = add_run(world.alpha.id, datetime.now(UTC), job="celery.flaky", args={}, max_attempts=2)
+    now = datetime.now(UTC)
+    run = add_run(world.alpha.id, now, job="celery.flaky", args={}, max_attempts=2)
+    soft = add_run(world.alpha.id, now + timedelta(seconds=1), job="celery.stubborn", args={})
+    hard = add_run(world.alpha.id, now + timedelta(seconds=2), job="celery.unstoppable", args={})
     both_started(workers, celery_workers, settings)
-    wait_for(lambda: get_run(run.id).status == "failed", 30, "the run to fail twice")
+    wait_for(
+        lambda: all(get_run(r.id).status == "failed" for r in (run, soft, hard)),
+        40,
+        "the runs to fail",
+    )
     failed = get_run(run.id)
     assert failed.attempt == 2
     assert failed.error is not None and failed.error.startswith("RuntimeError: attempt 2 failed")
     text = logs(workers, celery_workers)
     assert text.count(f"action=run_retrying run_id={run.id} attempt=1 ") == 1, text
+    # Over the timeout: stopped by Celery's soft limit, or killed at the hard limit.
+    assert [get_run(r.id).error for r in (soft, hard)] == ["timed out after 0.5 s"] * 2, text
+    assert "Hard time limit" in celery_workers.logs()
 
 
+@pytest.mark.slow
+@postgresql_only
 def test_a_run_of_a_killed_celery_worker_is_finished_by_another_once(
     app: Flask,
     world: World,
@@ -232,6 +238,8 @@ def test_a_run_of_a_killed_celery_worker_is_finished_by_another_once(
     assert db.session.scalar(select(func.count()).select_from(Run)) == 1
 
 
+@pytest.mark.slow
+@postgresql_only
 def test_runs_queued_while_the_broker_is_down_complete_after_it_returns(
     app: Flask,
     world: World,
@@ -264,23 +272,12 @@ def test_runs_queued_while_the_broker_is_down_complete_after_it_returns(
     assert [get_run(r.id).output for r in runs] == ["0\n", "1\n", "2\n"]
 
 
-def test_a_job_over_its_timeout_times_out_at_the_soft_and_at_the_hard_limit(
-    app: Flask,
-    world: World,
-    workers: Workers,
-    celery_workers: CeleryWorkers,
-    settings: dict[str, str],
-) -> None:
-    now = datetime.now(UTC)
-    soft = add_run(world.alpha.id, now, job="celery.stubborn", args={})
-    hard = add_run(world.alpha.id, now + timedelta(seconds=1), job="celery.unstoppable", args={})
-    both_started(workers, celery_workers, settings)
-    wait_for(
-        lambda: get_run(soft.id).status == "failed" and get_run(hard.id).status == "failed",
-        40,
-        "both runs to time out",
-    )
-    assert [get_run(r.id).error for r in (soft, hard)] == ["timed out after 0.5 s"] * 2, logs(
-        workers, celery_workers
-    )
-    assert "Hard time limit" in celery_workers.logs()
+def test_the_celery_executor_needs_its_broker() -> None:
+    from webapp.config import ConfigError, uses_celery
+
+    assert not uses_celery({"SCHEDULER_EXECUTOR": "pool"})
+    assert uses_celery({"SCHEDULER_EXECUTOR": "celery", "SCHEDULER_CELERY_BROKER_URL": "redis://x"})
+    with pytest.raises(
+        ConfigError, match="SCHEDULER_EXECUTOR=celery needs SCHEDULER_CELERY_BROKER"
+    ):
+        uses_celery({"SCHEDULER_EXECUTOR": "celery", "SCHEDULER_CELERY_BROKER_URL": ""})

@@ -218,7 +218,9 @@ def uses_celery(settings: Mapping[str, Any]) -> bool:
             "SCHEDULER_EXECUTOR=celery needs SCHEDULER_CELERY_BROKER_URL "
             "(the Celery broker, e.g. redis://localhost:6379/0)"
         )
-    if not settings.get("SCHEDULER_CELERY_QUEUE"):
+    if not settings.get(
+        "SCHEDULER_CELERY_QUEUE", Settings.model_fields["SCHEDULER_CELERY_QUEUE"].default
+    ):
         raise ConfigError("SCHEDULER_CELERY_QUEUE must name a queue")
     limit = settings.get("SCHEDULER_CELERY_MAX_IN_FLIGHT", 1)
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
