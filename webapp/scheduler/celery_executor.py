@@ -213,12 +213,15 @@ class CeleryJobPool(JobPool):
             db.session.rollback()
             return  # the worker's loop reports the database; checked again next time
         still_ours = {(run_id, attempt) for run_id, attempt in rows}
+        forgotten = 0
         with self.lock:
             for run_id, held in sent.items():
                 gone = (run_id, held.run.attempt) not in still_ours
                 if gone and self.held.get(run_id) is held:  # not leased again meanwhile
                     self.forget(held)
-        self.wake.set()  # room for more runs: the worker leases them
+                    forgotten += 1
+        if forgotten:
+            self.wake.set()  # room for more runs: the worker leases them
 
     def forget(self, held: Held) -> None:
         """Called with the lock held."""

@@ -139,31 +139,36 @@ class LeaseKeeper:
 
     def renew(self) -> None:
         with self.app.app_context():
-            while not self.done.wait(self.lock_ttl.total_seconds() / 3):
-                try:
-                    session = db.session()
-                    now = claims.database_now(session)
-                    ids = [self.run.id]
-                    renewed = renew_leases(session, self.worker_id, ids, now, self.lock_ttl)
-                except DBAPIError as error:
-                    db.session.rollback()
-                    log.warning(
-                        "lease_renewal_failed",
-                        extra={"action": "lease_renewal_failed", "error": str(error.orig)},
-                    )
-                    continue
-                if not renewed and not self.done.is_set():  # not merely stored meanwhile
-                    log.warning(
-                        "run_lease_lost",
-                        extra={
-                            "action": "run_lease_lost",
-                            "run_id": self.run.id,
-                            "attempt": self.run.attempt,
-                            "state": "running",
-                        },
-                    )
-                    return
-            db.session.remove()
+            try:
+                self.keep_renewing()
+            finally:
+                db.session.remove()
+
+    def keep_renewing(self) -> None:
+        while not self.done.wait(self.lock_ttl.total_seconds() / 3):
+            try:
+                session = db.session()
+                now = claims.database_now(session)
+                ids = [self.run.id]
+                renewed = renew_leases(session, self.worker_id, ids, now, self.lock_ttl)
+            except DBAPIError as error:
+                db.session.rollback()
+                log.warning(
+                    "lease_renewal_failed",
+                    extra={"action": "lease_renewal_failed", "error": str(error.orig)},
+                )
+                continue
+            if not renewed and not self.done.is_set():  # not merely stored meanwhile
+                log.warning(
+                    "run_lease_lost",
+                    extra={
+                        "action": "run_lease_lost",
+                        "run_id": self.run.id,
+                        "attempt": self.run.attempt,
+                        "state": "running",
+                    },
+                )
+                return
 
 
 class CeleryNode:
