@@ -18,6 +18,7 @@ from webapp.config import (
     is_secret_key_optional,
     load_settings,
     trusted_proxies,
+    uses_celery,
 )
 from webapp.database import install_engine_hooks
 from webapp.extensions import csrf, db, login_manager, migrate
@@ -63,6 +64,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     app.config.update(SESSION_COOKIE_SECURE=secure_cookies, REMEMBER_COOKIE_SECURE=secure_cookies)
 
     args_limits(app.config)  # a bad limit stops the app now, not each save or run
+    uses_celery(app.config)  # so does an executor without its broker
     proxies = trusted_proxies(app.config)
     if proxies:
         # The client's address (the login limiter's key) and scheme come from the proxies'

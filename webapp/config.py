@@ -123,6 +123,13 @@ class Settings(BaseSettings):
     # The bearer token /metrics asks for; empty: /metrics answers 404.
     SCHEDULER_METRICS_TOKEN: str = ""
     SCHEDULER_LOG_FORMAT: Literal["keyvalue", "json"] = "keyvalue"
+    # Where leased runs execute: this worker's job pool, or a Celery fleet (README, Celery
+    # execution); "celery" needs the broker's URL.
+    SCHEDULER_EXECUTOR: Literal["pool", "celery"] = "pool"
+    SCHEDULER_CELERY_BROKER_URL: str = ""
+    SCHEDULER_CELERY_QUEUE: str = "scheduler"
+    # Runs a worker has sent to Celery that no Celery worker has started yet, at most.
+    SCHEDULER_CELERY_MAX_IN_FLIGHT: Int = 1000
 
     @classmethod
     def settings_customise_sources(
@@ -199,6 +206,26 @@ def overdue_grace(settings: Mapping[str, Any]) -> timedelta:
     """SCHEDULER_OVERDUE_GRACE as a duration (the default where the setting is missing)."""
     name = "SCHEDULER_OVERDUE_GRACE"
     return timedelta(seconds=settings.get(name, Settings.model_fields[name].default))
+
+
+def uses_celery(settings: Mapping[str, Any]) -> bool:
+    """Whether runs are sent to a Celery fleet (SCHEDULER_EXECUTOR=celery), checked with the
+    settings that need: the broker, a queue, an in-flight limit above zero."""
+    if settings.get("SCHEDULER_EXECUTOR", "pool") != "celery":
+        return False
+    if not settings.get("SCHEDULER_CELERY_BROKER_URL"):
+        raise ConfigError(
+            "SCHEDULER_EXECUTOR=celery needs SCHEDULER_CELERY_BROKER_URL "
+            "(the Celery broker, e.g. redis://localhost:6379/0)"
+        )
+    if not settings.get(
+        "SCHEDULER_CELERY_QUEUE", Settings.model_fields["SCHEDULER_CELERY_QUEUE"].default
+    ):
+        raise ConfigError("SCHEDULER_CELERY_QUEUE must name a queue")
+    limit = settings.get("SCHEDULER_CELERY_MAX_IN_FLIGHT", 1)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ConfigError(f"SCHEDULER_CELERY_MAX_IN_FLIGHT={limit!r} must be a number above 0")
+    return True
 
 
 def load_settings(instance_path: str) -> dict[str, Any]:

@@ -96,6 +96,7 @@ class JobPool(ABC):
     # Jobs left running past their hard limit: only threads can be left behind (a process is
     # killed), so this stays 0 but in ThreadJobPool.
     abandoned_threads = 0
+    worker_id: int | None = None  # the worker's row, set once it has registered
 
     def __init__(
         self,

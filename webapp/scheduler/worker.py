@@ -19,8 +19,10 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from types import FrameType
+from typing import Any
 
 from flask import Flask
 from sqlalchemy import update
@@ -29,6 +31,7 @@ from sqlalchemy.orm import Session
 
 from webapp.catalog.context import job_settings
 from webapp.catalog.current import current_catalog
+from webapp.config import uses_celery
 from webapp.database import utcnow, write_transaction
 from webapp.extensions import db
 from webapp.models import Worker
@@ -45,6 +48,15 @@ log = logging.getLogger("webapp.worker")
 
 MAX_BACKOFF = 30.0
 POOLS: dict[str, type[JobPool]] = {"thread": ThreadJobPool, "process": ProcessJobPool}
+
+
+def pool_kind(config: Mapping[str, Any], pool: str) -> type[JobPool]:
+    """The chosen pool, or the hand-off to Celery (imported only then: Celery is an extra)."""
+    if uses_celery(config):
+        from webapp.scheduler.celery_executor import CeleryJobPool
+
+        return CeleryJobPool
+    return POOLS[pool]
 
 
 def database_unavailable(
@@ -78,7 +90,7 @@ class WorkerProcess:
         self.config = app.config
         self.concurrency = concurrency
         self.burst = burst
-        self.pool_kind = POOLS[pool]
+        self.pool_kind = pool_kind(self.config, pool)
         self.stop_requested = threading.Event()
         self.wake = threading.Event()
         self.notified = threading.Event()
@@ -300,6 +312,7 @@ class WorkerProcess:
             self.pool = self.pool_kind(
                 self.app, current_catalog(), job_settings(self.config), self.concurrency, self.wake
             )
+            self.pool.worker_id = self.worker_id
             self.pool.start()
             if db.engine.dialect.name == "postgresql":
                 url = db.engine.url.set(drivername="postgresql")

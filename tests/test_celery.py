@@ -1,0 +1,283 @@
+"""Celery execution (SCHEDULER_EXECUTOR=celery), with real processes: a scheduler worker that
+ticks, leases and sends, real Celery workers that run the jobs, a real Redis and PostgreSQL.
+The tick stays exactly-once, each attempt's outcome is recorded once, and faults of the Celery
+side (a worker killed mid-task, the broker restarted) lose no run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import IO
+
+import pytest
+from flask import Flask
+from sqlalchemy import func, select
+
+from tests.conftest import World
+from tests.redis_support import RedisServer, redis_server
+from tests.scheduler_helpers import add_run, add_schedule, get_run
+from tests.worker_support import PROJECT, Workers, postgresql_only, wait_for
+from webapp.extensions import db
+from webapp.models import Run, Worker
+from webapp.services.audit import Actor
+
+__all__ = ["redis_server"]  # the session fixture, used here
+
+LOCK_TTL = "3"  # seconds: a killed Celery worker's run is taken back within a few seconds
+
+
+class CeleryWorkers:
+    """Starts `celery -A webapp.cli.celery_worker worker` processes (each its own process group,
+    so that a kill takes its pool's processes with it) and stops what is left at the end."""
+
+    def __init__(self, settings: dict[str, str], log_dir: Path) -> None:
+        self.settings = settings
+        self.log_dir = log_dir
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.log_files: list[IO[bytes]] = []
+
+    def start(self) -> subprocess.Popen[bytes]:
+        number = len(self.processes)
+        log = open(self.log_dir / f"celery-{number}.log", "wb")
+        self.log_files.append(log)
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "webapp.cli.celery_worker",
+                "worker",
+                "--pool",
+                "prefork",
+                "--concurrency",
+                "2",
+                "--queues",
+                "scheduler",
+                "--loglevel",
+                "INFO",
+                "--hostname",
+                f"celery{number}@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ],
+            cwd=PROJECT,
+            env={**os.environ, **self.settings},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.processes.append(process)
+        return process
+
+    def kill(self, process: subprocess.Popen[bytes]) -> None:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)
+
+    def stop_all(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(10)
+        for log in self.log_files:
+            log.close()
+
+    def logs(self) -> str:
+        return "\n".join(path.read_text() for path in sorted(self.log_dir.glob("celery-*.log")))
+
+
+@pytest.fixture
+def settings(database_url: str, redis_server: RedisServer) -> dict[str, str]:
+    redis_server.flush()
+    return {
+        "DATABASE_URL": database_url,
+        "SECRET_KEY": "test",
+        "SCHEDULER_DEMO_JOBS": "1",
+        "SCHEDULER_JOB_MODULES": "tests.celery_jobs",
+        "SCHEDULER_EXECUTOR": "celery",
+        "SCHEDULER_CELERY_BROKER_URL": redis_server.url,
+        "SCHEDULER_LOCK_TTL": LOCK_TTL,
+    }
+
+
+@pytest.fixture
+def celery_workers(app: Flask, settings: dict[str, str], tmp_path: Path) -> Iterator[CeleryWorkers]:
+    started = CeleryWorkers(settings, tmp_path)
+    yield started
+    started.stop_all()
+
+
+def registered(process: subprocess.Popen[bytes]) -> int:
+    """The `workers` row of a Celery worker, once it has registered."""
+    found: list[int] = []
+
+    def row() -> bool:
+        found[:] = db.session.scalars(select(Worker.id).where(Worker.pid == process.pid)).all()
+        return bool(found)
+
+    wait_for(row, 30, f"Celery worker {process.pid} to register")
+    return found[0]
+
+
+def logs(workers: Workers, celery_workers: CeleryWorkers) -> str:
+    return workers.logs() + "\n" + celery_workers.logs()
+
+
+def both_started(
+    workers: Workers, celery_workers: CeleryWorkers, settings: dict[str, str]
+) -> tuple[subprocess.Popen[bytes], int]:
+    workers.start(**settings)
+    celery = celery_workers.start()
+    return celery, registered(celery)
+
+
+@pytest.mark.slow
+@postgresql_only
+def test_a_due_schedule_fires_once_and_run_now_runs_in_the_celery_worker(
+    app: Flask,
+    world: World,
+    workers: Workers,
+    celery_workers: CeleryWorkers,
+    settings: dict[str, str],
+) -> None:
+    from webapp.services.schedules import run_now
+
+    now = datetime.now(UTC)
+    schedule = add_schedule(
+        world.alpha.id,
+        "yearly",
+        now - timedelta(seconds=1),
+        cron="0 0 1 1 *",
+        args={"message": "from celery"},
+    )
+    _, celery_row = both_started(workers, celery_workers, settings)
+
+    def succeeded() -> bool:
+        runs = db.session.scalars(select(Run).where(Run.schedule_id == schedule.id)).all()
+        return len(runs) == 1 and runs[0].status == "succeeded"
+
+    wait_for(succeeded, 30, "the fire to succeed")
+    run = db.session.scalars(select(Run).where(Run.schedule_id == schedule.id)).one()
+    assert (run.output, run.attempt, run.worker_id) == ("from celery\n", 1, celery_row)
+    worker = db.session.get(Worker, celery_row)
+    assert worker is not None and worker.version and worker.concurrency == 2
+    text = logs(workers, celery_workers)
+    assert f"action=run_sent run_id={run.id} " in text
+    assert text.count(f"action=run_succeeded run_id={run.id} ") == 1, text
+
+    pressed = run_now(schedule, Actor.cli(), datetime.now(UTC))
+    wait_for(lambda: get_run(pressed.id).status == "succeeded", 20, "Run now to succeed")
+    assert (get_run(pressed.id).output, get_run(pressed.id).worker_id) == (
+        "from celery\n",
+        celery_row,
+    )
+
+
+@pytest.mark.slow
+@postgresql_only
+def test_a_failing_job_is_retried_then_fails_and_a_job_over_its_timeout_times_out(
+    app: Flask,
+    world: World,
+    workers: Workers,
+    celery_workers: CeleryWorkers,
+    settings: dict[str, str],
+) -> None:
+    now = datetime.now(UTC)
+    run = add_run(world.alpha.id, now, job="celery.flaky", args={}, max_attempts=2)
+    soft = add_run(world.alpha.id, now + timedelta(seconds=1), job="celery.stubborn", args={})
+    hard = add_run(world.alpha.id, now + timedelta(seconds=2), job="celery.unstoppable", args={})
+    both_started(workers, celery_workers, settings)
+    wait_for(
+        lambda: all(get_run(r.id).status == "failed" for r in (run, soft, hard)),
+        40,
+        "the runs to fail",
+    )
+    failed = get_run(run.id)
+    assert failed.attempt == 2
+    assert failed.error is not None and failed.error.startswith("RuntimeError: attempt 2 failed")
+    text = logs(workers, celery_workers)
+    assert text.count(f"action=run_retrying run_id={run.id} attempt=1 ") == 1, text
+    # Over the timeout: stopped by Celery's soft limit, or killed at the hard limit.
+    assert [get_run(r.id).error for r in (soft, hard)] == ["timed out after 0.5 s"] * 2, text
+    assert "Hard time limit" in celery_workers.logs()
+
+
+@pytest.mark.slow
+@postgresql_only
+def test_a_run_of_a_killed_celery_worker_is_finished_by_another_once(
+    app: Flask,
+    world: World,
+    workers: Workers,
+    celery_workers: CeleryWorkers,
+    settings: dict[str, str],
+) -> None:
+    run = add_run(
+        world.alpha.id, datetime.now(UTC), job="demo.sleep", args={"seconds": 3}, max_attempts=2
+    )
+    first, first_row = both_started(workers, celery_workers, settings)
+    wait_for(
+        lambda: (get_run(run.id).status, get_run(run.id).worker_id) == ("running", first_row),
+        30,
+        "the first Celery worker to start the run",
+    )
+    celery_workers.kill(first)  # mid-task: the whole Celery worker, its pool's processes too
+    second = celery_workers.start()
+    second_row = registered(second)
+    wait_for(lambda: get_run(run.id).status == "succeeded", 40, "the second worker to finish it")
+    finished = get_run(run.id)
+    assert (finished.attempt, finished.worker_id) == (2, second_row)
+    text = logs(workers, celery_workers)
+    assert f"action=run_lease_expired run_id={run.id} requeued=True" in text
+    assert text.count(f"action=run_succeeded run_id={run.id} ") == 1, text
+    assert db.session.scalar(select(func.count()).select_from(Run)) == 1
+
+
+@pytest.mark.slow
+@postgresql_only
+def test_runs_queued_while_the_broker_is_down_complete_after_it_returns(
+    app: Flask,
+    world: World,
+    workers: Workers,
+    celery_workers: CeleryWorkers,
+    settings: dict[str, str],
+    redis_server: RedisServer,
+) -> None:
+    before = add_run(world.alpha.id, datetime.now(UTC), args={"message": "before"})
+    both_started(workers, celery_workers, settings)
+    wait_for(lambda: get_run(before.id).status == "succeeded", 20, "a run before the restart")
+    redis_server.stop()
+    try:
+        now = datetime.now(UTC)
+        runs = [
+            add_run(world.alpha.id, now + timedelta(milliseconds=n), args={"message": str(n)})
+            for n in range(3)
+        ]
+        wait_for(lambda: "action=celery_send_failed" in workers.logs(), 20, "a send to be refused")
+        # Given back, not burnt: the runs wait in the queue with no attempt counted.
+        wait_for(lambda: all(get_run(r.id).status == "queued" for r in runs), 10, "runs given back")
+    finally:
+        redis_server.start()
+    wait_for(
+        lambda: all(get_run(r.id).status == "succeeded" for r in runs),
+        60,
+        "the runs to complete once the broker is back",
+    )
+    assert [get_run(r.id).attempt for r in runs] == [1, 1, 1]
+    assert [get_run(r.id).output for r in runs] == ["0\n", "1\n", "2\n"]
+
+
+def test_the_celery_executor_needs_its_broker() -> None:
+    from webapp.config import ConfigError, uses_celery
+
+    assert not uses_celery({"SCHEDULER_EXECUTOR": "pool"})
+    assert uses_celery({"SCHEDULER_EXECUTOR": "celery", "SCHEDULER_CELERY_BROKER_URL": "redis://x"})
+    with pytest.raises(
+        ConfigError, match="SCHEDULER_EXECUTOR=celery needs SCHEDULER_CELERY_BROKER"
+    ):
+        uses_celery({"SCHEDULER_EXECUTOR": "celery", "SCHEDULER_CELERY_BROKER_URL": ""})
