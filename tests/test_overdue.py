@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from flask import Flask
 from sqlalchemy import insert, update
+from sqlalchemy.orm import Session
 
 from tests.conftest import World, make_run
 from tests.panel_helpers import Panel, echo_schedule
@@ -315,3 +316,22 @@ def test_the_reason_costs_one_statement_and_only_on_a_page_with_a_waiting_run(
     db.session.commit()
     assert statements("/runs") == before["/runs"] + 1
     assert statements(f"/runs/{stuck.id}") == before[f"/runs/{fresh.id}"] + 1
+
+
+def test_of_two_workers_watching_at_once_only_one_flips_and_reports_a_schedule(
+    app: Flask, world: World, database_url: str
+) -> None:
+    if not database_url.startswith("postgresql"):
+        pytest.skip("concurrent transactions: PostgreSQL (SQLite has one writer at a time)")
+    late = add_schedule(world.alpha.id, "late", NOW - timedelta(minutes=12))
+    other = add_schedule(world.alpha.id, "other", NOW - timedelta(minutes=10))
+    first, second = Session(db.engine), Session(db.engine)
+    try:
+        # The first worker's transaction flips `late` and is still open: the second skips it.
+        first.execute(update(Schedule).where(Schedule.id == late.id).values(overdue_since=NOW))
+        assert watch_overdue(second, NOW, GRACE).became_overdue == [other.id]
+        first.commit()
+        assert watch_overdue(second, NOW, GRACE).became_overdue == []
+    finally:
+        first.close()
+        second.close()
