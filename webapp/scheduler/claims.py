@@ -18,7 +18,9 @@ from sqlalchemy import (
     Select,
     and_,
     bindparam,
+    false,
     func,
+    not_,
     or_,
     select,
     text,
@@ -29,7 +31,7 @@ from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session
 
 from webapp.database import UTCDateTime, utcnow
-from webapp.models import UNFINISHED_STATUSES, Run, Schedule, Tenant, Worker
+from webapp.models import UNFINISHED_STATUSES, Run, Schedule, Tenant, Worker, schedule_overdue
 
 DUE_COLUMNS = (
     Schedule.id,
@@ -428,3 +430,68 @@ def record_outcomes_postgresql(
     if taken_back:
         parameters.update(requeue_error=REQUEUE_ERROR, lost_error=LOST_ERROR)
     return set(session.execute(statement, parameters).scalars())
+
+
+# --- the overdue watchdog (webapp.scheduler.watchdog) -------------------------------------------
+
+
+def flag_overdue_schedules(
+    session: Session, now: datetime, grace: timedelta, limit: int
+) -> Sequence[Row[int, int | None, datetime | None]]:
+    """Sets overdue_since = now on up to `limit` overdue schedules not yet flagged, oldest fire
+    time first; returns (id, tenant_id, next_run_at) of those this statement flipped.
+
+    The condition is part of the UPDATE, so of several workers only one flips (and reports)
+    a row: PostgreSQL skips rows another transaction holds (a tick firing them, another
+    watchdog) and re-checks the condition on rows committed meanwhile; SQLite has one writer.
+    """
+    candidates = (
+        select(Schedule.id)
+        .where(schedule_overdue(now, grace), Schedule.overdue_since.is_(None))
+        .order_by(Schedule.next_run_at, Schedule.id)
+        .limit(limit)
+    )
+    if is_postgresql(session):
+        candidates = candidates.with_for_update(of=Schedule, skip_locked=True)
+    # Materialized: as a subquery, PostgreSQL may run it again for each row it updates (a
+    # nested loop), skipping the rows this statement has just changed, so the LIMIT would not
+    # bound it.
+    chosen = candidates.cte("overdue_candidates").prefix_with("MATERIALIZED")
+    statement = (
+        update(Schedule)
+        .where(Schedule.id.in_(select(chosen.c.id)), Schedule.overdue_since.is_(None))
+        .values(overdue_since=now)
+        .returning(Schedule.id, Schedule.tenant_id, Schedule.next_run_at)
+        .execution_options(synchronize_session=False)
+    )
+    return session.execute(statement).all()
+
+
+def clear_recovered_schedules(
+    session: Session, now: datetime, grace: timedelta, limit: int
+) -> Sequence[Row[int, int | None, datetime | None]]:
+    """Clears overdue_since on up to `limit` flagged schedules that are no longer overdue
+    (fired since, paused); returns (id, tenant_id, overdue_since) as they were flagged.
+
+    Selected with their lock first, then updated: the caller needs overdue_since from before
+    the update, which RETURNING cannot give on SQLite.
+    """
+    # NULL (an active schedule without next_run_at) counts as not overdue.
+    still_overdue = func.coalesce(schedule_overdue(now, grace), false())
+    query = (
+        select(Schedule.id, Schedule.tenant_id, Schedule.overdue_since)
+        .where(Schedule.overdue_since.is_not(None), not_(still_overdue))
+        .order_by(Schedule.id)
+        .limit(limit)
+    )
+    if is_postgresql(session):
+        query = query.with_for_update(of=Schedule, skip_locked=True)
+    rows = session.execute(query).all()
+    if rows:
+        session.execute(
+            update(Schedule)
+            .where(Schedule.id.in_([row.id for row in rows]))
+            .values(overdue_since=None)
+            .execution_options(synchronize_session=False)
+        )
+    return rows

@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session
 
 from webapp.catalog.context import job_settings
 from webapp.catalog.current import current_catalog
-from webapp.config import uses_celery
+from webapp.config import overdue_grace, uses_celery
 from webapp.database import utcnow, write_transaction
 from webapp.extensions import db
 from webapp.models import Worker
@@ -43,10 +43,12 @@ from webapp.scheduler.pool import JobPool, ThreadJobPool
 from webapp.scheduler.process_pool import ProcessJobPool
 from webapp.scheduler.tick import TickSettings, tick
 from webapp.scheduler.wakeup import CHANNEL
+from webapp.scheduler.watchdog import watch_overdue
 
 log = logging.getLogger("webapp.worker")
 
 MAX_BACKOFF = 30.0
+WATCH_INTERVAL = 30.0  # the overdue watchdog's period (at least the poll interval)
 POOLS: dict[str, type[JobPool]] = {"thread": ThreadJobPool, "process": ProcessJobPool}
 
 
@@ -110,6 +112,10 @@ class WorkerProcess:
         self.reap_not_before = 0.0
         self.last_tick = 0.0
         self.next_fire: datetime | None = None
+        self.overdue_grace = overdue_grace(self.config)
+        self.watch_interval = max(WATCH_INTERVAL, self.poll_interval)
+        self.last_watch: float | None = None  # None: watch in the first round
+        self.queue_overdue: bool | None = None  # the watchdog's last view of the queue
 
     # --- registration ------------------------------------------------------------------------
 
@@ -207,6 +213,7 @@ class WorkerProcess:
         self.pool.enforce_timeouts()
         if now_monotonic - self.last_renewal >= self.renewal_interval:
             self.renew_and_reap(session, now_monotonic)
+        self.watch_if_due(session)
         session.commit()
         return worked
 
@@ -241,6 +248,21 @@ class WorkerProcess:
             reap_once(session, now)
         self.heartbeat(now)
         self.last_renewal = started
+
+    def watch_if_due(self, session: Session) -> None:
+        """The overdue watchdog, every watch interval: batch after batch until it has caught
+        up (renewing leases between them, as the tick does)."""
+        started = time.monotonic()
+        if self.last_watch is not None and started - self.last_watch < self.watch_interval:
+            return
+        self.last_watch = started  # a failing watch waits for its next turn, like the others
+        while True:
+            now = claims.database_now(session)
+            watched = watch_overdue(session, now, self.overdue_grace, self.queue_overdue)
+            self.queue_overdue = watched.queue_overdue
+            if not watched.more:
+                return
+            self.renew_if_due()
 
     def connection_lost(self) -> None:
         """The database could not be reached, or this worker was paused: no reaping until it

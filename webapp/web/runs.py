@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, timedelta
 from typing import Any
 
-from flask import Blueprint, request
+from flask import Blueprint, current_app, request
 from flask_login import login_required
 from sqlalchemy import Row, Select, and_, func
 from sqlalchemy.orm import defer, joinedload
 from werkzeug.wrappers import Response
 
+from webapp.config import overdue_grace
 from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import RUN_STATUSES, TRIGGERS, Run, Schedule, User, Worker
 from webapp.services.history import filter_runs
+from webapp.services.overdue import Waiting, waiting_runs
 from webapp.web import tenancy
 from webapp.web.common import page_or_partial
-from webapp.web.formatting import is_htmx
+from webapp.web.formatting import is_htmx, moment_settings
 from webapp.web.params import bad_request, choice_arg, date_arg, id_arg
 
 bp = Blueprint("runs", __name__)
@@ -42,6 +44,7 @@ HISTORY_COLUMNS = (
     Run.fires_covered,
     Run.started_at,
     Run.finished_at,
+    Run.available_at,  # a queued run waiting longer than the overdue grace says so
     Schedule.name.label("schedule_name"),
 )
 # Where else a status badge may stand (its DOM id says where): a schedule's page shows its last
@@ -135,6 +138,15 @@ def history_rows(query: Select[Run], limit: int) -> list[Row[Any]]:
     return list(db.session.execute(rows.order_by(Run.id.desc()).limit(limit)))
 
 
+def waiting(runs: list[Any]) -> dict[int, Waiting]:
+    """The page's overdue queued runs, by id, with why they wait (one statement, and only
+    when the page shows one)."""
+    config = current_app.config
+    lock_ttl = timedelta(seconds=float(config["SCHEDULER_LOCK_TTL"]))
+    now = moment_settings()[1]  # the page's now, as its relative times
+    return waiting_runs(db.session(), runs, now, overdue_grace(config), lock_ttl)
+
+
 def history_page(filters: RunFilters) -> tuple[list[Row[Any]], int | None]:
     """One page, newest first, walking ix_runs_tenant_history or ix_runs_schedule_history
     backwards from `before`: no OFFSET, no COUNT, the same cost on page 1 and page 10,000."""
@@ -155,6 +167,7 @@ def index() -> Response:
         "runs/index.html",
         partial,
         runs=runs,
+        waiting=waiting(runs),
         next_before=next_before,
         filters=filters,
         # The page's table and the "Load older runs" rows (a fragment of _rows.html alone)
@@ -202,6 +215,7 @@ def detail(run_id: int) -> Response:
         run=run,
         schedule=schedule,
         next_attempt_at=run.available_at if retry_due else None,
+        waiting=waiting([run]).get(run.id),
         tenant=tenancy.current_tenant(),
     )
 

@@ -8,15 +8,18 @@ from zoneinfo import ZoneInfo
 
 from flask import Blueprint, abort, current_app, request, url_for
 from flask_login import login_required
+from markupsafe import Markup
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import load_only
 from werkzeug.exceptions import BadRequest
 from werkzeug.wrappers import Response
 
 from webapp.catalog.current import current_catalog
+from webapp.config import overdue_grace
 from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule
+from webapp.services.overdue import schedule_late_by
 from webapp.services.schedule_stats import last_days
 from webapp.services.schedules import (
     ScheduleError,
@@ -33,7 +36,14 @@ from webapp.web import tenancy
 from webapp.web.auth import is_own_path
 from webapp.web.charts import days_figures
 from webapp.web.common import actor, done, htmx_redirect, page_or_partial
-from webapp.web.formatting import id_url, is_htmx, shown_zone
+from webapp.web.formatting import (
+    dom_id_of,
+    id_url,
+    is_htmx,
+    moment_settings,
+    relative_time,
+    shown_zone,
+)
 from webapp.web.forms import (
     FIELD_LABELS,
     MISFIRE_CHOICES,
@@ -43,7 +53,7 @@ from webapp.web.forms import (
     job_spec,
 )
 from webapp.web.params import bad_request, choice_arg, date_arg, id_arg, shown
-from webapp.web.runs import history_rows
+from webapp.web.runs import history_rows, waiting
 from webapp.web.time_zones import time_zone_names
 
 bp = Blueprint("schedules", __name__)
@@ -89,6 +99,20 @@ def schedule_urls(schedule_id: int) -> dict[str, str]:
     return {
         action: id_url(f"schedules.{action}", schedule_id=schedule_id) for action in ROW_ACTIONS
     }
+
+
+@bp.app_template_global()
+def overdue_badge(schedule: Schedule) -> Markup:
+    """The "Overdue" badge of a schedule no tick has dispatched within the grace (empty when
+    it is not overdue), computed now from the schedule: it must show when no worker is alive."""
+    now = moment_settings()[1]
+    if schedule_late_by(schedule, now, overdue_grace(current_app.config)) is None:
+        return Markup("")
+    return Markup(
+        '<span class="badge badge-overdue" id="{}">Overdue: due {}, not dispatched</span>'
+    ).format(
+        dom_id_of("schedule", schedule.id, "overdue"), relative_time(schedule.next_run_at, now)
+    )
 
 
 def job_titles() -> dict[str, str]:
@@ -302,6 +326,7 @@ def detail_context(schedule: Schedule) -> dict[str, Any]:
         "spec": spec,
         "preview": cron_preview(schedule.cron, schedule.time_zone, count=10),
         "runs": runs[:DETAIL_RUNS],
+        "waiting": waiting(runs[:DETAIL_RUNS]),
         "more_runs": len(runs) > DETAIL_RUNS,
         "events": events,
         "audit_jobs": {schedule.id: schedule.job},

@@ -1,0 +1,133 @@
+"""The overdue watchdog (the dead-man's switch): a worker step that flags the schedules a tick
+has left undispatched for longer than the grace, clears the flag once they recover, logs each
+change once, and reports on the queue of runs.
+
+Overdue is defined once, in webapp.models (`schedule_overdue`, `run_overdue`). The panel, the
+metrics and the health check compute it from the database at read time, so they work with no
+worker alive; this step adds what needs a living worker: `schedules.overdue_since` and the logs.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy import and_, func, select
+from sqlalchemy.orm import Session
+
+from webapp.database import write_transaction
+from webapp.models import Run, Worker, run_overdue
+from webapp.scheduler import claims
+
+log = logging.getLogger("webapp.scheduler")
+
+# Rows each statement of one call changes at most: a herd of 100,000 overdue schedules is
+# flagged over several short transactions (WatchResult.more), not one huge one.
+WATCH_BATCH = 1000
+
+
+@dataclass
+class WatchResult:
+    """What one call changed. `became_overdue` is where "a schedule became overdue" hooks
+    (notifications): each id appears in exactly one call's result, across all workers."""
+
+    became_overdue: list[int] = field(default_factory=list)  # schedule ids flagged now
+    recovered: list[int] = field(default_factory=list)  # schedule ids whose flag was cleared
+    more: bool = False  # a statement reached its limit: call again to continue
+    queue_overdue: bool = False  # a queued run waits longer than the grace
+
+
+def watch_overdue(
+    session: Session,
+    now: datetime,
+    grace: timedelta,
+    queue_was_overdue: bool | None = None,
+    limit: int = WATCH_BATCH,
+) -> WatchResult:
+    """One transaction: flags newly overdue schedules, clears recovered ones (up to `limit`
+    each), logs each change, and logs the queue's change of state.
+
+    `queue_was_overdue` is the caller's memory of the last call's `queue_overdue` (None: no
+    earlier call). The queue has no column for its state, so each worker remembers its own:
+    with several workers alive each logs `queue_overdue` / `queue_recovered` once per change.
+    """
+    with write_transaction(session):
+        flagged = claims.flag_overdue_schedules(session, now, grace, limit)
+        recovered = claims.clear_recovered_schedules(session, now, grace, limit)
+        oldest = session.execute(
+            select(Run.id, Run.available_at)
+            .where(run_overdue(now, grace))
+            .order_by(Run.available_at, Run.id)
+            .limit(1)
+        ).first()
+    for row in flagged:
+        log.warning(
+            "schedule_overdue",
+            extra={
+                "action": "schedule_overdue",
+                "schedule_id": row.id,
+                "tenant_id": row.tenant_id,
+                "next_run_at": row.next_run_at.isoformat(),
+                "overdue_for": seconds(now - row.next_run_at),  # since its fire time
+            },
+        )
+    for row in recovered:
+        log.info(
+            "schedule_recovered",
+            extra={
+                "action": "schedule_recovered",
+                "schedule_id": row.id,
+                "tenant_id": row.tenant_id,
+                "overdue_since": row.overdue_since.isoformat(),
+                "flagged_for": seconds(now - row.overdue_since),
+            },
+        )
+    if oldest is not None and queue_was_overdue is not True:
+        log.warning(
+            "queue_overdue",
+            extra={
+                "action": "queue_overdue",
+                "run_id": oldest.id,
+                "available_at": oldest.available_at.isoformat(),
+                "overdue_for": seconds(now - oldest.available_at),
+            },
+        )
+    elif oldest is None and queue_was_overdue:
+        log.info("queue_recovered", extra={"action": "queue_recovered"})
+    return WatchResult(
+        became_overdue=[row.id for row in flagged],
+        recovered=[row.id for row in recovered],
+        more=len(flagged) >= limit or len(recovered) >= limit,
+        queue_overdue=oldest is not None,
+    )
+
+
+def seconds(delta: timedelta) -> int:
+    return int(delta.total_seconds())
+
+
+def queue_stall_reason(session: Session, now: datetime, lock_ttl: timedelta) -> str:
+    """Why queued runs wait, in words, from the workers table (one statement).
+
+    A worker is alive when it has not stopped and has heartbeated within two lock TTLs (it
+    heartbeats three times per TTL). Its slots are its concurrency; a slot is busy when a run
+    it holds is running.
+    """
+    alive = and_(Worker.stopped_at.is_(None), Worker.last_heartbeat_at >= now - 2 * lock_ttl)
+    running = (
+        select(func.count(Run.id))
+        .where(Run.status == "running", Run.worker_id.in_(select(Worker.id).where(alive)))
+        .scalar_subquery()
+    )
+    workers, slots, busy = session.execute(
+        select(
+            func.count(Worker.id), func.coalesce(func.sum(Worker.concurrency), 0), running
+        ).where(alive)
+    ).one()
+    if workers == 0:
+        return "no worker is alive"
+    if busy >= slots:
+        # A worker may hold more runs than slots (leased, waiting for one): shown as full.
+        return f"all workers are busy ({slots} of {slots} slots running)"
+    return "workers are alive but have not taken it yet"
