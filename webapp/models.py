@@ -169,6 +169,13 @@ class Schedule(Model):
         ),
         # The schedules list and the history's schedule filter page through names.
         Index("ix_schedules_tenant_name", "tenant_id", "name", "id"),
+        # The watchdog looks for flagged schedules that recovered: only flagged rows indexed.
+        Index(
+            "ix_schedules_overdue",
+            "overdue_since",
+            postgresql_where=text("overdue_since IS NOT NULL"),
+            sqlite_where=text("overdue_since IS NOT NULL"),
+        ),
         # Next runs loads a tenant's active schedules by next_run_at.
         Index(
             "ix_schedules_tenant_upcoming",

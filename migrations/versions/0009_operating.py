@@ -38,6 +38,13 @@ def upgrade():
             sa.Column("consecutive_failures", sa.Integer(), nullable=False, server_default="0")
         )
         batch.add_column(sa.Column("overdue_since", UTC_DATETIME, nullable=True))
+    op.create_index(
+        "ix_schedules_overdue",
+        "schedules",
+        ["overdue_since"],
+        postgresql_where=sa.text("overdue_since IS NOT NULL"),
+        sqlite_where=sa.text("overdue_since IS NOT NULL"),
+    )
     with op.batch_alter_table("workers") as batch:
         batch.add_column(sa.Column("version", sa.String(32), nullable=True))
         batch.add_column(
@@ -155,6 +162,7 @@ def downgrade():
     with op.batch_alter_table("workers") as batch:
         batch.drop_column("abandoned_jobs")
         batch.drop_column("version")
+    op.drop_index("ix_schedules_overdue", table_name="schedules")
     with op.batch_alter_table("schedules") as batch:
         batch.drop_column("overdue_since")
         batch.drop_column("consecutive_failures")
