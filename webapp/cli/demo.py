@@ -16,6 +16,8 @@ from webapp.services.demo import seed_demo_schedules
 DEMO_TENANT = "demo"
 DEMO_ADMIN = "admin@demo.example"
 DEMO_VIEWER = "viewer@demo.example"
+# Sees the operator area (every tenant, the workers, fires ahead); a viewer of the demo tenant.
+DEMO_OPERATOR = "operator@demo.example"
 DEMO_PASSWORD = "demo-password"
 
 
@@ -25,6 +27,7 @@ def seed_demo() -> None:
         accounts.create_tenant(DEMO_TENANT, "Demo Company", "Europe/Berlin")
     admin = accounts.add_user(DEMO_ADMIN, DEMO_TENANT, "admin", DEMO_PASSWORD).user
     accounts.add_user(DEMO_VIEWER, DEMO_TENANT, "viewer", DEMO_PASSWORD)
+    accounts.add_user(DEMO_OPERATOR, DEMO_TENANT, "viewer", DEMO_PASSWORD, operator=True)
     now = utcnow()
     # Tenant creation makes the default schedules; syncing also brings a demo database made
     # before a default was added up to date, as `flask scheduler sync` would.
@@ -39,3 +42,4 @@ def demo_command() -> None:
     seed_demo()
     click.echo(f"demo tenant '{DEMO_TENANT}': log in as {DEMO_ADMIN} / {DEMO_PASSWORD}")
     click.echo(f"read-only viewer: {DEMO_VIEWER} / {DEMO_PASSWORD}")
+    click.echo(f"operator (every tenant, workers): {DEMO_OPERATOR} / {DEMO_PASSWORD}")

@@ -9,7 +9,7 @@ import click
 from flask import current_app
 from werkzeug.serving import run_simple
 
-from webapp.cli.demo import DEMO_ADMIN, DEMO_PASSWORD, DEMO_VIEWER
+from webapp.cli.demo import DEMO_ADMIN, DEMO_OPERATOR, DEMO_PASSWORD, DEMO_VIEWER
 
 
 @click.command("serve")
@@ -24,7 +24,10 @@ def serve_command(host: str, port: int) -> None:
         [sys.executable, "-m", "flask", "--app", "webapp", "scheduler", "worker"]
     )
     click.echo(f"\n  Scheduler panel: http://{host}:{port}/")
-    click.echo(f"  Log in as {DEMO_ADMIN} / {DEMO_PASSWORD} (viewer: {DEMO_VIEWER})\n")
+    click.echo(
+        f"  Log in as {DEMO_ADMIN} / {DEMO_PASSWORD}"
+        f" (viewer: {DEMO_VIEWER}, operator: {DEMO_OPERATOR})\n"
+    )
     try:
         run_simple(host, port, current_app._get_current_object(), threaded=True)  # type: ignore[attr-defined]
     finally:
