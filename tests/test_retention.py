@@ -19,7 +19,7 @@ from webapp.catalog.maintenance import PruneParams, prune_runs
 from webapp.catalog.retention import PruneReport, prune
 from webapp.config import ConfigError, load_settings
 from webapp.extensions import db
-from webapp.models import Run, RunRollup, Schedule, Tenant
+from webapp.models import AuditEvent, Run, RunRollup, Schedule, Tenant
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 # 90 days before NOW is 2026-03-03 12:00: days up to 2026-03-02 have wholly expired.
@@ -306,6 +306,19 @@ def test_the_prune_job_logs_what_it_did(app: Flask, world: World) -> None:
         "(longest "
     )
     assert lines[0].endswith(" ms); deleted 0 expired roll-ups")
+
+
+def test_tenant_set_is_audited_in_the_tenants_log_with_what_changed(
+    cli: FlaskCliRunner, world: World
+) -> None:
+    cli.invoke(args=["tenant", "set", "alpha", "--retention-days", "30"])
+    cli.invoke(args=["tenant", "set", "alpha", "--retention-days", "30"])  # nothing changes
+    events = db.session.scalars(
+        select(AuditEvent).where(AuditEvent.action == "tenant.limits_changed")
+    ).all()
+    assert [(e.tenant_id, e.actor_label, e.before, e.after) for e in events] == [
+        (world.alpha.id, "cli", {"retention_days": None}, {"retention_days": 30})
+    ]
 
 
 @pytest.mark.parametrize("days", ["0", "3651"])

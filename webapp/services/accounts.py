@@ -222,11 +222,35 @@ def set_limits(
             raise AccountError(f"{label} must be between 0 and {MAX_INTEGER}")
     if retention_days is not None:
         check_retention_days(retention_days)
+    after = {
+        "max_schedules": max_schedules,
+        "min_interval_seconds": min_interval,
+        "retention_days": retention_days,
+    }
     with write_transaction(db.session):
         tenant = find_tenant(slug)
-        tenant.max_schedules = max_schedules
-        tenant.min_interval_seconds = min_interval
-        tenant.retention_days = retention_days
+        before = {name: getattr(tenant, name) for name in after}
+        changed_before, changed_after = audit.changed_fields(before, after)
+        if not changed_after:
+            return tenant
+        for name, value in after.items():
+            setattr(tenant, name, value)
+        # The tenant's admins see in their audit log that the operator changed their limits.
+        audit.record(
+            db.session(),
+            {
+                "tenant_id": tenant.id,
+                "actor_id": None,
+                "actor_label": "cli",
+                "action": "tenant.limits_changed",
+                "object_type": "tenant",
+                "object_id": tenant.id,
+                "object_label": tenant.slug,
+                "before": changed_before,
+                "after": changed_after,
+                "created_at": utcnow(),
+            },
+        )
     return tenant
 
 
