@@ -6,25 +6,31 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import html
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from flask import Flask
 from sqlalchemy import select
 
 from tests import smtp_support, test_catalog_webhook
 from tests.conftest import World
+from tests.panel_helpers import Panel
 from tests.scheduler_helpers import add_run, add_schedule, add_worker, execute_leased
 from tests.smtp_support import SmtpServer, free_port
 from tests.test_catalog_webhook import LoopbackServer
 from webapp.database import utcnow, write_transaction
 from webapp.extensions import db
-from webapp.models import Notification, Run, Schedule, Tenant
+from webapp.models import AuditEvent, Notification, Run, Schedule, Tenant
 from webapp.scheduler import claims
 from webapp.scheduler.leases import lease_once, reap_once
 from webapp.scheduler.notify import record_overdue
 from webapp.scheduler.outbox import BACKOFF, MAX_ATTEMPTS, NO_SMTP_HOST, send_notifications
+from webapp.services.audit import Actor
+from webapp.services.transfer import ImportProblems, export_schedules, import_schedules
 
 # The fixtures of a real SMTP server and a real HTTP server, both on 127.0.0.1.
 smtp_server = smtp_support.smtp_server
@@ -412,3 +418,220 @@ def test_a_late_mark_by_the_crashed_worker_changes_nothing(
 
     [row] = outbox()
     assert (row.status, row.error) == ("sent", None)
+
+
+# --- Settings: the schedule form, the import, the tenant's page ------------------------------
+
+FORM = {
+    "name": "Nightly",
+    "job": "demo.echo",
+    "args.message": "hello",
+    "cron": "0 3 * * *",
+    "time_zone": "UTC",
+    "misfire_policy": "fire_once",
+    "overlap_policy": "allow",
+    "active": "on",
+}
+
+
+def field_error(page: str, field: str) -> str:
+    found = re.search(rf'<p class="field-error" id="{field}-error">([^<]*)</p>', page)
+    assert found, f"no error next to {field}"
+    return html.unescape(found.group(1))
+
+
+def test_the_form_saves_recipients_and_the_pause_limit(app: Flask, world: World) -> None:
+    app.config["SCHEDULER_WEBHOOK_ALLOWED_HOSTS"] = ["hooks.example.com"]
+    alice = Panel(app, world.alice)
+    response = alice.post(
+        "/schedules/new",
+        {
+            **FORM,
+            "notify_emails": "ops@example.com,\n dev@example.com; ops@example.com",
+            "notify_webhook_url": "https://hooks.example.com/cron?token=x",
+            "pause_after_failures": "3",
+        },
+    )
+
+    assert response.status_code == 200, response.get_data(as_text=True)
+    schedule = db.session.scalars(select(Schedule).where(Schedule.name == "Nightly")).one()
+    assert schedule.notify_emails == ["ops@example.com", "dev@example.com"]
+    assert schedule.notify_webhook_url == "https://hooks.example.com/cron?token=x"
+    assert schedule.pause_after_failures == 3
+    page = alice.get(f"/schedules/{schedule.id}/edit").get_data(as_text=True)
+    assert "ops@example.com, dev@example.com" in page
+    audit = db.session.scalars(select(AuditEvent).where(AuditEvent.object_id == schedule.id)).one()
+    assert audit.after is not None and audit.after["pause_after_failures"] == 3
+
+
+def test_a_webhook_url_outside_the_allowlist_is_refused_at_save_next_to_the_field(
+    app: Flask, world: World
+) -> None:
+    app.config["SCHEDULER_WEBHOOK_ALLOWED_HOSTS"] = ["hooks.example.com"]
+    response = Panel(app, world.alice).post(
+        "/schedules/new", {**FORM, "notify_webhook_url": "https://internal.example.net/hook"}
+    )
+
+    assert response.status_code == 422
+    message = field_error(response.get_data(as_text=True), "notify_webhook_url")
+    assert message == (
+        "host 'internal.example.net' is not allowed; allowed hosts: hooks.example.com"
+    )
+    assert db.session.scalars(select(Schedule)).all() == []
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        (
+            "notify_emails",
+            "ops@example.com, not-an-email",
+            "“not-an-email” is not an email address",
+        ),
+        ("notify_emails", "ops@localhost", "“ops@localhost” is not an email address"),
+        ("notify_emails", ",".join(f"u{n}@example.com" for n in range(21)), "at most 20"),
+        ("notify_webhook_url", "ftp://hooks.example.com/", "must start with http:// or https://"),
+        ("pause_after_failures", "0", "pause after 1 to 1000 failed runs"),
+        ("pause_after_failures", "1001", "pause after 1 to 1000 failed runs"),
+        ("pause_after_failures", "three", "must be a whole number"),
+    ],
+)
+def test_bad_notification_settings_are_refused_next_to_the_field(
+    app: Flask, world: World, field: str, value: str, message: str
+) -> None:
+    app.config["SCHEDULER_WEBHOOK_ALLOWED_HOSTS"] = ["hooks.example.com"]
+    response = Panel(app, world.alice).post("/schedules/new", {**FORM, field: value})
+
+    assert response.status_code == 422
+    assert message in field_error(response.get_data(as_text=True), field)
+    assert db.session.scalars(select(Schedule)).all() == []
+
+
+def test_the_import_takes_and_the_export_gives_the_notification_fields(
+    app: Flask, world: World
+) -> None:
+    app.config["SCHEDULER_WEBHOOK_ALLOWED_HOSTS"] = ["hooks.example.com"]
+    item = {
+        "key": "nightly",
+        "name": "Nightly",
+        "job": "demo.echo",
+        "args": {"message": "hi"},
+        "cron": "0 3 * * *",
+        "time_zone": "UTC",
+        "notify_emails": ["ops@example.com"],
+        "notify_webhook_url": "https://hooks.example.com/cron",
+        "pause_after_failures": 5,
+    }
+    import_schedules(world.alpha, json.dumps([item]), Actor.cli(), utcnow())
+    exported = json.loads(export_schedules(world.alpha))[0]
+    assert {k: exported[k] for k in item} == item
+
+    bad = {**item, "notify_webhook_url": "https://elsewhere.example.org/"}
+    with pytest.raises(ImportProblems) as refused:
+        import_schedules(world.alpha, json.dumps([bad]), Actor.cli(), utcnow())
+    assert "notify_webhook_url: host 'elsewhere.example.org' is not allowed" in str(refused.value)
+
+
+def test_an_admin_sets_the_tenants_defaults_and_rotates_the_secret(
+    app: Flask, world: World
+) -> None:
+    app.config["SCHEDULER_WEBHOOK_ALLOWED_HOSTS"] = ["hooks.example.com"]
+    alice = Panel(app, world.alice)
+    assert alice.get("/settings/notifications").status_code == 200
+
+    response = alice.post(
+        "/settings/notifications",
+        {"notify_emails": "team@example.com", "notify_webhook_url": "https://hooks.example.com/t"},
+        htmx=False,
+    )
+    assert response.status_code == 303
+    db.session.expire_all()
+    tenant = db.session.get(Tenant, world.alpha.id)
+    assert tenant is not None
+    assert tenant.notify_emails == ["team@example.com"]
+    assert tenant.notify_webhook_url == "https://hooks.example.com/t"
+    first_secret = tenant.webhook_secret
+    assert first_secret and len(first_secret) == 64
+    assert first_secret in alice.get("/settings/notifications").get_data(as_text=True)
+
+    assert alice.post("/settings/notifications/rotate", htmx=False).status_code == 303
+    db.session.expire_all()
+    tenant = db.session.get(Tenant, world.alpha.id)
+    assert tenant is not None and tenant.webhook_secret not in (None, first_secret)
+    actions = [
+        (event.action, json.dumps([event.before, event.after]))
+        for event in db.session.scalars(
+            select(AuditEvent).where(AuditEvent.object_type == "tenant").order_by(AuditEvent.id)
+        )
+    ]
+    assert [action for action, _ in actions] == [
+        "tenant.notifications_updated",
+        "tenant.webhook_secret_rotated",
+    ]
+    assert all(
+        first_secret not in text and tenant.webhook_secret not in text for _, text in actions
+    )
+
+
+def test_bad_tenant_defaults_are_refused_next_to_the_field(app: Flask, world: World) -> None:
+    response = Panel(app, world.alice).post(
+        "/settings/notifications",
+        {"notify_emails": "team@", "notify_webhook_url": "https://hooks.example.com/t"},
+    )
+
+    assert response.status_code == 422
+    page = response.get_data(as_text=True)
+    assert field_error(page, "notify_emails") == "“team@” is not an email address"
+    assert "no hosts are allowed" in field_error(page, "notify_webhook_url")
+    db.session.expire_all()
+    tenant = db.session.get(Tenant, world.alpha.id)
+    assert tenant is not None and tenant.notify_emails == [] and tenant.webhook_secret is None
+
+
+def test_a_viewer_reads_the_settings_but_may_not_change_them(app: Flask, world: World) -> None:
+    tenant = db.session.get(Tenant, world.alpha.id)
+    assert tenant is not None
+    tenant.notify_emails = ["team@example.com"]
+    tenant.webhook_secret = "s" * 64
+    db.session.commit()
+    bob = Panel(app, world.bob)
+
+    page = bob.get("/settings/notifications").get_data(as_text=True)
+    assert "team@example.com" in page
+    assert "s" * 64 not in page  # the secret is for admins
+    assert bob.post("/settings/notifications", {"notify_emails": ""}).status_code == 403
+    assert bob.post("/settings/notifications/rotate").status_code == 403
+    db.session.expire_all()
+    assert db.session.get(Tenant, world.alpha.id).webhook_secret == "s" * 64  # type: ignore[union-attr]
+
+
+def test_another_tenants_settings_answer_404(app: Flask, world: World) -> None:
+    tenant = db.session.get(Tenant, world.alpha.id)
+    assert tenant is not None
+    tenant.notify_emails = ["alpha-team@example.com"]
+    db.session.commit()
+    charlie = Panel(app, world.charlie)
+
+    # The page is always the current tenant's; charlie cannot make alpha current.
+    assert "alpha-team@example.com" not in charlie.get("/settings/notifications").get_data(
+        as_text=True
+    )
+    assert charlie.post("/tenant", {"tenant": str(world.alpha.id)}, htmx=False).status_code == 404
+    charlie.post("/settings/notifications", {"notify_emails": "c@example.com"}, htmx=False)
+    db.session.expire_all()
+    assert db.session.get(Tenant, world.alpha.id).notify_emails == [  # type: ignore[union-attr]
+        "alpha-team@example.com"
+    ]
+    assert db.session.get(Tenant, world.beta.id).notify_emails == ["c@example.com"]  # type: ignore[union-attr]
+
+
+def test_the_schedule_page_lists_its_notifications_and_why_it_paused(
+    app: Flask, world: World
+) -> None:
+    schedule = watched(world, pause_after_failures=1)
+    run = finish(schedule, add_worker(), fails=True)
+
+    page = Panel(app, world.bob).get(f"/schedules/{schedule.id}").get_data(as_text=True)
+    section = page[page.index(f'id="schedule-{schedule.id}-notifications"') :]
+    assert "ops@example.com" in section and "failure" in section and "paused" in section
+    assert f"paused after 1 failed runs in a row (last: run #{run.id})" in page

@@ -13,12 +13,12 @@ from webapp.web.formatting import is_htmx
 def register_panel(app: Flask) -> None:
     """Registers the panel's blueprints, template helpers and error pages."""
     from webapp.catalog.current import EXTENSION_KEY, install_catalog
-    from webapp.web import audit, runs, schedules, tenants, tokens
+    from webapp.web import audit, notifications, runs, schedules, tenants, tokens
 
     if EXTENSION_KEY not in app.extensions:
         install_catalog(app)
     params.install(app)  # the `<id:...>` converter, before the rules that use it
-    for blueprint in (schedules.bp, runs.bp, audit.bp, tenants.bp, tokens.bp):
+    for blueprint in (schedules.bp, runs.bp, audit.bp, tenants.bp, tokens.bp, notifications.bp):
         app.register_blueprint(blueprint)
     formatting.install(app)
 
