@@ -22,6 +22,7 @@ from tests.panel_helpers import Panel
 from tests.scheduler_helpers import add_run, add_schedule, add_worker, execute_leased
 from tests.smtp_support import SmtpServer, free_port
 from tests.test_catalog_webhook import LoopbackServer
+from tests.worker_support import Workers, wait_for
 from webapp.database import utcnow, write_transaction
 from webapp.extensions import db
 from webapp.models import AuditEvent, Notification, Run, Schedule, Tenant
@@ -635,3 +636,26 @@ def test_the_schedule_page_lists_its_notifications_and_why_it_paused(
     section = page[page.index(f'id="schedule-{schedule.id}-notifications"') :]
     assert "ops@example.com" in section and "failure" in section and "paused" in section
     assert f"paused after 1 failed runs in a row (last: run #{run.id})" in page
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_real_worker_emails_the_failure_of_a_schedule(
+    app: Flask, world: World, workers: Workers, smtp_server: SmtpServer
+) -> None:
+    schedule = watched(world)
+    add_run(
+        world.alpha.id,
+        utcnow() - timedelta(seconds=1),
+        schedule_id=schedule.id,
+        job="demo.fail",
+        args={"message": "boom"},
+    )
+    settings = {name: str(value) for name, value in smtp_server.settings().items()}
+    workers.start(**settings)
+
+    wait_for(lambda: smtp_server.messages, 60, "the failure's email")
+    [received] = smtp_server.messages
+    assert received.recipients == ["ops@example.com"]
+    assert "failed" in received.message["Subject"]
+    wait_for(lambda: outbox() and outbox()[0].status == "sent", 30, "the row marked sent")

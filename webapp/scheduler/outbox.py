@@ -189,7 +189,9 @@ def send_notifications(
 ) -> int:
     """Sends up to `limit` due notifications; returns how many were taken (0: nothing due)."""
     config = notify_settings(settings)
-    if not claims.any_notification_due(session, now):  # no write lock for an empty outbox
+    due = claims.any_notification_due(session, now)  # no write lock for an empty outbox
+    session.commit()  # ends the read: a snapshot kept open would never see new rows (SQLite)
+    if not due:
         return 0
     with write_transaction(session):
         leased = claims.lease_notifications(
