@@ -440,6 +440,9 @@ def test_the_audit_log_uses_the_form_labels_and_values(
         "After downtime (missed fire times)",
         "When the previous run is still going",
         "Active",
+        "Notify emails",
+        "Notify webhook URL",
+        "Pause after N failed runs",
     ]
     assert {row[1] for row in created} == {NOTHING}
     assert created[2][2] == "Echo a message (demo.echo)"

@@ -88,6 +88,9 @@ def test_export_then_import_is_a_no_op(cli: FlaskCliRunner, world: World, tmp_pa
         "active": False,
         "misfire_policy": "fire_once",
         "overlap_policy": "allow",
+        "notify_emails": [],
+        "notify_webhook_url": None,
+        "pause_after_failures": None,
     }
     events = count(AuditEvent)
     assert import_file(cli, write(tmp_path, exported))[1] == (

@@ -50,6 +50,11 @@ class ScheduleOut(BaseModel):
     inactive_reason: str | None = Field(description="Why the scheduler paused it, if it did")
     misfire_policy: MisfirePolicy
     overlap_policy: OverlapPolicy
+    notify_emails: list[str] = Field(description="Told of failures; empty: the tenant's defaults")
+    notify_webhook_url: str | None = Field(description="Gets the same events as signed JSON")
+    pause_after_failures: int | None = Field(
+        description="Pauses itself after this many failed runs in a row; null: never"
+    )
     next_run_at: datetime | None
     last_run_at: datetime | None
     created_at: datetime
@@ -74,6 +79,9 @@ class ScheduleOut(BaseModel):
             inactive_reason=schedule.inactive_reason,
             misfire_policy=schedule.misfire_policy,
             overlap_policy=schedule.overlap_policy,
+            notify_emails=list(schedule.notify_emails or ()),
+            notify_webhook_url=schedule.notify_webhook_url,
+            pause_after_failures=schedule.pause_after_failures,
             next_run_at=schedule.next_run_at,
             last_run_at=schedule.last_run_at,
             created_at=schedule.created_at,
@@ -222,6 +230,9 @@ class SchedulePatch(Strict):
     misfire_policy: MisfirePolicy | None = None
     overlap_policy: OverlapPolicy | None = None
     active: bool | None = None
+    notify_emails: list[StrictStr] | None = None
+    notify_webhook_url: StrictStr | None = None
+    pause_after_failures: int | None = None
 
 
 class ResumeIn(Strict):

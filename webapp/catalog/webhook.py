@@ -221,7 +221,8 @@ def _host_matches(host: str, pattern: str) -> bool:
     return host == pattern
 
 
-def _timeout(config: Mapping[str, object]) -> float:
+def request_timeout(config: Mapping[str, object]) -> float:
+    """SCHEDULER_WEBHOOK_TIMEOUT: the job's and the notification webhooks' bound on a request."""
     value = config.get(TIMEOUT_SETTING, DEFAULT_TIMEOUT)
     if not isinstance(value, int | float) or not value > 0:
         raise WebhookRefused(f"{TIMEOUT_SETTING} must be a number of seconds above zero")
@@ -332,6 +333,15 @@ class PinnedHTTPSConnection(http.client.HTTPSConnection):
         self.sock = tls
 
 
+def pinned_connection(
+    target: WebhookTarget, deadline: Deadline
+) -> PinnedHTTPConnection | PinnedHTTPSConnection:
+    """A connection to the checked addresses of `target` only (DNS rebinding cannot move it)."""
+    if target.url.scheme == "https":
+        return PinnedHTTPSConnection(target, deadline)
+    return PinnedHTTPConnection(target, deadline)
+
+
 def webhook(ctx: JobContext, params: WebhookParams, resolve: Resolver = socket.getaddrinfo) -> None:
     """Sends one HTTP request; the run fails unless the answer has the expected status.
 
@@ -339,21 +349,20 @@ def webhook(ctx: JobContext, params: WebhookParams, resolve: Resolver = socket.g
     answer (of which at most BODY_LIMIT + 1 bytes are read), and so does the job's own deadline
     when it comes first. Resolving the host is not counted.
     """
-    timeout = min(_timeout(ctx.config), max(ctx.seconds_left(), 0.001))
+    timeout = min(request_timeout(ctx.config), max(ctx.seconds_left(), 0.001))
     target = check_webhook_target(
         params.url,
         cast(HostList, ctx.config.get(ALLOWED_HOSTS_SETTING)),  # _host_list checks the type
         cast(HostList, ctx.config.get(ALLOW_PRIVATE_SETTING)),
         resolve,
     )
-    pinned = PinnedHTTPSConnection if target.url.scheme == "https" else PinnedHTTPConnection
     headers = {"User-Agent": USER_AGENT, "Idempotency-Key": ctx.idempotency_key}
     body = None
     if params.body is not None:
         body = params.body.encode()
         headers["Content-Type"] = "application/json"
     # http.client follows no redirects: a 3xx answer is reported like any other status.
-    with closing(pinned(target, Deadline(timeout))) as connection:
+    with closing(pinned_connection(target, Deadline(timeout))) as connection:
         try:
             connection.request(params.method, target.url.target, body=body, headers=headers)
             with connection.getresponse() as response:

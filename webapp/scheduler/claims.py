@@ -31,7 +31,15 @@ from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session
 
 from webapp.database import UTCDateTime, utcnow
-from webapp.models import UNFINISHED_STATUSES, Run, Schedule, Tenant, Worker, schedule_overdue
+from webapp.models import (
+    UNFINISHED_STATUSES,
+    Notification,
+    Run,
+    Schedule,
+    Tenant,
+    Worker,
+    schedule_overdue,
+)
 
 DUE_COLUMNS = (
     Schedule.id,
@@ -495,3 +503,91 @@ def clear_recovered_schedules(
             .execution_options(synchronize_session=False)
         )
     return rows
+
+
+def lock_failure_counts(session: Session, schedule_ids: list[int]) -> Sequence[Any]:
+    """The failure counts of these schedules, locked for the caller's transaction (in id order,
+    so that two workers storing outcomes never wait on each other in a circle): the count goes
+    on from what the last transaction wrote. SQLite: the write transaction is the lock."""
+    if not schedule_ids:
+        return []
+    query = (
+        select(
+            Schedule.id,
+            Schedule.consecutive_failures,
+            Schedule.pause_after_failures,
+            Schedule.active,
+        )
+        .where(Schedule.id.in_(schedule_ids))
+        .order_by(Schedule.id)
+    )
+    if is_postgresql(session):
+        query = query.with_for_update(of=Schedule)
+    return session.execute(query).all()
+
+
+def notification_lease_statement(skip_locked: bool) -> Any:
+    """The outbox's lease: pending rows that are due and not held by a live lease get this
+    worker, a lease and one more attempt; built once per dialect. A row stays `pending` while
+    it is sent, so that the lease of a worker that died runs out and another worker sends it."""
+    now = bindparam("now", type_=UTCDateTime)
+    candidates = (
+        select(Notification.id)
+        .where(
+            Notification.status == "pending",
+            Notification.available_at <= now,
+            or_(Notification.locked_until.is_(None), Notification.locked_until < now),
+        )
+        .order_by(Notification.available_at, Notification.id)
+        .limit(bindparam("limit", type_=Integer))
+    )
+    if skip_locked:
+        candidates = candidates.with_for_update(skip_locked=True)
+    secret = select(Tenant.webhook_secret).where(Tenant.id == Notification.tenant_id)
+    return (
+        update(Notification)
+        .where(Notification.id.in_(candidates.scalar_subquery()))
+        .values(
+            worker_id=bindparam("worker_id", type_=Integer),
+            locked_until=bindparam("locked_until", type_=UTCDateTime),
+            attempts=Notification.attempts + 1,
+        )
+        .returning(
+            Notification.id,
+            Notification.channel,
+            Notification.target,
+            Notification.subject,
+            Notification.body,
+            Notification.idempotency_key,
+            Notification.attempts,
+            secret.scalar_subquery().label("webhook_secret"),
+        )
+        .execution_options(synchronize_session=False)
+    )
+
+
+LEASE_NOTIFICATIONS_SKIP_LOCKED = notification_lease_statement(skip_locked=True)
+LEASE_NOTIFICATIONS = notification_lease_statement(skip_locked=False)
+
+
+def any_notification_due(session: Session, now: datetime) -> bool:
+    """Whether the outbox has a row to send (the partial index on pending rows answers)."""
+    query = (
+        select(Notification.id)
+        .where(
+            Notification.status == "pending",
+            Notification.available_at <= now,
+            or_(Notification.locked_until.is_(None), Notification.locked_until < now),
+        )
+        .limit(1)
+    )
+    return session.scalar(query) is not None
+
+
+def lease_notifications(
+    session: Session, worker_id: int, now: datetime, locked_until: datetime, limit: int
+) -> Sequence[Row[Any]]:
+    """Takes up to `limit` due notifications for this worker until `locked_until`."""
+    statement = LEASE_NOTIFICATIONS_SKIP_LOCKED if is_postgresql(session) else LEASE_NOTIFICATIONS
+    parameters = {"now": now, "locked_until": locked_until, "limit": limit, "worker_id": worker_id}
+    return session.connection().execute(statement, parameters).all()

@@ -27,6 +27,7 @@ from webapp.models import RunStatus
 from webapp.scheduler import claims
 from webapp.scheduler.leases import LeasedRun
 from webapp.scheduler.logs import TRACEBACK
+from webapp.scheduler.notify import FinishedAttempt, record_finished_runs
 
 log = logging.getLogger("webapp.scheduler")
 
@@ -256,8 +257,17 @@ ACTIONS: dict[RunStatus, str] = {
 }
 
 
-def store_outcomes(session: Session, worker_id: int, finished: list[FinishedRun]) -> set[int]:
+def store_outcomes(
+    session: Session,
+    worker_id: int,
+    finished: list[FinishedRun],
+    settings: Mapping[str, Any] | None = None,
+) -> set[int]:
     """Stores the outcomes in one transaction, each if this worker still holds the attempt.
+
+    The same transaction counts the schedules' failures in a row, pauses those that reach their
+    limit and writes the notifications (scheduler.notify), for the outcomes it stored that end
+    their runs (a retry still to come is no failure yet). `settings`: the app's by default.
 
     An attempt whose lease a reaper took back while it ran (the worker was frozen, or could not
     reach the database) is still stored when nobody has touched the run since: its history
@@ -282,6 +292,20 @@ def store_outcomes(session: Session, worker_id: int, finished: list[FinishedRun]
         stored = claims.record_outcomes(session, worker_id, rows)
         late = [row for row in rows if row["id"] not in stored]
         stored_late = claims.record_outcomes(session, worker_id, late, taken_back=True)
+        ended = sorted(
+            (
+                done
+                for done in finished
+                if done.outcome.status != "queued"
+                and (done.run.id in stored or done.run.id in stored_late)
+            ),
+            key=lambda done: (done.finished_at, done.run.id),
+        )
+        attempts = [
+            FinishedAttempt(done.run.id, done.run.schedule_id, done.outcome.status == "succeeded")
+            for done in ended
+        ]
+        record_finished_runs(session, settings, attempts, utcnow())
     for done in finished:
         kept = done.run.id in stored or done.run.id in stored_late
         fields: dict[str, object] = {

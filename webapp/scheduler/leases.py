@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -14,6 +15,7 @@ from webapp.database import UTCDateTime, write_transaction
 from webapp.models import Run, Trigger
 from webapp.scheduler import claims
 from webapp.scheduler.claims import LOST_ERROR, REQUEUE_ERROR
+from webapp.scheduler.notify import FinishedAttempt, record_finished_runs
 
 log = logging.getLogger("webapp.scheduler")
 
@@ -111,7 +113,7 @@ def reap_statement() -> Any:
             error=case((retry, REQUEUE_ERROR), else_=LOST_ERROR),
             error_detail=None,  # an earlier attempt's traceback would not explain this
         )
-        .returning(Run.id, Run.status)
+        .returning(Run.id, Run.status, Run.schedule_id)
         .execution_options(synchronize_session=False)
     )
 
@@ -119,11 +121,21 @@ def reap_statement() -> Any:
 REAP = reap_statement()
 
 
-def reap_once(session: Session, now: datetime) -> int:
-    """Takes back runs whose lease expired: queued again, or failed when attempts are spent."""
+def reap_once(session: Session, now: datetime, settings: Mapping[str, Any] | None = None) -> int:
+    """Takes back runs whose lease expired: queued again, or failed when attempts are spent.
+
+    A run failed so is a failure of its schedule like any other: counted, and notified in the
+    same transaction (scheduler.notify). `settings`: the app's by default."""
     with write_transaction(session):
         reaped = session.connection().execute(REAP, {"now": now}).all()
-    for run_id, status in reaped:
+        lost = [
+            FinishedAttempt(run_id, schedule_id, succeeded=False)
+            for run_id, status, schedule_id in sorted(reaped)
+            if status == "failed"
+        ]
+        if lost:
+            record_finished_runs(session, settings, lost, now)
+    for run_id, status, _schedule_id in reaped:
         log.warning(
             "run_lease_expired",
             extra={"action": "run_lease_expired", "run_id": run_id, "requeued": status == "queued"},

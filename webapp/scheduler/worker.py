@@ -39,6 +39,7 @@ from webapp.scheduler import claims
 from webapp.scheduler.execution import prints_go_to_runs, store_outcomes
 from webapp.scheduler.leases import lease_once, reap_once, release_leases, renew_leases
 from webapp.scheduler.logs import bind_process_fields
+from webapp.scheduler.outbox import send_notifications
 from webapp.scheduler.pool import JobPool, ThreadJobPool
 from webapp.scheduler.process_pool import ProcessJobPool
 from webapp.scheduler.tick import TickSettings, tick
@@ -184,6 +185,29 @@ class WorkerProcess:
                 log.warning("listen_failed", extra={"action": "listen_failed", "error": str(error)})
                 self.stop_requested.wait(delay)
                 delay = min(delay * 2, MAX_BACKOFF)
+
+    # --- notifications ----------------------------------------------------------------------
+
+    def send_notifications_loop(self) -> None:
+        """Sends the outbox every poll interval, in a thread of its own: a slow mail server or
+        webhook must not hold up the loop, which renews the leases of running jobs."""
+        with self.app.app_context():
+            while not self.stop_requested.is_set():
+                assert self.worker_id is not None
+                try:
+                    while (
+                        send_notifications(db.session(), self.config, self.worker_id, utcnow())
+                        and not self.stop_requested.is_set()
+                    ):
+                        pass
+                except Exception as error:  # the database is away, or a bug: try again later
+                    db.session.rollback()
+                    log.warning(
+                        "notifications_not_sent",
+                        extra={"action": "notifications_not_sent", "error": str(error)},
+                    )
+                self.stop_requested.wait(self.poll_interval)
+            db.session.remove()
 
     # --- one round ---------------------------------------------------------------------------
 
@@ -336,6 +360,7 @@ class WorkerProcess:
             )
             self.pool.worker_id = self.worker_id
             self.pool.start()
+            threading.Thread(target=self.send_notifications_loop, daemon=True).start()
             if db.engine.dialect.name == "postgresql":
                 url = db.engine.url.set(drivername="postgresql")
                 threading.Thread(

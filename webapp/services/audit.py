@@ -47,6 +47,9 @@ AUDITED_FIELDS = (
     "active",
     "misfire_policy",
     "overlap_policy",
+    "notify_emails",
+    "notify_webhook_url",
+    "pause_after_failures",
 )
 
 

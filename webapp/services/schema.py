@@ -12,10 +12,11 @@ import prints one line each.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, NoReturn, Required, Self, TypedDict, get_args
+from typing import Any, NoReturn, Required, Self, TypedDict, cast, get_args
 
 from pydantic import (
     BaseModel,
@@ -31,8 +32,17 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from webapp import cron
 from webapp.catalog import ArgsError, Catalog, UnknownJobError
+from webapp.catalog.webhook import (
+    ALLOWED_HOSTS_SETTING,
+    HostList,
+    WebhookError,
+    check_allowed_host,
+    parse_webhook_url,
+)
 from webapp.models import (
+    MAX_NOTIFY_EMAILS,
     MAX_SCHEDULE_NAME,
+    MAX_URL,
     SCHEDULE_KEY,
     MisfirePolicy,
     OverlapPolicy,
@@ -50,7 +60,17 @@ FIELD_MESSAGES = {
     "bool_type": "must be true or false",
     "model_type": "must be a JSON object",
     "model_attributes_type": "must be a JSON object",
+    "int_type": "must be a whole number",
+    "list_type": "must be a list",
 }
+# An address a mail server takes: local part, @, a domain of letters, digits and hyphens with at
+# least one dot. Stricter than RFC 5322 on purpose: quoted local parts and IP literals are typos
+# far more often than real recipients.
+EMAIL = re.compile(
+    r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@"
+    r"(?=.{1,253}$)(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}"
+)
+PAUSE_AFTER_RANGE = (1, 1000)
 
 
 class ScheduleError(ValueError):
@@ -81,6 +101,40 @@ class ScheduleInput(TypedDict, total=False):
     active: bool
     misfire_policy: MisfirePolicy
     overlap_policy: OverlapPolicy
+    notify_emails: list[str]
+    notify_webhook_url: str | None
+    pause_after_failures: int | None
+
+
+def check_notify_emails(addresses: list[str]) -> list[str]:
+    """The addresses, trimmed and each once, or ValueError naming the first that is not one."""
+    cleaned = list(dict.fromkeys(address.strip() for address in addresses if address.strip()))
+    for address in cleaned:
+        if not EMAIL.fullmatch(address):
+            raise ValueError(f"“{address[:100]}” is not an email address")
+    if len(cleaned) > MAX_NOTIFY_EMAILS:
+        raise ValueError(f"at most {MAX_NOTIFY_EMAILS} addresses, not {len(cleaned)}")
+    return cleaned
+
+
+def check_notify_webhook_url(url: str | None, settings: Mapping[str, object] | None) -> str | None:
+    """The URL (None when blank), if it is http(s) to a host the operator allows, or ValueError.
+
+    Only the allowlist is checked here, without DNS: the addresses are checked at each send
+    (outbox), where the SSRF guard of http.webhook runs whole."""
+    if url is None or not url.strip():
+        return None
+    url = url.strip()
+    if len(url) > MAX_URL:
+        raise ValueError(f"the URL is longer than {MAX_URL} characters")
+    try:
+        parsed = parse_webhook_url(url)
+        if settings is not None:
+            # _host_list, inside, refuses a setting that is not a list of hosts.
+            check_allowed_host(parsed.host, cast(HostList, settings.get(ALLOWED_HOSTS_SETTING)))
+    except WebhookError as refused:
+        raise ValueError(str(refused)) from None
+    return url
 
 
 @dataclass(frozen=True)
@@ -130,6 +184,15 @@ class ScheduleIn(BaseModel):
     misfire_policy: MisfirePolicy = "fire_once"
     overlap_policy: OverlapPolicy = "allow"
     active: StrictBool = True
+    # Who hears of failures (empty / None: the tenant's defaults) and when the schedule pauses
+    # itself (None: never).
+    notify_emails: list[StrictStr] = Field(default_factory=list)
+    notify_webhook_url: StrictStr | None = None
+    pause_after_failures: int | None = Field(
+        default=None,
+        strict=True,
+        json_schema_extra={"minimum": PAUSE_AFTER_RANGE[0], "maximum": PAUSE_AFTER_RANGE[1]},
+    )
 
     @classmethod
     def check(cls, data: object, rules: ScheduleRules) -> Self:
@@ -222,6 +285,30 @@ class ScheduleIn(BaseModel):
                     f"allows at most one fire every {rules.min_interval} s"
                 )
         return spec.expression
+
+    @field_validator("notify_emails")
+    @classmethod
+    def check_emails(cls, addresses: list[str]) -> list[str]:
+        try:
+            return check_notify_emails(addresses)
+        except ValueError as error:
+            problem(str(error))
+
+    @field_validator("notify_webhook_url")
+    @classmethod
+    def check_webhook_url(cls, url: str | None, info: ValidationInfo) -> str | None:
+        try:
+            return check_notify_webhook_url(url, rules_of(info).settings)
+        except ValueError as error:
+            problem(str(error))
+
+    @field_validator("pause_after_failures")
+    @classmethod
+    def check_pause_after(cls, count: int | None) -> int | None:
+        low, high = PAUSE_AFTER_RANGE
+        if count is not None and not low <= count <= high:
+            problem(f"pause after {low} to {high} failed runs, or leave it blank for never")
+        return count
 
 
 class ImportItem(ScheduleIn):

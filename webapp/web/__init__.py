@@ -13,7 +13,16 @@ from webapp.web.formatting import is_htmx
 def register_panel(app: Flask) -> None:
     """Registers the panel's blueprints, template helpers and error pages."""
     from webapp.catalog.current import EXTENSION_KEY, install_catalog
-    from webapp.web import audit, operator, operator_charts, runs, schedules, tenants, tokens
+    from webapp.web import (
+        audit,
+        notifications,
+        operator,
+        operator_charts,
+        runs,
+        schedules,
+        tenants,
+        tokens,
+    )
 
     if EXTENSION_KEY not in app.extensions:
         install_catalog(app)
@@ -26,6 +35,7 @@ def register_panel(app: Flask) -> None:
         tokens.bp,
         operator.bp,
         operator_charts.bp,
+        notifications.bp,
     ):
         app.register_blueprint(blueprint)
     formatting.install(app)

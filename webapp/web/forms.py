@@ -8,6 +8,7 @@ only turns the posted strings into the plain data the schema takes.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,12 @@ FIELD_LABELS = {
     "misfire_policy": "After downtime (missed fire times)",
     "overlap_policy": "When the previous run is still going",
     "active": "Active",
+    "notify_emails": "Notify emails",
+    "notify_webhook_url": "Notify webhook URL",
+    "pause_after_failures": "Pause after N failed runs",
 }
+# Notify emails are typed one per line or separated by commas (or semicolons, as mail clients do).
+EMAIL_SEPARATORS = re.compile(r"[,;\n]")
 MISFIRE_CHOICES = {
     "fire_once": "Run once for all missed times (default)",
     "fire_all": "Run once for every missed time",
@@ -66,6 +72,9 @@ class ScheduleForm:
     misfire_policy: str = "fire_once"
     overlap_policy: str = "allow"
     active: bool = True
+    notify_emails: str = ""
+    notify_webhook_url: str = ""
+    pause_after_failures: str = ""
     args: dict[str, str] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
 
@@ -93,6 +102,9 @@ class ScheduleForm:
             misfire_policy=schedule.misfire_policy,
             overlap_policy=schedule.overlap_policy,
             active=schedule.active,
+            notify_emails=", ".join(schedule.notify_emails or ()),
+            notify_webhook_url=schedule.notify_webhook_url or "",
+            pause_after_failures=str(schedule.pause_after_failures or ""),
             args=args,
         )
 
@@ -106,6 +118,9 @@ class ScheduleForm:
             misfire_policy=data.get("misfire_policy", "fire_once"),
             overlap_policy=data.get("overlap_policy", "allow"),
             active=data.get("active") == "on",
+            notify_emails=data.get("notify_emails", ""),
+            notify_webhook_url=data.get("notify_webhook_url", ""),
+            pause_after_failures=data.get("pause_after_failures", ""),
             args={
                 key.removeprefix("args."): value
                 for key, value in data.items()
@@ -128,7 +143,17 @@ class ScheduleForm:
             "active": self.active,
             "misfire_policy": self.misfire_policy,
             "overlap_policy": self.overlap_policy,
+            "notify_emails": split_emails(self.notify_emails),
+            "notify_webhook_url": self.notify_webhook_url.strip() or None,
+            "pause_after_failures": parse_number(self.pause_after_failures, int)
+            if self.pause_after_failures.strip()
+            else None,
         }
+
+
+def split_emails(text: str) -> list[str]:
+    """The addresses of the Notify emails field; the schema checks each."""
+    return [part.strip() for part in EMAIL_SEPARATORS.split(text) if part.strip()]
 
 
 def job_spec(catalog: Catalog, name: str) -> JobSpec | None:

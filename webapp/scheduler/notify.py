@@ -1,0 +1,372 @@
+"""Notifications, written: who hears of a failure, a recovery, an overdue or a paused schedule.
+
+A notification is a row of the outbox (`notifications`), written in the transaction that decided
+it: a run's outcome (execution.store_outcomes), a reaped run (leases.reap_once), the overdue
+watchdog's flag. A worker sends the rows later (outbox.send_notifications). Each row has an
+idempotency key made of what it is about, so that writing the same event twice (a late outcome
+after the reaper's, a watchdog that runs twice) is a no-op, and a receiver can drop a resend.
+
+Recipients: the schedule's own addresses and webhook URL; where it has neither, the tenant's
+defaults; with none at all, nothing is written. One row per recipient.
+
+Flapping: a schedule that was notified (a row not suppressed) within SCHEDULER_NOTIFY_WINDOW
+gets its new rows written `suppressed`: kept for the history, never sent. A `paused` event is
+never suppressed: it happens once per pause and asks someone to act, and a flapping schedule
+that pauses itself is exactly what its owners must hear of.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from flask import current_app
+from sqlalchemy import select, update
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
+
+from webapp.models import (
+    Notification,
+    NotificationChannel,
+    NotificationEvent,
+    Run,
+    Schedule,
+    Tenant,
+)
+from webapp.scheduler import claims
+
+SUBJECT_LIMIT = 300  # the column's width
+
+
+@dataclass(frozen=True)
+class NotifyEvent:
+    """Something a schedule's owners hear of: its run (failure, recovery, paused) or the time
+    the watchdog found it overdue (overdue)."""
+
+    kind: NotificationEvent
+    schedule_id: int
+    run_id: int | None = None
+    overdue_since: datetime | None = None
+
+
+@dataclass(frozen=True)
+class FinishedAttempt:
+    """A run that ended for good (a retry still to come is not one): what the failure count
+    and the notifications need of it."""
+
+    run_id: int
+    schedule_id: int | None
+    succeeded: bool
+
+
+def notify_settings(settings: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """The given settings, or the app's (the worker's steps run in its app context)."""
+    return settings if settings is not None else current_app.config
+
+
+def pause_reason(failures: int, run_id: int) -> str:
+    return f"paused after {failures} failed runs in a row (last: run #{run_id})"
+
+
+def record_finished_runs(
+    session: Session,
+    settings: Mapping[str, Any] | None,
+    finished: Sequence[FinishedAttempt],
+    now: datetime,
+) -> int:
+    """Counts failures in a row per schedule, pauses those that reach their limit, and writes
+    the notifications of it all, in the caller's transaction. `finished`: in the order the runs
+    ended. Returns the number of notification rows written.
+
+    A batch of successes of schedules that were not failing costs one UPDATE that changes
+    nothing; the rest (failures, recoveries) is rare and pays a few statements more.
+    """
+    sequences: dict[int, list[FinishedAttempt]] = {}
+    for attempt in finished:
+        if attempt.schedule_id is not None:
+            sequences.setdefault(attempt.schedule_id, []).append(attempt)
+    if not sequences:
+        return 0
+    events: list[NotifyEvent] = []
+    only_successes = sorted(
+        schedule_id
+        for schedule_id, attempts in sequences.items()
+        if all(attempt.succeeded for attempt in attempts)
+    )
+    if only_successes:
+        recovered = session.execute(
+            update(Schedule)
+            .where(Schedule.id.in_(only_successes), Schedule.consecutive_failures > 0)
+            .values(consecutive_failures=0)
+            .returning(Schedule.id)
+            .execution_options(synchronize_session=False)
+        ).scalars()
+        for schedule_id in sorted(recovered):
+            first_success = sequences[schedule_id][0]
+            events.append(NotifyEvent("recovery", schedule_id, first_success.run_id))
+    failing = sorted(set(sequences) - set(only_successes))
+    for row in claims.lock_failure_counts(session, failing):
+        count, active = row.consecutive_failures, row.active
+        changes: dict[str, Any] = {}
+        for attempt in sequences[row.id]:
+            if attempt.succeeded:
+                if count > 0:
+                    events.append(NotifyEvent("recovery", row.id, attempt.run_id))
+                count = 0
+                continue
+            count += 1
+            events.append(NotifyEvent("failure", row.id, attempt.run_id))
+            limit = row.pause_after_failures
+            if active and limit is not None and count >= limit:
+                active = False
+                changes.update(active=False, inactive_reason=pause_reason(count, attempt.run_id))
+                events.append(NotifyEvent("paused", row.id, attempt.run_id))
+        session.execute(
+            update(Schedule)
+            .where(Schedule.id == row.id)
+            .values(consecutive_failures=count, **changes)
+            .execution_options(synchronize_session=False)
+        )
+    return record_events(session, settings, events, now)
+
+
+def record_overdue(
+    session: Session,
+    settings: Mapping[str, Any] | None,
+    schedule_ids: Iterable[int],
+    now: datetime,
+) -> int:
+    """For the overdue watchdog, in the transaction that flagged the schedules: an `overdue`
+    notification for each schedule that has just become overdue (`overdue_since` set). Calling
+    it again for the same spell of lateness writes nothing (the key holds `overdue_since`)."""
+    ids = sorted(set(schedule_ids))
+    if not ids:
+        return 0
+    rows = session.execute(
+        select(Schedule.id, Schedule.overdue_since).where(Schedule.id.in_(ids))
+    ).all()
+    events = [
+        NotifyEvent("overdue", schedule_id, overdue_since=since or now)
+        for schedule_id, since in rows
+    ]
+    return record_events(session, settings, events, now)
+
+
+@dataclass(frozen=True)
+class Recipients:
+    emails: tuple[str, ...]
+    webhook_url: str | None
+
+    def targets(self) -> list[tuple[NotificationChannel, str]]:
+        found: list[tuple[NotificationChannel, str]] = [("email", email) for email in self.emails]
+        if self.webhook_url:
+            found.append(("webhook", self.webhook_url))
+        return found
+
+
+def recipients(schedule: Any) -> Recipients:
+    """The schedule's own recipients; where it names none, the tenant's defaults."""
+    own = Recipients(tuple(schedule.notify_emails or ()), schedule.notify_webhook_url or None)
+    if own.targets():
+        return own
+    return Recipients(tuple(schedule.tenant_emails or ()), schedule.tenant_webhook_url or None)
+
+
+def idempotency_key(
+    event: NotifyEvent, channel: NotificationChannel, target: str, overdue_since: str
+) -> str:
+    """What the message is about and to whom: the same event to the same recipient is always
+    the same key. The target is hashed (a URL may be 2,000 characters; the key holds 200)."""
+    about = f"run.{event.run_id}" if event.run_id is not None else f"schedule.{event.schedule_id}"
+    if event.kind == "overdue":
+        about += f".{overdue_since}"
+    digest = hashlib.sha256(target.encode()).hexdigest()[:24]
+    return f"{event.kind}.{about}.{channel}.{digest}"
+
+
+def record_events(
+    session: Session,
+    settings: Mapping[str, Any] | None,
+    events: Sequence[NotifyEvent],
+    now: datetime,
+) -> int:
+    """Writes the outbox rows of `events` (in the caller's transaction): one per recipient,
+    suppressed within the flapping window; a row already written is left alone. Returns the
+    number of rows written."""
+    if not events:
+        return 0
+    config = notify_settings(settings)
+    schedule_ids = sorted({event.schedule_id for event in events})
+    schedules = {
+        row.id: row
+        for row in session.execute(
+            select(
+                Schedule.id,
+                Schedule.tenant_id,
+                Schedule.key,
+                Schedule.name,
+                Schedule.notify_emails,
+                Schedule.notify_webhook_url,
+                Schedule.inactive_reason,
+                Tenant.slug.label("tenant_slug"),
+                Tenant.notify_emails.label("tenant_emails"),
+                Tenant.notify_webhook_url.label("tenant_webhook_url"),
+                Tenant.webhook_secret.label("tenant_secret"),
+            )
+            .join(Tenant, Tenant.id == Schedule.tenant_id)  # system schedules notify nobody
+            .where(Schedule.id.in_(schedule_ids))
+        )
+    }
+    run_ids = sorted({event.run_id for event in events if event.run_id is not None})
+    runs = {
+        row.id: row
+        for row in session.execute(
+            select(Run.id, Run.status, Run.error, Run.scheduled_for, Run.trigger).where(
+                Run.id.in_(run_ids)
+            )
+        )
+    }
+    window = timedelta(seconds=int(config["SCHEDULER_NOTIFY_WINDOW"]))
+    notified = set(
+        session.scalars(
+            select(Notification.schedule_id)
+            .where(
+                Notification.schedule_id.in_(schedule_ids),
+                Notification.status != "suppressed",
+                Notification.created_at > now - window,
+            )
+            .distinct()
+        )
+    )
+    base_url = str(config.get("SCHEDULER_BASE_URL") or "").rstrip("/")
+    rows: list[dict[str, Any]] = []
+    needs_secret: set[int] = set()
+    for event in events:
+        schedule = schedules.get(event.schedule_id)
+        if schedule is None:
+            continue
+        targets = recipients(schedule).targets()
+        if not targets:
+            continue
+        suppressed = event.kind != "paused" and event.schedule_id in notified
+        notified.add(event.schedule_id)
+        run = runs.get(event.run_id) if event.run_id is not None else None
+        message = Message.of(event, schedule, run, base_url)
+        since = event.overdue_since.isoformat() if event.overdue_since else ""
+        for channel, target in targets:
+            if channel == "webhook" and schedule.tenant_secret is None:
+                needs_secret.add(schedule.tenant_id)
+            rows.append(
+                {
+                    "tenant_id": schedule.tenant_id,
+                    "schedule_id": event.schedule_id,
+                    "run_id": event.run_id,
+                    "event": event.kind,
+                    "channel": channel,
+                    "target": target,
+                    "subject": message.subject,
+                    "body": message.email_text if channel == "email" else message.webhook_json,
+                    "idempotency_key": idempotency_key(event, channel, target, since),
+                    "status": "suppressed" if suppressed else "pending",
+                    "attempts": 0,
+                    "available_at": now,
+                    "created_at": now,
+                }
+            )
+    for tenant_id in sorted(needs_secret):
+        # The key of the webhook's signature, made when first needed (as the settings page does).
+        session.execute(
+            update(Tenant)
+            .where(Tenant.id == tenant_id, Tenant.webhook_secret.is_(None))
+            .values(webhook_secret=secrets.token_hex(32))
+            .execution_options(synchronize_session=False)
+        )
+    return insert_notifications(session, rows)
+
+
+def insert_notifications(session: Session, rows: list[dict[str, Any]]) -> int:
+    """One INSERT; a row whose idempotency key is already written is skipped."""
+    if not rows:
+        return 0
+    insert = postgresql_insert if claims.is_postgresql(session) else sqlite_insert
+    statement = (
+        insert(Notification)
+        .on_conflict_do_nothing(index_elements=["idempotency_key"])
+        .returning(Notification.id)
+    )
+    return len(session.execute(statement, rows).all())
+
+
+@dataclass(frozen=True)
+class Message:
+    subject: str
+    email_text: str
+    webhook_json: str
+
+    @classmethod
+    def of(cls, event: NotifyEvent, schedule: Any, run: Any, base_url: str) -> Message:
+        name, slug = schedule.name, schedule.tenant_slug
+        error = (run.error or "").strip().partition("\n")[0] if run is not None else ""
+        if base_url and run is not None:
+            url = f"{base_url}/runs/{run.id}"
+        elif base_url:
+            url = f"{base_url}/schedules/{schedule.id}"
+        else:
+            url = None
+        run_label = f"run #{run.id}" if run is not None else ""
+        subject = {
+            "failure": f"[{slug}] “{name}” failed ({run_label})",
+            "recovery": f"[{slug}] “{name}” succeeded again ({run_label})",
+            "paused": f"[{slug}] “{name}” was paused: {schedule.inactive_reason}",
+            "overdue": f"[{slug}] “{name}” is overdue",
+        }[event.kind]
+        lines = [
+            {
+                "failure": f"The schedule “{name}” failed after its last attempt.",
+                "recovery": f"The schedule “{name}” succeeded again after failed runs.",
+                "paused": f"The schedule “{name}” was paused: {schedule.inactive_reason}. "
+                "It fires again once someone resumes it.",
+                "overdue": f"The schedule “{name}” has not run since it was due "
+                f"(overdue since {event.overdue_since:%Y-%m-%d %H:%M:%S} UTC)."
+                if event.overdue_since
+                else f"The schedule “{name}” is overdue.",
+            }[event.kind],
+            "",
+            f"Tenant: {slug}",
+            f"Schedule: {name} ({schedule.key})",
+        ]
+        if run is not None:
+            lines.append(f"Run: #{run.id}, {run.status}")
+            lines.append(f"Scheduled for: {run.scheduled_for:%Y-%m-%d %H:%M:%S} UTC")
+            if error:
+                lines.append(f"Error: {error}")
+        if url:
+            lines.append(f"Details: {url}")
+        document = {
+            "event": event.kind,
+            "tenant": slug,
+            "schedule": {"id": schedule.id, "key": schedule.key, "name": name},
+            "run_id": run.id if run is not None else None,
+            "status": run.status if run is not None else None,
+            "error": error or None,
+            "scheduled_for": run.scheduled_for.isoformat() if run is not None else None,
+            "overdue_since": event.overdue_since.isoformat() if event.overdue_since else None,
+            "reason": schedule.inactive_reason if event.kind == "paused" else None,
+            "url": url,
+        }
+        return cls(
+            subject=one_line(subject)[:SUBJECT_LIMIT],
+            email_text="\n".join(lines) + "\n",
+            webhook_json=json.dumps(document, ensure_ascii=False, separators=(",", ":")),
+        )
+
+
+def one_line(text: str) -> str:
+    """A subject is one line: a header cannot hold a line break."""
+    return " ".join(text.split())

@@ -1,0 +1,78 @@
+"""Notification settings: the tenant's default recipients and webhook secret, and the history
+of notifications on a schedule's page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, current_app, request, url_for
+from flask_login import login_required
+from werkzeug.wrappers import Response
+
+from webapp.models import MAX_NOTIFY_EMAILS, MAX_URL, Notification, Schedule
+from webapp.services import notifications
+from webapp.web import tenancy
+from webapp.web.common import actor, htmx_redirect, page_or_partial
+from webapp.web.forms import split_emails
+
+bp = Blueprint("notifications", __name__)
+bp.before_request(login_required(lambda: None))
+
+
+@bp.app_context_processor
+def limits() -> dict[str, Any]:
+    """The widths of the notification fields, for the forms' maxlength."""
+    return {"MAX_URL": MAX_URL, "MAX_NOTIFY_EMAILS": MAX_NOTIFY_EMAILS}
+
+
+@bp.app_template_global()
+def schedule_notifications(schedule: Schedule) -> list[Notification]:
+    """The schedule's recent notifications (templates/schedules/_notifications.html)."""
+    return notifications.recent_notifications(tenancy.current_tenant().id, schedule.id)
+
+
+def page(status: int = 200, **context: Any) -> Response:
+    tenant = tenancy.current_tenant()
+    form = {
+        "notify_emails": ", ".join(tenant.notify_emails or ()),
+        "notify_webhook_url": tenant.notify_webhook_url or "",
+    }
+    return page_or_partial(
+        "settings/notifications.html",
+        "settings/notifications.html",
+        status,
+        tenant=tenant,
+        **{"errors": {}, "form": form, **context},
+    )
+
+
+@bp.get("/settings/notifications")
+def index() -> Response:
+    """The tenant's default recipients; admins also see the webhook secret."""
+    return page()
+
+
+@bp.post("/settings/notifications")
+def save() -> Response:
+    """Save the default recipients (checked as a schedule's own are)."""
+    tenant = tenancy.require_admin()
+    form = {name: request.form.get(name, "") for name in ("notify_emails", "notify_webhook_url")}
+    try:
+        notifications.update_defaults(
+            tenant,
+            split_emails(form["notify_emails"]),
+            form["notify_webhook_url"],
+            actor(),
+            current_app.config,
+        )
+    except notifications.NotificationSettingsError as error:
+        return page(422, errors=error.errors, form=form)
+    return htmx_redirect("Notification settings saved.", url_for("notifications.index"))
+
+
+@bp.post("/settings/notifications/rotate")
+def rotate() -> Response:
+    """Replace the webhook secret: receivers must verify with the new one from now on."""
+    tenant = tenancy.require_admin()
+    notifications.rotate_secret(tenant, actor())
+    return htmx_redirect("Webhook secret rotated.", url_for("notifications.index"))
