@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from flask import Flask
-from sqlalchemy import insert, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
 from tests.conftest import World, make_run
@@ -17,7 +17,7 @@ from tests.panel_helpers import Panel, echo_schedule
 from tests.scheduler_helpers import add_run, add_schedule
 from tests.test_panel_run_detail import counted_statements
 from webapp.extensions import db
-from webapp.models import Run, Schedule, Worker
+from webapp.models import Notification, Run, Schedule, Worker
 from webapp.scheduler.watchdog import WatchResult, queue_stall_reason, watch_overdue
 from webapp.scheduler.worker import WorkerProcess
 from webapp.services.overdue import run_waiting_for, schedule_late_by
@@ -79,6 +79,19 @@ def test_it_flags_an_overdue_schedule_once_and_logs_it_once(
     assert (again.became_overdue, again.recovered) == ([], [])
     assert actions(caplog) == []
     assert overdue_since(late) == NOW  # when it was first found overdue, kept
+
+
+def test_a_schedule_that_became_overdue_gets_its_notification_in_the_same_step(
+    app: Flask, world: World
+) -> None:
+    late = add_schedule(world.alpha.id, "late", NOW - timedelta(minutes=12))
+    set_schedule(late, notify_emails=["oncall@alpha.example"])
+    watch()
+    watch(NOW + timedelta(minutes=1))  # still overdue: the same spell, nothing new
+    rows = db.session.scalars(select(Notification).order_by(Notification.id)).all()
+    assert [(row.event, row.schedule_id, row.target) for row in rows] == [
+        ("overdue", late.id, "oncall@alpha.example")
+    ]
 
 
 def test_a_schedule_that_fired_since_is_cleared_and_logged_once(

@@ -10,8 +10,10 @@ worker alive; this step adds what needs a living worker: `schedules.overdue_sinc
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
@@ -19,6 +21,7 @@ from sqlalchemy.orm import Session
 from webapp.database import write_transaction
 from webapp.models import Run, Worker, run_overdue
 from webapp.scheduler import claims
+from webapp.scheduler.notify import record_overdue
 
 log = logging.getLogger("webapp.scheduler")
 
@@ -44,6 +47,7 @@ def watch_overdue(
     grace: timedelta,
     queue_was_overdue: bool | None = None,
     limit: int = WATCH_BATCH,
+    settings: Mapping[str, Any] | None = None,
 ) -> WatchResult:
     """One transaction: flags newly overdue schedules, clears recovered ones (up to `limit`
     each), logs each change, and logs the queue's change of state.
@@ -51,9 +55,12 @@ def watch_overdue(
     `queue_was_overdue` is the caller's memory of the last call's `queue_overdue` (None: no
     earlier call). The queue has no column for its state, so each worker remembers its own:
     with several workers alive each logs `queue_overdue` / `queue_recovered` once per change.
+    A schedule that became overdue gets its `overdue` notifications in the same transaction
+    (`settings`: the app's, by default).
     """
     with write_transaction(session):
         flagged = claims.flag_overdue_schedules(session, now, grace, limit)
+        record_overdue(session, settings, [row.id for row in flagged], now)
         recovered = claims.clear_recovered_schedules(session, now, grace, limit)
         oldest = session.execute(
             select(Run.id, Run.available_at)

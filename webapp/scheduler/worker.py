@@ -282,7 +282,9 @@ class WorkerProcess:
         self.last_watch = started  # a failing watch waits for its next turn, like the others
         while True:
             now = claims.database_now(session)
-            watched = watch_overdue(session, now, self.overdue_grace, self.queue_overdue)
+            watched = watch_overdue(
+                session, now, self.overdue_grace, self.queue_overdue, settings=self.config
+            )
             self.queue_overdue = watched.queue_overdue
             if not watched.more:
                 return
