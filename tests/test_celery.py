@@ -19,6 +19,7 @@ from flask import Flask
 from sqlalchemy import func, select
 
 from tests.conftest import World
+from tests.pg_cluster import free_port
 from tests.redis_support import RedisServer, redis_server
 from tests.scheduler_helpers import add_run, add_schedule, get_run
 from tests.worker_support import PROJECT, Workers, postgresql_only, wait_for
@@ -270,6 +271,30 @@ def test_runs_queued_while_the_broker_is_down_complete_after_it_returns(
     )
     assert [get_run(r.id).attempt for r in runs] == [1, 1, 1]
     assert [get_run(r.id).output for r in runs] == ["0\n", "1\n", "2\n"]
+
+
+@pytest.mark.slow
+@postgresql_only
+def test_a_worker_without_a_reachable_broker_says_so_once_and_loses_no_run(
+    app: Flask, world: World, workers: Workers, settings: dict[str, str]
+) -> None:
+    run = add_run(world.alpha.id, datetime.now(UTC), args={"message": "waits"})
+    closed = f"redis://127.0.0.1:{free_port()}/0"
+    worker = workers.start(**{**settings, "SCHEDULER_CELERY_BROKER_URL": closed})
+    wait_for(lambda: "action=celery_send_failed" in workers.logs(), 30, "a send to be refused")
+    assert workers.logs().count("action=celery_broker_unreachable") == 1
+    assert worker.poll() is None  # it keeps going, retrying with backoff
+    # Given back each time, never burnt: the run waits in the queue with no attempt counted.
+    wait_for(lambda: get_run(run.id).status == "queued", 10, "the run given back")
+    assert get_run(run.id).attempt == 0
+
+
+def test_an_unknown_executor_is_refused_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    from webapp.config import ConfigError, load_settings
+
+    monkeypatch.setenv("SCHEDULER_EXECUTOR", "kafka")
+    with pytest.raises(ConfigError, match="SCHEDULER_EXECUTOR='kafka' must be one of"):
+        load_settings("/nonexistent")
 
 
 def test_the_celery_executor_needs_its_broker() -> None:

@@ -48,6 +48,7 @@ HARD_LIMIT_GRACE = 5.0
 CHECK_INTERVAL = 1.0
 SEND_RETRY_FIRST = 1.0  # seconds without sending after the broker refused a message; doubling
 SEND_RETRY_MAX = 30.0
+BROKER_CHECK_TIMEOUT = 5.0  # seconds: the check at start
 
 
 def make_celery(config: Mapping[str, Any]) -> Celery:
@@ -96,7 +97,27 @@ class CeleryJobPool(JobPool):
         self.last_check = 0.0
 
     def start(self) -> None:
+        self.check_broker()
         self.add_slot()  # one sender: publishing is fast, and keeps the order of the lease
+
+    def check_broker(self) -> None:
+        """Says in one line at start when the broker cannot be reached. The worker runs all the
+        same: the sender gives leased runs back and retries with backoff until the broker is
+        there, so nothing is lost meanwhile."""
+        try:
+            with self.celery.connection_for_write() as connection:
+                connection.ensure_connection(
+                    max_retries=1, interval_start=0, interval_step=0, timeout=BROKER_CHECK_TIMEOUT
+                )
+        except Exception as error:  # whatever the broker's client raised
+            log.warning(
+                "celery_broker_unreachable",
+                extra={
+                    "action": "celery_broker_unreachable",
+                    "broker": self.celery.connection_for_write().as_uri(),  # no password
+                    "error": f"{type(error).__name__}: {error}",
+                },
+            )
 
     # --- in the sender thread ----------------------------------------------------------------
 
