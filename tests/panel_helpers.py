@@ -4,12 +4,15 @@ a logged-in client and seeded data."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from flask import Flask
 from flask.testing import FlaskClient
+from sqlalchemy import event
 from werkzeug.test import TestResponse
 
 from tests.conftest import PASSWORD, World, make_run
@@ -166,3 +169,18 @@ def seed(world: World) -> Seeded:
     beta_run = make_run(beta_schedule, "succeeded", 30, output="beta-output")
     db.session.commit()
     return Seeded(report, paused, succeeded, failed, queued, beta_schedule, beta_run)
+
+
+@contextmanager
+def counted_statements() -> Iterator[list[str]]:
+    """The SQL statements sent while the block runs (SQLite's BEGIN included)."""
+    statements: list[str] = []
+
+    def count(*args: Any) -> None:
+        statements.append(str(args[2]))
+
+    event.listen(db.engine, "before_cursor_execute", count)
+    try:
+        yield statements
+    finally:
+        event.remove(db.engine, "before_cursor_execute", count)

@@ -9,10 +9,9 @@ from datetime import UTC, date, datetime, time, timedelta
 
 import pytest
 from flask import Flask
-from sqlalchemy import event
 
 from tests.conftest import World, make_run
-from tests.panel_helpers import Panel, echo_schedule
+from tests.panel_helpers import Panel, counted_statements, echo_schedule
 from webapp.extensions import db
 from webapp.models import Run, RunRollup, Schedule, User
 from webapp.services.forecast import MINUTES, fires_per_minute
@@ -138,17 +137,9 @@ def test_the_last_30_days_come_from_rollups_and_from_the_runs_in_two_statements(
 ) -> None:
     schedule, today = history(app, world)
     schedule_id, tenant_id = schedule.id, schedule.tenant_id  # loaded before counting
-    statements: list[str] = []
-
-    def count(*args: object) -> None:
-        if str(args[2]) != "BEGIN":  # SQLite's transaction start (database.py's hook)
-            statements.append(str(args[2]))
-
-    event.listen(db.engine, "before_cursor_execute", count)
-    try:
+    with counted_statements() as sent:
         days = last_days(schedule_id, tenant_id, datetime.now(UTC))
-    finally:
-        event.remove(db.engine, "before_cursor_execute", count)
+    statements = [sql for sql in sent if sql != "BEGIN"]  # SQLite's transaction start
     assert len(statements) <= 2, statements
     assert len(days) == 30 and days[0].day == today - timedelta(days=29) and days[-1].day == today
     by_day = {day.day: day for day in days}

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from flask import Flask
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import event, insert
+from sqlalchemy import insert
 from werkzeug.test import TestResponse
 
 from tests.conftest import World
+from tests.panel_helpers import counted_statements
 from tests.scheduler_helpers import add_schedule
 from webapp.extensions import db
 from webapp.models import Notification, Run, Schedule, Worker
@@ -235,20 +234,6 @@ def test_recent_figures_read_only_the_newest_runs(
     monkeypatch.setattr(metrics, "RECENT_RUNS_LIMIT", 2)
     figures = scrape(metrics_app)
     assert figure(figures, "scheduler_recent_runs", status="succeeded") == 2
-
-
-@contextmanager
-def counted_statements() -> Iterator[list[str]]:
-    statements: list[str] = []
-
-    def count(*args: Any) -> None:
-        statements.append(args[2])
-
-    event.listen(db.engine, "before_cursor_execute", count)
-    try:
-        yield statements
-    finally:
-        event.remove(db.engine, "before_cursor_execute", count)
 
 
 def test_a_scrape_costs_the_same_statements_with_few_or_many_runs(

@@ -13,9 +13,8 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
 from tests.conftest import World, make_run
-from tests.panel_helpers import Panel, echo_schedule
+from tests.panel_helpers import Panel, counted_statements, echo_schedule
 from tests.scheduler_helpers import add_run, add_schedule
-from tests.test_panel_run_detail import counted_statements
 from webapp.extensions import db
 from webapp.models import Notification, Run, Schedule, Worker
 from webapp.scheduler.watchdog import WatchResult, queue_stall_reason, watch_overdue

@@ -5,16 +5,12 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from flask import Flask
-from sqlalchemy import event
 
 from tests.conftest import World, make_run
-from tests.panel_helpers import Panel, Seeded, seed
+from tests.panel_helpers import Panel, Seeded, counted_statements, seed
 from tests.scheduler_helpers import execute_leased
 from webapp.extensions import db
 from webapp.models import Run, Worker
@@ -29,20 +25,6 @@ def add_worker() -> Worker:
     db.session.add(worker)
     db.session.commit()
     return worker
-
-
-@contextmanager
-def counted_statements() -> Iterator[list[str]]:
-    statements: list[str] = []
-
-    def count(*args: Any) -> None:
-        statements.append(args[2])
-
-    event.listen(db.engine, "before_cursor_execute", count)
-    try:
-        yield statements
-    finally:
-        event.remove(db.engine, "before_cursor_execute", count)
 
 
 def error_text(page: str, run: Run) -> str:
