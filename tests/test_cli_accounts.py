@@ -207,5 +207,8 @@ def test_demo_seeds_a_tenant_with_schedules_and_history_once(cli: FlaskCliRunner
         assert result.exit_code == 0, result.output
     assert "log in as admin@demo.example / demo-password" in result.output
     assert [t.slug for t in db.session.scalars(select(Tenant))] == ["demo"]
-    assert count(User) == 2 and count(Schedule) == 5  # the 4 demo ones and the system default
+    # An admin, a viewer and an operator; the 4 demo schedules and the system default.
+    assert count(User) == 3 and count(Schedule) == 5
+    operators = db.session.scalars(select(User.email).where(User.is_operator)).all()
+    assert operators == ["operator@demo.example"]
     assert count(Run) > 0
