@@ -227,7 +227,7 @@ class WorkerProcess:
         fire_due = self.next_fire is not None and self.next_fire <= utcnow()
         if notified or fire_due or now_monotonic - self.last_tick >= self.poll_interval:
             fired = tick(
-                session, current_catalog(), self.settings, between_batches=self.between_tick_batches
+                session, current_catalog(), self.settings, between_batches=self.renew_if_due
             )
             self.last_tick = now_monotonic
             self.next_fire = claims.earliest_next_run(session)
@@ -240,15 +240,6 @@ class WorkerProcess:
         self.watch_if_due(session)
         session.commit()
         return worked
-
-    def between_tick_batches(self) -> None:
-        """After each full batch of a long tick (a herd: thousands due at once): renews when due,
-        stores the outcomes of finished jobs and leases runs for the free slots, so that the
-        slots run the herd's first runs while the tick queues the rest (each batch has been
-        committed: leasing cannot see a fire that might still roll back)."""
-        self.renew_if_due()
-        self.flush()
-        self.lease()
 
     def renew_if_due(self) -> None:
         started = time.monotonic()
