@@ -148,7 +148,7 @@ def test_a_running_run_whose_lease_is_lost_is_no_longer_renewed(idle_pool: Threa
 
 def test_leasing_stops_when_the_slots_are_busy_with_long_jobs(idle_pool: ThreadJobPool) -> None:
     assert idle_pool.wanted(now=100.0) == 2  # no job seen yet: one run per free slot
-    idle_pool.average_duration = 0.001  # short jobs so far: a backlog per slot
+    idle_pool.average_duration = 0.0001  # very short jobs so far: a backlog, up to the cap
     assert idle_pool.wanted(now=100.0) == MAX_LEASE_BATCH
     idle_pool.submit([leased_run(1), leased_run(2)], lease_deadline=160.0, now=100.0)
     for slot in idle_pool.slots:

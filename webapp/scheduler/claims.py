@@ -229,6 +229,10 @@ def earliest_next_run(session: Session) -> datetime | None:
 
 
 def lease_query(now: Any, limit: Any, skip_locked: bool) -> Any:
+    """The runs a lease takes, oldest `available_at` first, as a MATERIALIZED CTE (as the
+    watchdog's flag_overdue_schedules): as a subquery, PostgreSQL may run it again for each row
+    it updates (a nested loop), skipping the rows this statement has just locked, so the LIMIT
+    would not bound the lease."""
     candidates = (
         select(Run.id)
         .where(Run.status == "queued", Run.available_at <= now)
@@ -237,7 +241,7 @@ def lease_query(now: Any, limit: Any, skip_locked: bool) -> Any:
     )
     if skip_locked:
         candidates = candidates.with_for_update(skip_locked=True)
-    return candidates.scalar_subquery()
+    return select(candidates.cte("lease_candidates").prefix_with("MATERIALIZED").c.id)
 
 
 def lease_statement(skip_locked: bool, database_clock: bool = False) -> Any:

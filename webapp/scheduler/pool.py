@@ -56,7 +56,7 @@ from webapp.scheduler.leases import LeasedRun
 log = logging.getLogger("webapp.worker")
 
 HARD_LIMIT_GRACE = 1.0  # seconds past a job's deadline before it is abandoned or killed
-MAX_LEASE_BATCH = 100
+MAX_LEASE_BATCH = 400
 # Leased-but-waiting work a worker may hold, in expected seconds per slot: enough to batch
 # short jobs, too little to hoard long ones.
 PREFETCH_SECONDS = 0.05
@@ -64,7 +64,7 @@ PREFETCH_SECONDS = 0.05
 # PREFETCH_SECONDS, since a short job's thread may wait tens of ms for the GIL under load.
 LONG_JOB_SECONDS = 1.0
 FLUSH_DELAY = 0.02  # seconds an outcome may wait for others before it is stored
-FLUSH_BATCH = 100
+FLUSH_BATCH = 400
 
 
 @dataclass(eq=False)
