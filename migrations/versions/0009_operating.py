@@ -51,6 +51,18 @@ def upgrade():
             sa.Column("abandoned_jobs", sa.Integer(), nullable=False, server_default="0")
         )
 
+    # The lease orders queued runs by (available_at, id): with id in the index, many runs due at
+    # the same instant are read in order instead of scanned and sorted (26 ms per lease in the
+    # herd benchmark).
+    op.drop_index("ix_runs_queue", table_name="runs")
+    op.create_index(
+        "ix_runs_queue",
+        "runs",
+        ["available_at", "id"],
+        postgresql_where=sa.text("status = 'queued'"),
+        sqlite_where=sa.text("status = 'queued'"),
+    )
+
     op.create_table(
         "notifications",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -153,6 +165,14 @@ def upgrade():
 
 
 def downgrade():
+    op.drop_index("ix_runs_queue", table_name="runs")
+    op.create_index(
+        "ix_runs_queue",
+        "runs",
+        ["available_at"],
+        postgresql_where=sa.text("status = 'queued'"),
+        sqlite_where=sa.text("status = 'queued'"),
+    )
     op.drop_index("ix_run_rollups_tenant_day", table_name="run_rollups")
     op.drop_table("run_rollups")
     op.drop_index("ix_notifications_tenant_history", table_name="notifications")
