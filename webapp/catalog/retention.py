@@ -87,8 +87,9 @@ class PruneReport:
 
     def summary(self) -> str:
         longest = max(self.batch_seconds, default=0.0) * 1000
+        runs = "run" if self.runs_deleted == 1 else "runs"
         return (
-            f"folded {self.runs_deleted} run{'' if self.runs_deleted == 1 else 's'} into {self.rollups_created} new and "
+            f"folded {self.runs_deleted} {runs} into {self.rollups_created} new and "
             f"{self.rollups_merged} merged daily roll-ups, then deleted them, in "
             f"{len(self.batch_seconds)} batches (longest {longest:.0f} ms); deleted "
             f"{self.rollups_expired} expired roll-ups"
