@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from tests.conftest import World, make_run
 from tests.panel_helpers import Panel, counted_statements, echo_schedule
 from tests.scheduler_helpers import add_run, add_schedule
+from tests.worker_support import postgresql_only
 from webapp.extensions import db
 from webapp.models import Notification, Run, Schedule, Worker
 from webapp.scheduler.watchdog import WatchResult, queue_stall_reason, watch_overdue
@@ -330,11 +331,10 @@ def test_the_reason_costs_one_statement_and_only_on_a_page_with_a_waiting_run(
     assert statements(f"/runs/{stuck.id}") == before[f"/runs/{fresh.id}"] + 1
 
 
+@postgresql_only  # concurrent write transactions: SQLite has one writer at a time
 def test_of_two_workers_watching_at_once_only_one_flips_and_reports_a_schedule(
-    app: Flask, world: World, database_url: str
+    app: Flask, world: World
 ) -> None:
-    if not database_url.startswith("postgresql"):
-        pytest.skip("concurrent transactions: PostgreSQL (SQLite has one writer at a time)")
     late = add_schedule(world.alpha.id, "late", NOW - timedelta(minutes=12))
     other = add_schedule(world.alpha.id, "other", NOW - timedelta(minutes=10))
     first, second = Session(db.engine), Session(db.engine)
