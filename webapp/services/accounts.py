@@ -154,20 +154,14 @@ def change_operator(user: User, operator: bool, actor: Actor) -> None:
     if was == operator:
         return
     user.is_operator = operator
-    audit.record(
+    audit.record_event(
         db.session(),
-        {
-            "tenant_id": None,
-            "actor_id": actor.user_id,
-            "actor_label": actor.label,
-            "action": "user.set_operator",
-            "object_type": "user",
-            "object_id": user.id,
-            "object_label": user.email,
-            "before": {"is_operator": was},
-            "after": {"is_operator": operator},
-            "created_at": utcnow(),
-        },
+        actor,
+        "user.set_operator",
+        ("user", user.id, user.email),
+        tenant_id=None,
+        before={"is_operator": was},
+        after={"is_operator": operator},
     )
 
 
@@ -236,20 +230,14 @@ def set_limits(
         for name, value in after.items():
             setattr(tenant, name, value)
         # The tenant's admins see in their audit log that the operator changed their limits.
-        audit.record(
+        audit.record_event(
             db.session(),
-            {
-                "tenant_id": tenant.id,
-                "actor_id": None,
-                "actor_label": "cli",
-                "action": "tenant.limits_changed",
-                "object_type": "tenant",
-                "object_id": tenant.id,
-                "object_label": tenant.slug,
-                "before": changed_before,
-                "after": changed_after,
-                "created_at": utcnow(),
-            },
+            Actor.cli(),
+            "tenant.limits_changed",
+            ("tenant", tenant.id, tenant.slug),
+            tenant_id=tenant.id,
+            before=changed_before,
+            after=changed_after,
         )
     return tenant
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -97,3 +98,35 @@ def audit_row(
 
 def record(session: Session, row: dict[str, Any]) -> None:
     session.add(AuditEvent(**row))
+
+
+def record_event(
+    session: Session,
+    actor: Actor,
+    action: str,
+    subject: tuple[str, int | None, str | None],
+    *,
+    tenant_id: int | None,
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
+    at: datetime | None = None,
+) -> None:
+    """An audit event about anything but a schedule (a tenant, a user, a run, a token), in the
+    caller's transaction. `subject`: its type, id and label; `tenant_id` None: installation-wide
+    (the operator's audit)."""
+    object_type, object_id, object_label = subject
+    record(
+        session,
+        {
+            "tenant_id": tenant_id,
+            "actor_id": actor.user_id,
+            "actor_label": actor.label,
+            "action": action,
+            "object_type": object_type,
+            "object_id": object_id,
+            "object_label": object_label,
+            "before": before,
+            "after": after,
+            "created_at": at or utcnow(),
+        },
+    )

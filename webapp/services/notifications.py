@@ -12,7 +12,8 @@ from sqlalchemy import select
 
 from webapp.database import write_transaction
 from webapp.extensions import db
-from webapp.models import AuditEvent, Notification, Tenant
+from webapp.models import Notification, Tenant
+from webapp.services import audit as audit_events
 from webapp.services.audit import Actor
 from webapp.services.schema import check_notify_emails, check_notify_webhook_url
 
@@ -31,19 +32,21 @@ def new_secret() -> str:
     return secrets.token_hex(32)
 
 
-def audit(tenant: Tenant, actor: Actor, action: str, before: Any, after: Any) -> None:
-    db.session.add(
-        AuditEvent(
-            tenant_id=tenant.id,
-            actor_id=actor.user_id,
-            actor_label=actor.label,
-            action=action,
-            object_type="tenant",
-            object_id=tenant.id,
-            object_label=tenant.name,
-            before=before,
-            after=after,
-        )
+def audit(
+    tenant: Tenant,
+    actor: Actor,
+    action: str,
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+) -> None:
+    audit_events.record_event(
+        db.session(),
+        actor,
+        action,
+        ("tenant", tenant.id, tenant.name),
+        tenant_id=tenant.id,
+        before=before,
+        after=after,
     )
 
 

@@ -114,20 +114,13 @@ def find_tenant(tenant_id: int) -> Tenant:
 def record_tenant_view(tenant: Tenant, actor: Actor, now: datetime) -> None:
     """An operator opened a tenant's pages: the tenant's own audit log says who, and when."""
     with write_transaction(db.session) as session:
-        audit.record(
+        audit.record_event(
             session,
-            {
-                "tenant_id": tenant.id,
-                "actor_id": actor.user_id,
-                "actor_label": actor.label,
-                "action": "operator.viewed_tenant",
-                "object_type": "tenant",
-                "object_id": tenant.id,
-                "object_label": tenant.name,
-                "before": None,
-                "after": None,
-                "created_at": now,
-            },
+            actor,
+            "operator.viewed_tenant",
+            ("tenant", tenant.id, tenant.name),
+            tenant_id=tenant.id,
+            at=now,
         )
 
 
@@ -305,24 +298,19 @@ def release_lease(worker_id: int, run_id: int, actor: Actor, lock_ttl: timedelta
             raise ReleaseRefused(  # its worker renewed it between our read and the update
                 f"worker {worker.id} on {worker.hostname} renewed the lease just now: it is live"
             )
-        audit.record(
+        audit.record_event(
             session,
-            {
-                "tenant_id": run.tenant_id,
-                "actor_id": actor.user_id,
-                "actor_label": actor.label,
-                "action": "operator.released_lease",
-                "object_type": "run",
-                "object_id": run.id,
-                "object_label": run.job,
-                "before": before,
-                "after": {
-                    "status": "queued",
-                    "worker_id": None,
-                    "locked_until": None,
-                    "attempt": run.attempt - 1,
-                },
-                "created_at": now,
+            actor,
+            "operator.released_lease",
+            ("run", run.id, run.job),
+            tenant_id=run.tenant_id,
+            before=before,
+            after={
+                "status": "queued",
+                "worker_id": None,
+                "locked_until": None,
+                "attempt": run.attempt - 1,
             },
+            at=now,
         )
         return Released(run.id, run.tenant_id, worker.id, worker.hostname)

@@ -19,7 +19,8 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from webapp.database import write_transaction
 from webapp.extensions import db
-from webapp.models import TOKEN_SCOPES, ApiToken, AuditEvent, Tenant
+from webapp.models import TOKEN_SCOPES, ApiToken, Tenant
+from webapp.services import audit as audit_events
 from webapp.services.audit import Actor
 from webapp.services.sessions import token_hash
 
@@ -61,21 +62,15 @@ def check_expiry(days: int | None) -> int | None:
 
 
 def audit(token: ApiToken, actor: Actor, action: str, now: datetime) -> None:
-    db.session.add(
-        AuditEvent(
-            tenant_id=token.tenant_id,
-            actor_id=actor.user_id,
-            actor_label=actor.label,
-            action=action,
-            object_type="token",
-            object_id=token.id,
-            object_label=token.name,
-            before=None,
-            after={"prefix": token.prefix, "scope": token.scope}
-            if action == "token.created"
-            else None,
-            created_at=now,
-        )
+    created = {"prefix": token.prefix, "scope": token.scope}
+    audit_events.record_event(
+        db.session(),
+        actor,
+        action,
+        ("token", token.id, token.name),
+        tenant_id=token.tenant_id,
+        after=created if action == "token.created" else None,
+        at=now,
     )
 
 
