@@ -94,6 +94,9 @@ class Settings(BaseSettings):
     SCHEDULER_JOB_MODULES: Names = []
     SCHEDULER_MAX_SCHEDULES: Limit = None
     SCHEDULER_MIN_INTERVAL: Limit = None
+    # The most runs of one tenant `running` at once across all workers (a tenant's own
+    # `max_running` replaces it); empty: unlimited.
+    SCHEDULER_MAX_RUNNING: Limit = None
     SCHEDULER_WEBHOOK_ALLOWED_HOSTS: Names = []
     SCHEDULER_WEBHOOK_ALLOW_PRIVATE: Names = []
     SCHEDULER_WEBHOOK_TIMEOUT: Number = 10.0

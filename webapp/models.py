@@ -42,8 +42,10 @@ Role = Literal["admin", "viewer"]
 Scope = Literal["tenant", "system"]
 MisfirePolicy = Literal["fire_once", "fire_all", "skip"]
 OverlapPolicy = Literal["allow", "skip"]
-Trigger = Literal["schedule", "manual", "catchup"]
-RunStatus = Literal["queued", "running", "succeeded", "failed", "skipped"]
+# backfill: an admin asked for the fire times of a past window (one run each, like the tick's).
+Trigger = Literal["schedule", "manual", "catchup", "backfill"]
+# cancelled: an admin cancelled it while queued, or a running job stopped when asked to.
+RunStatus = Literal["queued", "running", "succeeded", "failed", "skipped", "cancelled"]
 # What a notification is about, how it travels, and where it is in the outbox.
 NotificationEvent = Literal["failure", "recovery", "overdue", "paused"]
 NotificationChannel = Literal["email", "webhook"]
@@ -98,6 +100,12 @@ class Tenant(Model):
     # The key of the HMAC-SHA256 signature on this tenant's notification webhooks; made when
     # first needed, shown to the tenant's admins.
     webhook_secret: Mapped[str | None] = mapped_column(String(64))
+    # The most of this tenant's runs `running` at once across all workers; NULL:
+    # SCHEDULER_MAX_RUNNING (unlimited unless set). Enforced by the lease (scheduler.claims).
+    max_running: Mapped[int | None] = mapped_column(Integer)
+    # The default spread of a schedule's start after its fire time (a schedule's own replaces
+    # it); NULL: none.
+    jitter_seconds: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
@@ -222,6 +230,9 @@ class Schedule(Model):
     consecutive_failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # When the watchdog found it overdue (see schedule_overdue); NULL when it is not.
     overdue_since: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Each run starts up to this many seconds after its fire time (a deterministic spread, see
+    # the tick); NULL: the tenant's default.
+    jitter_seconds: Mapped[int | None] = mapped_column(Integer)
     created_by: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
@@ -276,6 +287,15 @@ class Run(Model):
             postgresql_where=text("status = 'running'"),
             sqlite_where=text("status = 'running'"),
         ),
+        # Fair leasing takes each tenant's oldest queued runs in turn.
+        Index(
+            "ix_runs_tenant_queue",
+            "tenant_id",
+            "available_at",
+            "id",
+            postgresql_where=text("status = 'queued'"),
+            sqlite_where=text("status = 'queued'"),
+        ),
         Index("ix_runs_tenant_history", "tenant_id", "id"),
         # The history's status and trigger filters, newest first, without walking the tenant's
         # whole history when few runs match.
@@ -314,10 +334,16 @@ class Run(Model):
     error_detail: Mapped[str | None] = mapped_column(Text)
     output: Mapped[str | None] = mapped_column(Text)
     requested_by: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    # A running job asked to stop (it sees it through its context); NULL: not asked.
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Who cancelled a queued run or asked a running one to stop, and when it ended cancelled.
+    cancelled_by: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    cancelled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     schedule: Mapped[Schedule | None] = relationship()
     worker: Mapped[Worker | None] = relationship()
-    requester: Mapped[User | None] = relationship()  # who pressed Run now
+    requester: Mapped[User | None] = relationship(foreign_keys=[requested_by])  # Run now
+    canceller: Mapped[User | None] = relationship(foreign_keys=[cancelled_by])
 
 
 class AuditEvent(Model):
