@@ -97,6 +97,13 @@ OPERATIONS: dict[str, Operation] = {
         writes=True,
         links=RUN_LINKS,
     ),
+    "api.backfill": Operation(
+        "runs",
+        {200: schemas.BackfillOut},
+        body=schemas.BackfillIn,
+        example={"from": "2026-03-01T00:00", "to": "2026-03-31T23:59", "dry_run": True},
+        writes=True,
+    ),
     "api.schedule_fires": Operation("schedules", {200: schemas.FiresOut}, query=schemas.FiresQuery),
     "api.list_runs": Operation("runs", {200: schemas.RunPage}, query=schemas.RunQuery),
     "api.get_run": Operation("runs", {200: schemas.RunDetail}),

@@ -21,6 +21,7 @@ from webapp.models import (
     Schedule,
     Trigger,
 )
+from webapp.services.backfill import BackfillPlan
 
 MAX_ID = 2_147_483_647  # ids are PostgreSQL `integer`s
 MAX_PAGE = 200
@@ -176,6 +177,62 @@ class FiresOut(BaseModel):
         )
 
 
+class BackfillOut(BaseModel):
+    """A backfill's preview (`dry_run`) or result: the fire times of the window, in UTC and in
+    the schedule's zone."""
+
+    schedule_id: int
+    time_zone: str = Field(description="The schedule's zone, the one the fire times follow")
+    window_from: datetime = Field(alias="from", description="UTC; included")
+    window_to: datetime = Field(alias="to", description="UTC; included")
+    count: int = Field(description="Fire times in the window")
+    first: FireOut | None = Field(description="The first fire time; null when there is none")
+    last: FireOut | None = Field(description="The last fire time; null when there is none")
+    already_recorded: int = Field(
+        description="Of those, fire times that already had a run when previewed: skipped"
+    )
+    paused: bool = Field(description="The schedule is paused: the runs will still run")
+    max_runs: int = Field(description="The most runs one backfill may queue")
+    dry_run: bool
+    queued: int | None = Field(description="Runs queued; null for a dry run")
+    skipped: int | None = Field(
+        description="Fire times skipped because they already had a run; null for a dry run"
+    )
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    @classmethod
+    def of(
+        cls,
+        plan: BackfillPlan,
+        max_runs: int,
+        queued: int | None = None,
+        skipped: int | None = None,
+    ) -> BackfillOut:
+        zone = ZoneInfo(plan.time_zone)
+
+        def fire(at: datetime | None) -> FireOut | None:
+            if at is None:
+                return None
+            return FireOut(at=at, local=at.astimezone(zone), note=plan.spec.dst_note(at))
+
+        window = {"from": plan.window.start, "to": plan.window.end}  # by alias: Python keywords
+        return cls(
+            **window,
+            schedule_id=plan.schedule_id,
+            time_zone=plan.time_zone,
+            count=plan.count,
+            first=fire(plan.first),
+            last=fire(plan.last),
+            already_recorded=plan.existing,
+            paused=plan.paused,
+            max_runs=max_runs,
+            dry_run=queued is None,
+            queued=queued,
+            skipped=skipped,
+        )
+
+
 class JobOut(BaseModel):
     name: str
     title: str
@@ -245,6 +302,20 @@ class RunNowIn(Strict):
     at: AwareDatetime | None = Field(
         None, description="When the run may start (RFC 3339 with an offset); default: now"
     )
+
+
+class BackfillIn(Strict):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    window_from: StrictStr = Field(
+        alias="from",
+        max_length=64,
+        description="ISO 8601; without an offset, a wall-clock time in the schedule's zone",
+    )
+    window_to: StrictStr = Field(
+        alias="to", max_length=64, description="The same; not in the future. Both ends included"
+    )
+    dry_run: bool = Field(False, description="Answer the preview; queue nothing")
 
 
 class ScheduleQuery(Strict):

@@ -20,6 +20,8 @@ from webapp.api.preconditions import etag, idempotent, if_match
 from webapp.api.problems import Problem, from_http_exception
 from webapp.api.schemas import (
     MAX_ID,
+    BackfillIn,
+    BackfillOut,
     CatalogOut,
     FiresOut,
     FiresQuery,
@@ -39,6 +41,7 @@ from webapp.catalog.current import current_catalog
 from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import Run, Schedule
+from webapp.services import backfill as backfills
 from webapp.services import schedules as service
 from webapp.services.audit import AUDITED_FIELDS
 from webapp.services.history import filter_runs
@@ -141,7 +144,10 @@ def cursor_id(cursor: str | None) -> int | None:
 
 
 def answer(document: BaseModel, status: int = 200, location: str | None = None) -> Response:
-    response = Response(document.model_dump_json(), status, mimetype="application/json")
+    # By alias: a field named as in Python may be `from` in JSON.
+    response = Response(
+        document.model_dump_json(by_alias=True), status, mimetype="application/json"
+    )
     if location:
         response.headers["Location"] = location
     return response
@@ -254,6 +260,21 @@ def run_now(schedule_id: int) -> Response:
     run = service.run_now(schedule, auth.actor(), utcnow(), at)
     location = url_for("api.get_run", run_id=run.id)
     return answer(RunDetail.of(run, tenant_zone()), 201, location)
+
+
+@bp.post("/v1/schedules/<id:schedule_id>/backfill")
+@idempotent
+def backfill(schedule_id: int) -> Response:
+    """Backfill: one run per fire time of a past window (`dry_run`: the preview only)."""
+    schedule = auth.writable_schedule_or_404(schedule_id)
+    asked = action_body(BackfillIn)
+    now = utcnow()
+    limit = backfills.MAX_BACKFILL_RUNS
+    if asked.dry_run:
+        plan = backfills.plan_backfill(schedule, asked.window_from, asked.window_to, now)
+        return answer(BackfillOut.of(plan, limit))
+    result = backfills.backfill(schedule, asked.window_from, asked.window_to, auth.actor(), now)
+    return answer(BackfillOut.of(result.plan, limit, result.queued, result.skipped))
 
 
 @bp.get("/v1/schedules/<id:schedule_id>/fires")

@@ -1,23 +1,24 @@
-"""`flask schedule ...`: schedules as data (import, export) and one-off runs."""
+"""`flask schedule ...`: schedules as data (import, export), one-off runs and backfills."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import IO
 from zoneinfo import ZoneInfo
 
 import click
 from flask.cli import AppGroup
 
-from webapp import cron
 from webapp.cli import reports_errors
 from webapp.database import utcnow
 from webapp.services import accounts
 from webapp.services.audit import Actor
+from webapp.services.backfill import PAUSED_LABEL, backfill, parse_moment, plan_backfill
 from webapp.services.schedules import find_schedule, run_now
+from webapp.services.schema import ScheduleError
 from webapp.services.transfer import ImportProblems, export_schedules, import_schedules
 
-schedule_cli = AppGroup("schedule", help="Import, export and run schedules.")
+schedule_cli = AppGroup("schedule", help="Import, export, run and backfill schedules.")
 
 
 @schedule_cli.command("import")
@@ -63,23 +64,40 @@ def run_command(key: str, tenant_slug: str, at_text: str | None) -> None:
 
 
 def parse_at(text: str, time_zone: str) -> datetime:
-    """An ISO 8601 time; without an offset, a wall-clock time in the schedule's zone.
-
-    As for fixed-time fires: a wall time skipped by a DST change means the first instant after
-    the gap, one that happens twice means its first occurrence.
-    """
+    """An ISO 8601 time; without an offset, a wall-clock time in the schedule's zone."""
     try:
-        moment = datetime.fromisoformat(text)
-        if not 1970 <= moment.year <= 2999:
-            raise OverflowError
-        if moment.tzinfo is not None:
-            return moment.astimezone(UTC)
-        utc = cron.wall_time_to_utc(moment, time_zone)
-        if utc.astimezone(ZoneInfo(time_zone)).replace(tzinfo=None) != moment:
-            utc += timedelta(microseconds=1)  # the last instant before the gap, plus one
-        return utc
-    except ValueError:
-        message = f"{text!r} is not an ISO 8601 date and time"
-    except OverflowError:
-        message = f"{text!r} is outside the years 1970 to 2999"
-    raise click.BadParameter(message, param_hint="--at")
+        return parse_moment(text, time_zone, "at")
+    except ScheduleError as error:
+        raise click.BadParameter(error.errors["at"], param_hint="--at") from None
+
+
+@schedule_cli.command("backfill")
+@click.argument("key")
+@click.option("--tenant", "tenant_slug", required=True)
+@click.option("--from", "start", required=True, help="ISO 8601; without an offset, schedule time.")
+@click.option("--to", "end", required=True, help="ISO 8601, not in the future; both ends included.")
+@click.option("--dry-run", is_flag=True, help="Print what would be queued; queue nothing.")
+@reports_errors
+def backfill_command(key: str, tenant_slug: str, start: str, end: str, dry_run: bool) -> None:
+    """Queue one run per past fire time of a window (at most 1,000); fire times that already
+    have a run are skipped."""
+    tenant = accounts.find_tenant(tenant_slug)
+    schedule = find_schedule(tenant, key)
+    now = utcnow()
+    if dry_run:
+        plan = plan_backfill(schedule, start, end, now)
+    else:
+        result = backfill(schedule, start, end, Actor.cli(), now)
+        plan = result.plan
+    zone = ZoneInfo(plan.time_zone)
+    plural = "s" if plan.count != 1 else ""
+    click.echo(f"{schedule.key}: {plan.count} fire time{plural} in the window")
+    for label, fire in (("first", plan.first), ("last", plan.last)):
+        if fire is not None:
+            click.echo(f"{label}: {fire.astimezone(zone).isoformat()} ({fire:%Y-%m-%dT%H:%M:%SZ})")
+    if plan.paused:
+        click.echo(PAUSED_LABEL)
+    if dry_run:
+        click.echo(f"dry run: would queue {plan.new}, skip {plan.existing} (already have a run)")
+    else:
+        click.echo(f"queued {result.queued}, skipped {result.skipped} (already had a run)")

@@ -20,7 +20,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from webapp import cron
-from webapp.catalog import UnknownJobError, args_path, size_errors
+from webapp.catalog import JobSpec, UnknownJobError, args_path, size_errors
 from webapp.catalog.current import current_catalog
 from webapp.config import args_limits
 from webapp.database import write_transaction
@@ -251,6 +251,23 @@ def resume_schedule(schedule: Schedule, actor: Actor, now: datetime, catch_up: b
         notify_workers(session)
 
 
+def runnable_job(schedule: Schedule) -> JobSpec:
+    """The schedule's job if a run of it may be queued (Run now, a backfill), or ScheduleError:
+    the job is in the catalog, of the schedule's scope, and its arguments within the size limits
+    (arguments stored before the limits, or over lowered ones, are not copied again)."""
+    try:
+        spec = current_catalog().get(schedule.job)
+    except UnknownJobError as error:
+        raise ScheduleError({"job": str(error)}) from None
+    refused = spec.scope_problem(schedule.scope)
+    if refused:
+        raise ScheduleError({"job": refused})
+    too_large = size_errors(schedule.args, args_limits(current_app.config))
+    if too_large:
+        raise ScheduleError({args_path(path): message for path, message in too_large})
+    return spec
+
+
 def run_now(schedule: Schedule, actor: Actor, now: datetime, at: datetime | None = None) -> Run:
     """Queues a manual run (at `at`, or now) without touching the schedule's cadence.
 
@@ -265,17 +282,7 @@ def run_now(schedule: Schedule, actor: Actor, now: datetime, at: datetime | None
             }
         )
     with write_transaction(db.session) as session:
-        try:
-            spec = current_catalog().get(schedule.job)
-        except UnknownJobError as error:
-            raise ScheduleError({"job": str(error)}) from None
-        refused = spec.scope_problem(schedule.scope)
-        if refused:
-            raise ScheduleError({"job": refused})
-        # Arguments stored before the size limits (or over lowered ones) are not copied again.
-        too_large = size_errors(schedule.args, args_limits(current_app.config))
-        if too_large:
-            raise ScheduleError({args_path(path): message for path, message in too_large})
+        spec = runnable_job(schedule)
         start = at or now
         run = Run(
             tenant_id=schedule.tenant_id,

@@ -58,8 +58,16 @@ def schedule_jobs(schedule_ids: set[int | None]) -> dict[int, str]:
     return {schedule_id: job for schedule_id, job in rows}
 
 
-# Fields of audit events that are not fields of the form (run now, resume).
-EVENT_LABELS = {"run_id": "Run", "at": "Run at", "catch_up": "Missed fire times"}
+# Fields of audit events that are not fields of the form (run now, resume, backfill).
+EVENT_LABELS = {
+    "run_id": "Run",
+    "at": "Run at",
+    "catch_up": "Missed fire times",
+    "from": "Backfill from",
+    "to": "Backfill to",
+    "queued": "Runs queued",
+    "skipped": "Skipped (already had a run)",
+}
 
 
 @dataclass(frozen=True)
@@ -120,7 +128,7 @@ def field_value(name: str, value: Any, time_zone: str) -> Markup:
     elif name == "run_id" and isinstance(value, int):
         url = id_url("runs.detail", run_id=value)
         return Markup(f'<a href="{escape(url)}">#{value}</a>')
-    elif name == "at" and isinstance(value, str):
+    elif name in ("at", "from", "to") and isinstance(value, str):
         try:
             return moment(datetime.fromisoformat(value), time_zone)
         except ValueError:
