@@ -44,6 +44,8 @@ class DemoPages:
             "schedule": f"/schedules/{self.schedule}",
             "paused schedule": f"/schedules/{self.paused}",
             "resume": f"/schedules/{self.paused}/resume",
+            "backfill": f"/schedules/{self.paused}/backfill"  # with its preview
+            "?from=2026-01-05T06:00&to=2026-01-05T11:00",
             "next runs": "/upcoming",
             "run history": "/runs",
             "run": f"/runs/{self.failed_run}",
