@@ -2,7 +2,8 @@
 
 Each step is a function of webapp.scheduler that tests call one at a time with an explicit now;
 this module repeats them, batches their writes and sleeps in between. The sleep is a
-threading.Event: SIGTERM, a finished job or a PostgreSQL NOTIFY ends it at once.
+threading.Event: SIGTERM, a finished job, a PostgreSQL NOTIFY or, on SQLite, a datagram on the
+worker's wake socket (local_wakeup.py) ends it at once.
 
 Commits are what a database pays for, so they are shared: runs are leased many at a time
 when jobs are short (a few at a time when they are long, so that other workers get their share),
@@ -38,6 +39,7 @@ from webapp.models import Worker
 from webapp.scheduler import claims
 from webapp.scheduler.execution import prints_go_to_runs, store_outcomes
 from webapp.scheduler.leases import lease_once, reap_once, release_leases, renew_leases
+from webapp.scheduler.local_wakeup import WakeSocket, wake_directory
 from webapp.scheduler.logs import bind_process_fields
 from webapp.scheduler.outbox import send_notifications
 from webapp.scheduler.pool import JobPool, ThreadJobPool
@@ -99,6 +101,7 @@ class WorkerProcess:
         self.notified = threading.Event()
         self.worker_id: int | None = None
         self.pool: JobPool | None = None
+        self.wake_socket: WakeSocket | None = None
         self.lock_ttl = timedelta(seconds=float(self.config["SCHEDULER_LOCK_TTL"]))
         self.poll_interval = float(self.config["SCHEDULER_POLL_INTERVAL"])
         self.settings = TickSettings.from_config(self.config)
@@ -185,6 +188,30 @@ class WorkerProcess:
                 log.warning("listen_failed", extra={"action": "listen_failed", "error": str(error)})
                 self.stop_requested.wait(delay)
                 delay = min(delay * 2, MAX_BACKOFF)
+
+    def listen_locally(self, wake_socket: WakeSocket) -> None:
+        """SQLite: wake the loop when the web process on this machine queues a run or changes a
+        schedule (until shut_down closes the socket)."""
+        while wake_socket.wait():
+            self.notified.set()
+            self.wake.set()
+
+    def start_listening(self) -> None:
+        """The wake-up thread of this database: LISTEN on PostgreSQL, a socket on SQLite."""
+        url = db.engine.url
+        if db.engine.dialect.name == "postgresql":
+            conninfo = url.set(drivername="postgresql").render_as_string(hide_password=False)
+            threading.Thread(
+                target=self.listen_for_notifications, args=(conninfo,), daemon=True
+            ).start()
+            return
+        directory = wake_directory(url)
+        if directory is not None:
+            self.wake_socket = WakeSocket.bind(directory, str(self.worker_id))
+        if self.wake_socket is not None:
+            threading.Thread(
+                target=self.listen_locally, args=(self.wake_socket,), daemon=True
+            ).start()
 
     # --- notifications ----------------------------------------------------------------------
 
@@ -363,13 +390,7 @@ class WorkerProcess:
             self.pool.worker_id = self.worker_id
             self.pool.start()
             threading.Thread(target=self.send_notifications_loop, daemon=True).start()
-            if db.engine.dialect.name == "postgresql":
-                url = db.engine.url.set(drivername="postgresql")
-                threading.Thread(
-                    target=self.listen_for_notifications,
-                    args=(url.render_as_string(hide_password=False),),
-                    daemon=True,
-                ).start()
+            self.start_listening()
             try:
                 self.loop()
             finally:
@@ -403,6 +424,8 @@ class WorkerProcess:
 
     def shut_down(self) -> None:
         """Lets running jobs finish within the grace period, returns the rest to the queue."""
+        if self.wake_socket is not None:
+            self.wake_socket.close()  # from now on a Run now is for the other workers
         if self.worker_id is None or self.pool is None:
             return
         pool = self.pool
