@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import IO
-from zoneinfo import ZoneInfo
 
 import click
 from flask.cli import AppGroup
 
-from webapp import cron
 from webapp.cli import reports_errors
 from webapp.database import utcnow
 from webapp.services import accounts
 from webapp.services.audit import Actor
-from webapp.services.schedules import find_schedule, run_now
+from webapp.services.cancellation import cancel_run, find_run
+from webapp.services.schedules import find_schedule, run_now, wall_time_to_utc
 from webapp.services.transfer import ImportProblems, export_schedules, import_schedules
 
 schedule_cli = AppGroup("schedule", help="Import, export and run schedules.")
@@ -62,6 +61,20 @@ def run_command(key: str, tenant_slug: str, at_text: str | None) -> None:
     click.echo(f"run {run.id} {run.status} for {run.scheduled_for:%Y-%m-%dT%H:%M:%SZ}")
 
 
+@schedule_cli.command("cancel-run")
+@click.argument("run_id", type=click.IntRange(min=1))
+@click.option("--tenant", "tenant_slug", required=True)
+@reports_errors
+def cancel_run_command(run_id: int, tenant_slug: str) -> None:
+    """Cancel a queued run, or ask a running one to stop."""
+    run = find_run(accounts.find_tenant(tenant_slug), run_id)
+    cancelled = cancel_run(run, Actor.cli(), utcnow())
+    if cancelled.outcome == "cancelled":
+        click.echo(f"run {run_id} cancelled")
+    else:
+        click.echo(f"run {run_id} asked to stop")
+
+
 def parse_at(text: str, time_zone: str) -> datetime:
     """An ISO 8601 time; without an offset, a wall-clock time in the schedule's zone.
 
@@ -72,12 +85,7 @@ def parse_at(text: str, time_zone: str) -> datetime:
         moment = datetime.fromisoformat(text)
         if not 1970 <= moment.year <= 2999:
             raise OverflowError
-        if moment.tzinfo is not None:
-            return moment.astimezone(UTC)
-        utc = cron.wall_time_to_utc(moment, time_zone)
-        if utc.astimezone(ZoneInfo(time_zone)).replace(tzinfo=None) != moment:
-            utc += timedelta(microseconds=1)  # the last instant before the gap, plus one
-        return utc
+        return wall_time_to_utc(moment, time_zone)
     except ValueError:
         message = f"{text!r} is not an ISO 8601 date and time"
     except OverflowError:
