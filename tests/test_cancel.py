@@ -39,17 +39,15 @@ BERLIN = ZoneInfo("Europe/Berlin")
 
 
 def echo_schedule(world: World, **fields: Any) -> Schedule:
-    values: dict[str, Any] = {
-        "name": "Morning hello",
-        "job": "demo.echo",
-        "args": {"message": "hi"},
-        "cron": "30 7 * * *",
-        "time_zone": "Europe/Berlin",
-        **fields,
-    }
-    return create_schedule(
-        world.alpha, ScheduleInput(**values), Actor.for_user(world.alice), utcnow()
+    values = ScheduleInput(
+        name="Morning hello",
+        job="demo.echo",
+        args={"message": "hi"},
+        cron="30 7 * * *",
+        time_zone="Europe/Berlin",
     )
+    values.update(fields)  # type: ignore[typeddict-item]
+    return create_schedule(world.alpha, values, Actor.for_user(world.alice), utcnow())
 
 
 def berlin_wall_time(moment: datetime) -> str:
