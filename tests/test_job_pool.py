@@ -124,7 +124,7 @@ def test_renewal_that_finds_a_lease_lost_drops_the_run(
     assert reap_once(db.session(), NOW + TTL + timedelta(seconds=1)) == 1
     held = idle_pool.held_ids()
     with caplog.at_level(logging.INFO, logger="webapp.worker"):
-        renewed = renew_leases(db.session(), worker, held, NOW + timedelta(seconds=32), TTL)
+        renewed = set(renew_leases(db.session(), worker, held, NOW + timedelta(seconds=32), TTL))
         idle_pool.renewed(held, renewed, lease_deadline=140.0)
     assert renewed == {kept.id}
     assert idle_pool.held_ids() == [kept.id]

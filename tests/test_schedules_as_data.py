@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 from flask import Flask
@@ -231,13 +232,13 @@ def test_schedule_run_queues_a_manual_run(
     cli: FlaskCliRunner, world: World, tmp_path: Path
 ) -> None:
     import_file(cli, write(tmp_path, [item("a", time_zone="Europe/Berlin")]))
-    result = cli.invoke(
-        args=["schedule", "run", "a", "--tenant", "alpha", "--at", "2030-01-01T09:00"]
-    )
+    day = datetime.now(UTC).date() + timedelta(days=40)
+    result = cli.invoke(args=["schedule", "run", "a", "--tenant", "alpha", "--at", f"{day}T09:00"])
     assert result.exit_code == 0, result.output
     run = db.session.scalars(select(Run)).one()
-    assert result.stdout == f"run {run.id} queued for 2030-01-01T08:00:00Z\n"
-    assert run.available_at == datetime(2030, 1, 1, 8, tzinfo=UTC)
+    nine = datetime(day.year, day.month, day.day, 9, tzinfo=ZoneInfo("Europe/Berlin"))
+    assert result.stdout == f"run {run.id} queued for {nine.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}\n"
+    assert run.available_at == nine
     missing = cli.invoke(args=["schedule", "run", "zzz", "--tenant", "alpha"])
     assert missing.exit_code == 1
     assert missing.stderr == "Error: key: tenant 'alpha' has no schedule with key 'zzz'\n"
@@ -294,36 +295,48 @@ def test_the_first_tenant_gets_the_system_defaults_without_a_sync(app: Flask) ->
     assert count(Schedule) == 1
 
 
+def last_sunday(year: int, month: int) -> date:
+    day = date(year, month, 31)
+    return day - timedelta(days=(day.weekday() - 6) % 7)
+
+
+def next_last_sunday(month: int) -> date:
+    """The next clock change of Berlin in that month (March, October): within a year."""
+    today = datetime.now(UTC).date()
+    day = last_sunday(today.year, month)
+    return day if day > today else last_sunday(today.year + 1, month)
+
+
 def test_schedule_run_at_follows_the_dst_rules_and_refuses_odd_years(
     cli: FlaskCliRunner, world: World, tmp_path: Path
 ) -> None:
     import_file(cli, write(tmp_path, [item("a", time_zone="Europe/Berlin")]))
-    # 02:30 does not exist in Berlin on 2027-03-28: the run starts at 03:00 CEST.
+    spring, autumn = next_last_sunday(3), next_last_sunday(10)
+    # 02:30 does not exist in Berlin when the clocks go forward: the run starts at 03:00 CEST.
     skipped = cli.invoke(
-        args=["schedule", "run", "a", "--tenant", "alpha", "--at", "2027-03-28T02:30"]
+        args=["schedule", "run", "a", "--tenant", "alpha", "--at", f"{spring}T02:30"]
     )
-    assert skipped.stdout.endswith("queued for 2027-03-28T01:00:00Z\n"), skipped.output
-    # 02:30 happens twice on 2027-10-31: the first one (CEST) counts.
+    assert skipped.stdout.endswith(f"queued for {spring}T01:00:00Z\n"), skipped.output
+    # 02:30 happens twice when they go back: the first one (CEST) counts.
     twice = cli.invoke(
-        args=["schedule", "run", "a", "--tenant", "alpha", "--at", "2027-10-31T02:30"]
+        args=["schedule", "run", "a", "--tenant", "alpha", "--at", f"{autumn}T02:30"]
     )
-    assert twice.stdout.endswith("queued for 2027-10-31T00:30:00Z\n"), twice.output
+    assert twice.stdout.endswith(f"queued for {autumn}T00:30:00Z\n"), twice.output
     aware = cli.invoke(
-        args=["schedule", "run", "a", "--tenant", "alpha", "--at", "2027-01-01T09:00+05:30"]
+        args=["schedule", "run", "a", "--tenant", "alpha", "--at", f"{spring}T09:00+05:30"]
     )
-    assert aware.stdout.endswith("queued for 2027-01-01T03:30:00Z\n"), aware.output
+    assert aware.stdout.endswith(f"queued for {spring}T03:30:00Z\n"), aware.output
     far = cli.invoke(args=["schedule", "run", "a", "--tenant", "alpha", "--at", "0001-01-01T00:00"])
     assert far.exit_code == 2 and "outside the years 1970 to 2999" in far.stderr
     # Year 2999 with the most negative offset is the year 3000 in UTC: refused as any run more
-    # than the cron horizon away, in one line, and nothing is stored.
+    # than a year ahead, in one line, and nothing is stored.
     runs = count(Run)
     extreme = cli.invoke(
         args=["schedule", "run", "a", "--tenant", "alpha", "--at", "2999-12-31T23:00-23:59"]
     )
     assert (extreme.exit_code, extreme.stderr) == (
         1,
-        "Error: at: 3000-01-01T22:59:00Z is more than 1827 days from now, further than any "
-        "schedule fires\n",
+        "Error: at: 3000-01-01 23:59 CET (+01:00) is more than a year (366 days) from now\n",
     )
     assert count(Run) == runs
 

@@ -94,3 +94,10 @@ def run_or_404(run_id: int) -> Run:
     if run is None:
         raise Problem(404, "not-found", f"this tenant has no run {run_id}")
     return run
+
+
+def writable_run_or_404(run_id: int) -> Run:
+    """A run the token may cancel: 404 for another tenant's id, then 403 for `read`."""
+    run = run_or_404(run_id)
+    require_write()
+    return run

@@ -41,6 +41,7 @@ class Operation:
     example: dict[str, Any] | None = None
     writes: bool = False
     links: dict[str, dict[str, Any]] = field(default_factory=dict)
+    errors: dict[int, str] = field(default_factory=dict)  # this operation's own, or other words
 
 
 RUN_LINKS = {
@@ -107,6 +108,16 @@ OPERATIONS: dict[str, Operation] = {
     "api.schedule_fires": Operation("schedules", {200: schemas.FiresOut}, query=schemas.FiresQuery),
     "api.list_runs": Operation("runs", {200: schemas.RunPage}, query=schemas.RunQuery),
     "api.get_run": Operation("runs", {200: schemas.RunDetail}),
+    "api.cancel_run": Operation(
+        "runs",
+        {200: schemas.CancelOut},
+        writes=True,
+        errors={
+            409: "The run has finished (`detail` says how: already succeeded, failed, "
+            "skipped or cancelled), or it was already asked to stop; or a request with this "
+            "Idempotency-Key is still in progress"
+        },
+    ),
     "api.catalog": Operation("catalog", {200: schemas.CatalogOut}),
     "api.cron_preview": Operation("catalog", {200: schemas.FiresOut}, query=schemas.PreviewQuery),
 }
@@ -256,6 +267,7 @@ def document() -> dict[str, Any]:
                 response["links"] = operation.links
             entry["responses"][str(status)] = response
         errors = {**ERRORS, **(WRITE_ERRORS if operation.writes or operation.body else {})}
+        errors.update(operation.errors)
         if operation.query is not None:
             errors.setdefault(422, WRITE_ERRORS[422])
         for status, description in sorted(errors.items()):

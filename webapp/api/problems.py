@@ -26,6 +26,7 @@ TYPES = {
     "precondition-failed": "Changed since read",
     "idempotency-conflict": "Idempotency key reused",
     "rate-limited": "Too many requests",
+    "not-cancellable": "Already finished",
 }
 
 

@@ -143,10 +143,27 @@ class RunOut(BaseModel):
 
 class RunDetail(RunOut):
     output: str | None = Field(description="What the job printed (capped)")
+    cancel_requested_at: datetime | None = Field(
+        None, description="When someone asked the running run to stop (POST .../cancel)"
+    )
+    cancelled_at: datetime | None = Field(None, description="When the run ended cancelled")
 
     @classmethod
     def of(cls, run: Run, time_zone: str) -> RunDetail:
-        return cls(**cls.fields_of(run, time_zone), output=run.output)
+        return cls(
+            **cls.fields_of(run, time_zone),
+            output=run.output,
+            cancel_requested_at=run.cancel_requested_at,
+            cancelled_at=run.cancelled_at,
+        )
+
+
+class CancelOut(BaseModel):
+    """What a cancel did: `cancelled` (it was queued: it never starts) or `stop_requested` (it
+    was running: the job sees the request within a lease renewal, if it checks)."""
+
+    outcome: Literal["cancelled", "stop_requested"]
+    run: RunDetail
 
 
 class RunPage(BaseModel):
@@ -300,7 +317,9 @@ class ResumeIn(Strict):
 
 class RunNowIn(Strict):
     at: AwareDatetime | None = Field(
-        None, description="When the run may start (RFC 3339 with an offset); default: now"
+        None,
+        description="When the run may start (RFC 3339 with an offset), not in the past and at "
+        "most a year (366 days) ahead; default: now",
     )
 
 

@@ -22,6 +22,7 @@ from webapp.api.schemas import (
     MAX_ID,
     BackfillIn,
     BackfillOut,
+    CancelOut,
     CatalogOut,
     FiresOut,
     FiresQuery,
@@ -42,6 +43,7 @@ from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import Run, Schedule
 from webapp.services import backfill as backfills
+from webapp.services import cancellation
 from webapp.services import schedules as service
 from webapp.services.audit import AUDITED_FIELDS
 from webapp.services.history import filter_runs
@@ -323,6 +325,19 @@ def list_runs() -> Response:
 def get_run(run_id: int) -> Response:
     """One run, with its output."""
     return answer(RunDetail.of(auth.run_or_404(run_id), tenant_zone()))
+
+
+@bp.post("/v1/runs/<id:run_id>/cancel")
+@idempotent
+def cancel_run(run_id: int) -> Response:
+    """Cancels a queued run, or asks a running one to stop; 409 once it has finished."""
+    run = auth.writable_run_or_404(run_id)
+    try:
+        cancelled = cancellation.cancel_run(run, auth.actor(), utcnow())
+    except cancellation.CancelRefused as refused:
+        raise Problem(409, "not-cancellable", str(refused)) from None
+    run = auth.run_or_404(run_id)
+    return answer(CancelOut(outcome=cancelled.outcome, run=RunDetail.of(run, tenant_zone())))
 
 
 # --- Catalog and cron -----------------------------------------------------------------------

@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from webapp.catalog.builtin import register_builtin_jobs
-from webapp.catalog.context import JobContext, JobLogger, JobTimeout, PermanentError
+from webapp.catalog.context import (
+    JobContext,
+    JobLogger,
+    JobTimeout,
+    PermanentError,
+    RunCancelled,
+)
 from webapp.catalog.registry import (
     ArgsError,
     Catalog,
@@ -31,6 +37,7 @@ __all__ = [
     "JobSpec",
     "JobTimeout",
     "PermanentError",
+    "RunCancelled",
     "UnknownJobError",
     "WebhookError",
     "args_path",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -40,6 +41,12 @@ class JobTimeout(BaseException):
     that a job's `except Exception` does not swallow it; the run fails with `timed out`."""
 
 
+class RunCancelled(BaseException):
+    """Raised by `ctx.check_cancelled()` once an admin has asked the run to stop. A
+    BaseException, so that a job's `except Exception` does not swallow it; the run ends
+    `cancelled`."""
+
+
 class JobLogger(Protocol):
     """The part of `logging.Logger` a job may use; the worker stores what it writes on the run."""
 
@@ -66,6 +73,8 @@ class JobContext:
     config: Mapping[str, object] = field(default_factory=dict)  # JOB_SETTINGS only
     db: object | None = None  # the database session, for the few jobs that need it
     deadline: float = math.inf  # time.monotonic() at which the job's timeout ends
+    # Set by the worker when an admin asks the run to stop (seen at its next lease renewal).
+    stop: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         if self.scheduled_for is not None and self.scheduled_for.utcoffset() != timedelta(0):
@@ -85,3 +94,13 @@ class JobContext:
         """Raises JobTimeout once the deadline has passed: call it between steps of long work."""
         if self.seconds_left() <= 0:
             raise JobTimeout
+
+    def cancel_requested(self) -> bool:
+        """Whether an admin has asked this run to stop: a job may wind down and return."""
+        return self.stop.is_set()
+
+    def check_cancelled(self) -> None:
+        """Raises RunCancelled once an admin has asked the run to stop: call it between steps
+        of long work, as check_timeout. A job that never asks runs to its end."""
+        if self.stop.is_set():
+            raise RunCancelled

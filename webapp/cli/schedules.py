@@ -14,6 +14,7 @@ from webapp.database import utcnow
 from webapp.services import accounts
 from webapp.services.audit import Actor
 from webapp.services.backfill import PAUSED_LABEL, backfill, parse_moment, plan_backfill
+from webapp.services.cancellation import cancel_run, find_run
 from webapp.services.schedules import find_schedule, run_now
 from webapp.services.schema import ScheduleError
 from webapp.services.transfer import ImportProblems, export_schedules, import_schedules
@@ -61,6 +62,20 @@ def run_command(key: str, tenant_slug: str, at_text: str | None) -> None:
     at = parse_at(at_text, schedule.time_zone) if at_text else None
     run = run_now(schedule, Actor.cli(), utcnow(), at)
     click.echo(f"run {run.id} {run.status} for {run.scheduled_for:%Y-%m-%dT%H:%M:%SZ}")
+
+
+@schedule_cli.command("cancel-run")
+@click.argument("run_id", type=click.IntRange(min=1))
+@click.option("--tenant", "tenant_slug", required=True)
+@reports_errors
+def cancel_run_command(run_id: int, tenant_slug: str) -> None:
+    """Cancel a queued run, or ask a running one to stop."""
+    run = find_run(accounts.find_tenant(tenant_slug), run_id)
+    cancelled = cancel_run(run, Actor.cli(), utcnow())
+    if cancelled.outcome == "cancelled":
+        click.echo(f"run {run_id} cancelled")
+    else:
+        click.echo(f"run {run_id} asked to stop")
 
 
 def parse_at(text: str, time_zone: str) -> datetime:

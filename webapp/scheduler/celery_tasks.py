@@ -127,6 +127,7 @@ class LeaseKeeper:
         self.run = run
         self.lock_ttl = lock_ttl
         self.done = threading.Event()
+        self.stop = threading.Event()  # an admin asked the run to stop: the job's ctx.stop
         self.thread = threading.Thread(target=self.renew, daemon=True, name="lease")
 
     def __enter__(self) -> LeaseKeeper:
@@ -158,6 +159,8 @@ class LeaseKeeper:
                     extra={"action": "lease_renewal_failed", "error": str(error.orig)},
                 )
                 continue
+            if renewed.get(self.run.id):
+                self.stop.set()
             if not renewed and not self.done.is_set():  # not merely stored meanwhile
                 log.warning(
                     "run_lease_lost",
@@ -276,10 +279,10 @@ class CeleryNode:
         backoff = catalog.get(run.job).retry_backoff if run.job in catalog else 0.0
         started_at = utcnow()
         deadline = time.monotonic() + timeout
-        with LeaseKeeper(self.app, worker_id, run, self.lock_ttl):
+        with LeaseKeeper(self.app, worker_id, run, self.lock_ttl) as keeper:
             try:
                 settings = job_settings(self.app.config)
-                result = run_job(run, catalog, settings, session, deadline)
+                result = run_job(run, catalog, settings, session, deadline, keeper.stop)
             except SoftTimeLimitExceeded:  # arrived after the job's own code had returned
                 result = JobResult(timed_out(timeout), "", backoff)
             session.rollback()

@@ -303,19 +303,20 @@ def lease_runs(
 
 def extend_leases(
     session: Session, worker_id: int, run_ids: Iterable[int], locked_until: datetime
-) -> set[int]:
-    """Extends this worker's leases on these runs; returns the ids it still held."""
+) -> dict[int, bool]:
+    """Extends this worker's leases on these runs; returns the ids it still held, each with
+    whether an admin has asked that run to stop (the same statement tells, at no extra cost)."""
     ids = list(run_ids)
     if not ids:
-        return set()
+        return {}
     statement = (
         update(Run)
         .where(Run.id.in_(ids), Run.worker_id == worker_id, Run.status == "running")
         .values(locked_until=locked_until)
-        .returning(Run.id)
+        .returning(Run.id, Run.cancel_requested_at)
         .execution_options(synchronize_session=False)
     )
-    return set(session.execute(statement).scalars())
+    return {run_id: asked is not None for run_id, asked in session.execute(statement)}
 
 
 def release_run(
@@ -396,6 +397,8 @@ def record_outcomes(
     for row in rows:  # SQLite: statements are in-process calls; one commit for all of them
         values = {k: row[k] for k in OUTCOME_COLUMNS[2:] if k != "available_at"}
         values["worker_id"] = worker_id  # a reaper's requeue had cleared it
+        if row["status"] == "cancelled":
+            values["cancelled_at"] = row["finished_at"]
         if row["status"] == "queued":
             values.update(available_at=row["available_at"], worker_id=None)
         if taken_back:
@@ -432,6 +435,8 @@ def record_outcomes_postgresql(
         "error_detail = v.error_detail, "
         "started_at = v.started_at, finished_at = v.finished_at, locked_until = NULL, "
         "available_at = COALESCE(v.available_at, r.available_at), "
+        "cancelled_at = CASE WHEN v.status = 'cancelled' THEN v.finished_at "
+        "ELSE r.cancelled_at END, "
         "worker_id = CASE WHEN v.status = 'queued' THEN NULL ELSE :worker_id END "
         f"FROM jsonb_to_recordset(CAST(:rows AS JSONB)) AS v({record_type(session, Run, columns)}) "
         f"WHERE r.id = v.id AND r.attempt = v.attempt AND {TAKEN_BACK if taken_back else OWNED} "
@@ -442,6 +447,43 @@ def record_outcomes_postgresql(
     if taken_back:
         parameters.update(requeue_error=REQUEUE_ERROR, lost_error=LOST_ERROR)
     return set(session.execute(statement, parameters).scalars())
+
+
+# --- cancelling a run (webapp.services.cancellation) --------------------------------------------
+
+
+def cancel_queued_run(session: Session, run_id: int, user_id: int | None, now: datetime) -> bool:
+    """Cancels the run if it is still queued, in one conditional UPDATE: a worker leasing it at
+    the same instant either took it first (this finds it running) or finds it cancelled (on
+    PostgreSQL the lease's SKIP LOCKED passes over the row this holds, and re-checks `queued`
+    on a row changed meanwhile). Returns whether it was cancelled."""
+    statement = (
+        update(Run)
+        .where(Run.id == run_id, Run.status == "queued")
+        .values(
+            status="cancelled",
+            cancelled_by=user_id,
+            cancelled_at=now,
+            finished_at=now,
+            locked_until=None,
+        )
+        .returning(Run.id)
+        .execution_options(synchronize_session=False)
+    )
+    return session.execute(statement).first() is not None
+
+
+def request_stop(session: Session, run_id: int, user_id: int | None, now: datetime) -> bool:
+    """Asks a running run to stop, once: its worker sees the request at its next lease
+    renewal (extend_leases). Returns whether this statement asked."""
+    statement = (
+        update(Run)
+        .where(Run.id == run_id, Run.status == "running", Run.cancel_requested_at.is_(None))
+        .values(cancel_requested_at=now, cancelled_by=user_id)
+        .returning(Run.id)
+        .execution_options(synchronize_session=False)
+    )
+    return session.execute(statement).first() is not None
 
 
 # --- the overdue watchdog (webapp.scheduler.watchdog) -------------------------------------------

@@ -9,6 +9,7 @@ import io
 import logging
 import math
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Iterator, Mapping
@@ -21,7 +22,7 @@ from typing import Any, TextIO
 from sqlalchemy.orm import Session
 
 from webapp.catalog import ArgsError, Catalog, PermanentError, UnknownJobError
-from webapp.catalog.context import JobContext, JobTimeout
+from webapp.catalog.context import JobContext, JobTimeout, RunCancelled
 from webapp.database import utcnow, write_transaction
 from webapp.models import RunStatus
 from webapp.scheduler import claims
@@ -135,11 +136,12 @@ class JobResult:
     error: JobError | None
     output: str
     backoff: float = 0.0
+    stopped: bool = False  # the job stopped because an admin asked it to (ctx.check_cancelled)
 
 
 @dataclass(frozen=True)
 class Outcome:
-    status: RunStatus  # 'succeeded' | 'failed' | 'queued' (a retry)
+    status: RunStatus  # 'succeeded' | 'failed' | 'cancelled' | 'queued' (a retry)
     output: str
     error: str | None
     retry_at: datetime | None = None
@@ -182,9 +184,15 @@ def run_job(
     settings: Mapping[str, Any],
     session: Session,
     deadline: float = math.inf,
+    stop: threading.Event | None = None,
 ) -> JobResult:
     """Runs the job in this thread, until it returns, raises, or stops at `deadline`
-    (time.monotonic()). `settings` are the job settings (context.job_settings), all a job sees."""
+    (time.monotonic()). `settings` are the job settings (context.job_settings), all a job sees.
+    `stop`: set by the worker when an admin asks the run to stop (ctx.check_cancelled); a run
+    asked to stop before its job began is not started at all."""
+    stop = threading.Event() if stop is None else stop
+    if stop.is_set():
+        return JobResult(None, "", stopped=True)
     output = CappedOutput(int(settings["SCHEDULER_OUTPUT_LIMIT"]))
     try:
         spec = catalog.get(run.job)
@@ -211,23 +219,30 @@ def run_job(
         config=settings,
         db=session if spec.scope == "system" else None,
         deadline=deadline,
+        stop=stop,
     )
     error: JobError | None = None
+    stopped = False
     token = current_output.set(output)
     try:
         spec.fn(ctx, params)
+    except RunCancelled:
+        stopped = True
     except JobTimeout:
         error = timed_out(spec.timeout)
     except Exception as raised:
         error = describe_error(raised, spec.fn.__module__)
     finally:
         current_output.reset(token)
-    return JobResult(error, output.text(), spec.retry_backoff)
+    return JobResult(error, output.text(), spec.retry_backoff, stopped)
 
 
 def decide(run: LeasedRun, result: JobResult, now: datetime) -> Outcome:
-    """The run's next state after this attempt: succeeded, failed, or queued for a retry."""
+    """The run's next state after this attempt: succeeded, failed, cancelled (the job stopped
+    when asked to), or queued for a retry."""
     error, output, backoff = result.error, result.output, result.backoff
+    if result.stopped:
+        return Outcome("cancelled", output, None)
     if error is None:
         return Outcome("succeeded", output, None)
     if run.attempt < run.max_attempts:
@@ -254,6 +269,7 @@ ACTIONS: dict[RunStatus, str] = {
     "succeeded": "run_succeeded",
     "failed": "run_failed",
     "queued": "run_retrying",
+    "cancelled": "run_cancelled",
 }
 
 
@@ -292,11 +308,12 @@ def store_outcomes(
         stored = claims.record_outcomes(session, worker_id, rows)
         late = [row for row in rows if row["id"] not in stored]
         stored_late = claims.record_outcomes(session, worker_id, late, taken_back=True)
+        # A cancel is neither a failure nor a success: it leaves the failure count alone.
         ended = sorted(
             (
                 done
                 for done in finished
-                if done.outcome.status != "queued"
+                if done.outcome.status not in ("queued", "cancelled")
                 and (done.run.id in stored or done.run.id in stored_late)
             ),
             key=lambda done: (done.finished_at, done.run.id),
@@ -342,6 +359,7 @@ def run_attempt(
     settings: Mapping[str, Any],
     session: Session,
     deadline: float | None = None,
+    stop: threading.Event | None = None,
 ) -> FinishedRun:
     """Runs one leased attempt in this thread to its outcome: what a worker's job thread does
     with each run it takes (the worker stores the outcomes together with store_outcomes).
@@ -350,6 +368,6 @@ def run_attempt(
     started_at = utcnow()
     if deadline is None:
         deadline = time.monotonic() + job_timeout(catalog, run.job)
-    result = run_job(run, catalog, settings, session, deadline)
+    result = run_job(run, catalog, settings, session, deadline, stop)
     session.rollback()  # whatever the job left open must not leak into the outcome's transaction
     return finish(run, result, started_at)

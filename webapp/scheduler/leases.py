@@ -84,14 +84,15 @@ def lease_once(
 
 def renew_leases(
     session: Session, worker_id: int, run_ids: list[int], now: datetime, lock_ttl: timedelta
-) -> set[int]:
+) -> dict[int, bool]:
     """The worker's heartbeat for the jobs it holds: a lease that is renewed never expires.
 
-    Returns the ids renewed: a run of `run_ids` missing from them is no longer this worker's
-    (a reaper took it back), and the worker must not start it or store over it.
+    Returns the ids renewed, each with whether an admin asked that run to stop: a run of
+    `run_ids` missing from them is no longer this worker's (a reaper took it back), and the
+    worker must not start it or store over it.
     """
     if not run_ids:
-        return set()
+        return {}
     with write_transaction(session):
         return claims.extend_leases(session, worker_id, run_ids, now + lock_ttl)
 

@@ -78,6 +78,9 @@ class Held:
     started: float = 0.0  # time.monotonic() when a slot started it
     timeout: float = 0.0
     hard_deadline: float = math.inf  # time.monotonic()
+    # Set when an admin asks the run to stop: the job's ctx.stop (ThreadJobPool), or not
+    # started at all if it has not begun (both pools).
+    stop: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass(eq=False)
@@ -241,6 +244,13 @@ class JobPool(ABC):
                     self.lose(held)
             self.run_waiting.notify_all()  # runs whose lease had passed may start again
 
+    def ask_to_stop(self, run_ids: list[int]) -> None:
+        """Flags the runs an admin asked to stop (lease renewal reports them)."""
+        with self.lock:
+            for run_id in run_ids:
+                if (held := self.held.get(run_id)) is not None:
+                    held.stop.set()
+
     def lose(self, held: Held) -> None:
         """Called with the lock held: the lease on this run is lost. Not started, it is dropped;
         started, its job goes on (a thread cannot be stopped) and its outcome is stored only
@@ -368,7 +378,9 @@ class ThreadJobPool(JobPool):
                 try:
                     deadline = held.hard_deadline - HARD_LIMIT_GRACE
                     session = db.session()
-                    done = run_attempt(held.run, self.catalog, self.settings, session, deadline)
+                    done = run_attempt(
+                        held.run, self.catalog, self.settings, session, deadline, held.stop
+                    )
                 except Exception as crash:  # run_attempt records the job's errors: our own bug
                     done = self.crashed(held.run, held.started_at, crash)
                 finally:

@@ -163,8 +163,12 @@ class ProcessJobPool(JobPool):
     def attempt(
         self, held: Held, child: BaseProcess, connection: Connection
     ) -> tuple[FinishedRun, bool]:
-        """Runs one attempt in the child: (its outcome, whether the child is gone)."""
+        """Runs one attempt in the child: (its outcome, whether the child is gone). A run asked
+        to stop before it began ends cancelled unstarted; one asked while its job runs in the
+        child goes on to its end (the child shares no memory to flag: see the README)."""
         assert held.started_at is not None
+        if held.stop.is_set():
+            return finish(held.run, JobResult(None, "", stopped=True), held.started_at), False
         connection.send((held.run, held.timeout))
         if not connection.poll(max(0.0, held.hard_deadline - time.monotonic())):
             self.kill(child)  # a job blocked in C code too: nothing of it is left running

@@ -284,7 +284,8 @@ class WorkerProcess:
         now = claims.database_now(session)
         held = self.pool.held_ids()
         renewed = renew_leases(session, self.worker_id, held, now, self.lock_ttl)
-        self.pool.renewed(held, renewed, started + self.lock_ttl.total_seconds())
+        self.pool.renewed(held, set(renewed), started + self.lock_ttl.total_seconds())
+        self.pool.ask_to_stop([run_id for run_id, asked in renewed.items() if asked])
         stale = self.pool.take_waiting(leased_before=started - self.renewal_interval)
         try:
             release_leases(session, self.worker_id, [run.run.id for run in stale], now)

@@ -10,9 +10,8 @@ The runs are queued available now: the per-tenant concurrency cap spreads their 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
-from zoneinfo import ZoneInfo
 
 from flask import current_app
 from sqlalchemy import select
@@ -27,7 +26,7 @@ from webapp.scheduler.misfire import PlannedRun
 from webapp.scheduler.tick import run_row
 from webapp.scheduler.wakeup import notify_workers
 from webapp.services.audit import Actor, record_event
-from webapp.services.schedules import runnable_job
+from webapp.services.schedules import runnable_job, wall_time_to_utc
 from webapp.services.schema import ScheduleError
 
 # Runs one request may queue: a larger window is refused (split it into several).
@@ -91,12 +90,7 @@ def parse_moment(text: str, time_zone: str, field: str) -> datetime:
         moment = datetime.fromisoformat(text.strip())
         if not FIRST_YEAR <= moment.year <= LAST_YEAR:
             raise OverflowError
-        if moment.tzinfo is not None:
-            return moment.astimezone(UTC)
-        utc = cron.wall_time_to_utc(moment, time_zone)
-        if utc.astimezone(ZoneInfo(time_zone)).replace(tzinfo=None) != moment:
-            utc += timedelta(microseconds=1)  # the last instant before the gap, plus one
-        return utc
+        return wall_time_to_utc(moment, time_zone)
     except ValueError:
         message = f"{text!r} is not an ISO 8601 date and time"
     except OverflowError:

@@ -11,7 +11,7 @@ import unicodedata
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -36,9 +36,9 @@ from webapp.services.schema import ScheduleError, ScheduleIn, ScheduleRules
 # Callers build a schedule's input with this; it is checked by ScheduleIn.
 from webapp.services.schema import ScheduleInput as ScheduleInput
 
-# How far from now a run may be requested: as far as the cron module plans (a valid schedule
-# fires at least once in that time), so that no run is queued for the year 3000.
-RUN_AT_HORIZON = timedelta(days=cron.MAX_GAP_DAYS)
+# How far ahead a run may be requested ("Run once later", the API's `at`, `schedule run --at`):
+# a year, whatever its length, so that no forgotten run waits in the queue for the year 3000.
+RUN_AT_HORIZON = timedelta(days=366)
 
 
 @dataclass(frozen=True)
@@ -274,13 +274,10 @@ def run_now(schedule: Schedule, actor: Actor, now: datetime, at: datetime | None
     With the overlap policy `skip`, a run while an earlier one is unfinished is recorded as
     skipped, so that the history explains why nothing ran.
     """
-    if at is not None and abs(at - now) > RUN_AT_HORIZON:
-        raise ScheduleError(
-            {
-                "at": f"{at:%Y-%m-%dT%H:%M:%SZ} is more than {RUN_AT_HORIZON.days} days from "
-                "now, further than any schedule fires"
-            }
-        )
+    if at is not None:
+        refused = run_at_problem(at, now, schedule.time_zone)
+        if refused:
+            raise ScheduleError({"at": refused})
     with write_transaction(db.session) as session:
         spec = runnable_job(schedule)
         start = at or now
@@ -316,6 +313,31 @@ def run_now(schedule: Schedule, actor: Actor, now: datetime, at: datetime | None
         )
         notify_workers(session)
     return run
+
+
+def wall_time_to_utc(moment: datetime, time_zone: str) -> datetime:
+    """A run's start given as a wall-clock time in the schedule's zone (an aware time is merely
+    converted). As for fixed-time fires: a wall time skipped by a DST change means the first
+    instant after the gap, one that happens twice means its first occurrence."""
+    if moment.tzinfo is not None:
+        return moment.astimezone(UTC)
+    utc = cron.wall_time_to_utc(moment, time_zone)
+    if utc.astimezone(ZoneInfo(time_zone)).replace(tzinfo=None) != moment:
+        utc += timedelta(microseconds=1)  # the last instant before the gap, plus one
+    return utc
+
+
+def run_at_problem(at: datetime, now: datetime, time_zone: str) -> str | None:
+    """Why a run may not be queued for `at` (shown in the schedule's zone), or None: the one
+    rule of the panel's "Run once later", the API's `at` and `schedule run --at`."""
+    if at < now:
+        return f"{local_label(at, time_zone)} is in the past"
+    if at - now > RUN_AT_HORIZON:
+        return (
+            f"{local_label(at, time_zone)} is more than a year ({RUN_AT_HORIZON.days} days) "
+            "from now"
+        )
+    return None
 
 
 @dataclass(frozen=True)

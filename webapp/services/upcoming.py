@@ -18,6 +18,7 @@ class Fire:
     at: datetime  # UTC
     schedule: Schedule
     note: str | None  # the DST rule that moved it, if any
+    run_id: int | None = None  # a queued one-off run ("Run once later"), not a fire of the cron
 
 
 # A page of Next runs continues after the last fire shown: (fire time, schedule id).
@@ -30,11 +31,13 @@ def upcoming_fires(
     end: datetime,
     limit: int = 500,
     after: Cursor | None = None,
+    one_offs: Iterable[Fire] = (),
 ) -> tuple[list[Fire], bool]:
     """Fires with start < t <= end, earliest first (then by schedule id), at most `limit`; and
     whether more exist. With `after`, only the fires that come after that one in this order.
     A schedule fires nothing before its next_run_at (the scheduler never fires it earlier), so
-    a caller may load schedules by next_run_at and stop early (see the Next runs page)."""
+    a caller may load schedules by next_run_at and stop early (see the Next runs page).
+    `one_offs`: queued one-off runs in the same order, merged in (they pass the same bounds)."""
     per_schedule: list[Iterator[Fire]] = []
     for schedule in schedules:
         try:
@@ -52,7 +55,12 @@ def upcoming_fires(
         per_schedule.append(fires_of(schedule, spec, first, end))
     # Lazy: the merge asks each schedule for its next fire only when that one is shown, so a
     # page costs one fire per schedule plus the fires it shows, however many schedules fire.
-    merged = heapq.merge(*per_schedule, key=lambda fire: (fire.at, fire.schedule.id))
+    queued = (
+        fire
+        for fire in one_offs
+        if start < fire.at <= end and (after is None or (fire.at, fire.schedule.id) > after)
+    )
+    merged = heapq.merge(*per_schedule, queued, key=lambda fire: (fire.at, fire.schedule.id))
     shown = list(islice(merged, limit + 1))
     return shown[:limit], len(shown) > limit
 

@@ -222,6 +222,8 @@ def outcome_strip(days: Sequence[DayOutcome], width: int = 640, gap: float = 2) 
             parts = [plural(day.runs, "run"), f"{day.succeeded} succeeded"]
             parts += [f"{day.failed} failed"] if day.failed else []
             parts += [f"{day.skipped} skipped"] if day.skipped else []
+            rest = day.runs - day.succeeded - day.failed - day.skipped
+            parts += [f"{rest} cancelled or not finished"] if rest > 0 else []
             text = ", ".join(parts)
         else:
             text = "no runs"

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any
 
-from flask import Blueprint, current_app, request
+from flask import Blueprint, abort, current_app, request, url_for
 from flask_login import login_required
 from sqlalchemy import Row, Select, and_, func
 from sqlalchemy.orm import defer, joinedload
@@ -16,10 +16,12 @@ from webapp.config import overdue_grace
 from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import RUN_STATUSES, TRIGGERS, Run, Schedule, User, Worker
+from webapp.services.cancellation import CancelRefused, cancel_run
 from webapp.services.history import filter_runs
 from webapp.services.overdue import Waiting, waiting_runs
 from webapp.web import tenancy
-from webapp.web.common import page_or_partial
+from webapp.web.auth import is_own_path
+from webapp.web.common import actor, done, page_or_partial
 from webapp.web.formatting import is_htmx, moment_settings
 from webapp.web.params import bad_request, choice_arg, date_arg, id_arg
 
@@ -198,26 +200,49 @@ def schedule_filter() -> Response:
 @bp.get("/runs/<id:run_id>")
 def detail(run_id: int) -> Response:
     """One run: timing, who asked for it, where it ran, arguments, output and error (escaped)."""
-    # One statement for the run, its schedule's name, its worker and who pressed Run now.
-    # Never runs.error_detail: the full traceback is for operators, not tenants.
+    return page_or_partial("runs/detail.html", "runs/_detail.html", **detail_context(run_id))
+
+
+def detail_context(run_id: int) -> dict[str, Any]:
+    """What the run's page shows; Cancel and Stop render it again after the change."""
+    # One statement for the run, its schedule's name, its worker, who pressed Run now and who
+    # cancelled it. Never runs.error_detail: the full traceback is for operators, not tenants.
     run = tenancy.get_run_or_404(
         run_id,
         defer(Run.error_detail),
         joinedload(Run.schedule).load_only(Schedule.id, Schedule.tenant_id, Schedule.name),
         joinedload(Run.worker).load_only(Worker.hostname, Worker.pid),
         joinedload(Run.requester).load_only(User.email),
+        joinedload(Run.canceller).load_only(User.email),
     )
     schedule = run.schedule if run.schedule and run.schedule.tenant_id == run.tenant_id else None
     retry_due = run.status == "queued" and run.attempt > 0 and run.available_at > utcnow()
-    return page_or_partial(
-        "runs/detail.html",
-        "runs/_detail.html",
-        run=run,
-        schedule=schedule,
-        next_attempt_at=run.available_at if retry_due else None,
-        waiting=waiting([run]).get(run.id),
-        tenant=tenancy.current_tenant(),
-    )
+    return {
+        "run": run,
+        "schedule": schedule,
+        "next_attempt_at": run.available_at if retry_due else None,
+        "waiting": waiting([run]).get(run.id),
+        "tenant": tenancy.current_tenant(),
+    }
+
+
+@bp.post("/runs/<id:run_id>/cancel")
+def cancel(run_id: int) -> Response:
+    """Cancel a queued run, or ask a running one to stop (its job sees it at its next check)."""
+    run = tenancy.get_rw_run_or_404(run_id)
+    try:
+        cancelled = cancel_run(run, actor(), utcnow())
+    except CancelRefused as refused:
+        abort(409, str(refused))
+    if cancelled.outcome == "cancelled":
+        message = f"Run #{run_id} cancelled: it will not start."
+    else:
+        message = f"Run #{run_id} asked to stop: its job stops when it next checks."
+    target = request.form.get("next")
+    back = target if target and is_own_path(target) else url_for("runs.detail", run_id=run_id)
+    if request.form.get("place") == "upcoming":  # the row leaves Next runs
+        return done(message, back)
+    return done(message, back, "runs/_detail.html", **detail_context(run_id))
 
 
 @bp.get("/runs/<id:run_id>/status")

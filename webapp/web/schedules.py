@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 from flask import Blueprint, abort, current_app, request, url_for
 from flask_login import login_required
 from markupsafe import Markup
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import Select, and_, func, or_, select
 from sqlalchemy.orm import load_only
 from werkzeug.exceptions import BadRequest
 from werkzeug.wrappers import Response
@@ -40,8 +40,9 @@ from webapp.services.schedules import (
     resume_schedule,
     run_now,
     update_schedule,
+    wall_time_to_utc,
 )
-from webapp.services.upcoming import Cursor, by_day, upcoming_fires
+from webapp.services.upcoming import Cursor, Fire, by_day, upcoming_fires
 from webapp.web import tenancy
 from webapp.web.auth import is_own_path
 from webapp.web.charts import days_figures
@@ -344,6 +345,12 @@ def detail_context(schedule: Schedule) -> dict[str, Any]:
         "tenant": tenancy.current_tenant(),
         "titles": job_titles(),
         "history": days_figures(last_days(schedule.id, schedule.tenant_id, utcnow())),
+        "one_offs": [
+            run
+            for run, _ in one_off_runs(
+                tenancy.runs().where(Run.schedule_id == schedule.id), DETAIL_RUNS
+            )
+        ],
     }
 
 
@@ -386,6 +393,28 @@ def run(schedule_id: int) -> Response:
     if from_detail():  # the new run heads the page's history, its badges polling
         return action_done(message, schedule)
     return done(message, back_to(schedule), "runs/_status.html", run=queued, schedule=schedule)
+
+
+@bp.post("/schedules/<id:schedule_id>/run-later")
+def run_later(schedule_id: int) -> Response:
+    """Run once later: queue a manual run for a wall-clock time in the schedule's zone."""
+    schedule = tenancy.get_rw_schedule_or_404(schedule_id)
+    name, time_zone = schedule.name, schedule.time_zone
+    text = request.form.get("at", "").strip()
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        bad_request(f"“{shown(text)}” is not a date and time: pick one in {time_zone}.")
+    if not 1970 <= moment.year <= 2999:  # beyond, the zone's conversion may overflow
+        bad_request(f"Not queued: {shown(text)} is not within a year from now.")
+    try:
+        queued = run_now(schedule, actor(), utcnow(), wall_time_to_utc(moment, time_zone))
+    except ScheduleError as error:
+        if "at" in error.errors:
+            bad_request(f"Not queued: {error.errors['at']}.")
+        abort(409, "; ".join(error.errors.values()))
+    when = local_label(queued.available_at, time_zone)
+    return action_done(f"Run #{queued.id} of “{name}” queued for {when}.", schedule)
 
 
 @bp.post("/schedules/<id:schedule_id>/pause")
@@ -537,9 +566,10 @@ def upcoming_page(start: datetime, end: datetime, cursor: Cursor | None) -> tupl
         .order_by(Schedule.next_run_at, Schedule.id)
     )
     size = UPCOMING_PAGE + 1
+    queued = one_off_fires(start, end, cursor, UPCOMING_PAGE + 1)
     while True:
         schedules = list(db.session.scalars(active.limit(size)))
-        fires, _ = upcoming_fires(schedules, start, end, UPCOMING_PAGE + 1, cursor)
+        fires, _ = upcoming_fires(schedules, start, end, UPCOMING_PAGE + 1, cursor, queued)
         if len(schedules) < size:
             break  # every active schedule is loaded
         last = schedules[-1]
@@ -551,6 +581,37 @@ def upcoming_page(start: datetime, end: datetime, cursor: Cursor | None) -> tupl
             break
         size *= 4
     return fires[:UPCOMING_PAGE], len(fires) > UPCOMING_PAGE
+
+
+def one_off_runs(query: Select[Any], limit: int) -> list[tuple[Run, Schedule]]:
+    """Queued one-off runs ("Run once later") of `query` (over Run), each with its schedule
+    (still the tenant's), by start time: first attempts of manual runs that wait for a later
+    time (a retry's wait is not one)."""
+    same_schedule = and_(Schedule.id == Run.schedule_id, Schedule.tenant_id == Run.tenant_id)
+    rows = (
+        query.add_columns(Schedule)
+        .join(Schedule, same_schedule)
+        .where(Run.status == "queued", Run.trigger == "manual", Run.attempt == 0)
+        .order_by(Run.available_at, Run.schedule_id, Run.id)
+        .limit(limit)
+    )
+    return [(row[0], row[1]) for row in db.session.execute(rows)]
+
+
+def one_off_fires(start: datetime, end: datetime, cursor: Cursor | None, limit: int) -> list[Any]:
+    """The tenant's queued one-off runs due in (start, end] (after `cursor`), as Next runs
+    shows them."""
+    query = tenancy.runs().where(Run.available_at > start, Run.available_at <= end)
+    if cursor is not None:
+        at, schedule_id = cursor
+        query = query.where(
+            or_(
+                Run.available_at > at,
+                and_(Run.available_at == at, Run.schedule_id > schedule_id),
+            )
+        )
+    rows = one_off_runs(query, limit)
+    return [Fire(run.available_at, schedule, None, run.id) for run, schedule in rows]
 
 
 @bp.get("/upcoming")

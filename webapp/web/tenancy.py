@@ -171,6 +171,13 @@ def get_run_or_404(run_id: int, *options: ExecutableOption) -> Run:
     return run
 
 
+def get_rw_run_or_404(run_id: int) -> Run:
+    """A run the current user may cancel: 404 for another tenant's id, 403 for a viewer."""
+    run = get_run_or_404(run_id)
+    require_admin()
+    return run
+
+
 def get_rw_schedule_or_404(schedule_id: int) -> Schedule:
     """A schedule the current user may change: 404 for another tenant's id, 403 for a viewer."""
     schedule = get_schedule_or_404(schedule_id)
