@@ -20,6 +20,12 @@ idle tick (bench.idle_tick's Ticker: the real tick, nothing due) and the time th
 to fire a small due batch (1,000 schedules made due, spread over the table), in interleaved
 rounds; the ratios show whether either grows with the table.
 
+With `--jitter SECONDS` each herd runs twice on fresh databases, without jitter (the baseline)
+and with every schedule's jitter_seconds set: the same figures, plus the delay beyond each run's
+planned start (started_at - available_at), the deepest ready queue seen (queued runs whose
+available_at has come, sampled every second), PostgreSQL's CPU and statement time and the
+commits; and every jittered run's available_at is checked to lie in [T, T + jitter].
+
 Verified: exactly one run per schedule for T, none twice, none at another time, all succeeded,
 each triggered by the schedule (or a catch-up of T when queued later than the misfire grace),
 every next_run_at the cron module's next fire after T, every worker exited 0; in part 2 the
@@ -28,6 +34,7 @@ batch fired entirely and nothing else. A wrong result exits 1; a missed target p
 
     python -m bench.herd [--schedules 100000] [--tenants 1000] [--workers 4,8] [--lead 20]
                          [--large 1000000] [--small 100000] [--quick] [--no-day]
+                         [--jitter SECONDS]
 """
 
 from __future__ import annotations
@@ -75,9 +82,11 @@ FROM generate_series(0, %(tenants)s - 1) AS t
 # Schedule i belongs to tenant i mod tenants: the tenants' schedules interleave, as they would.
 SEED_SCHEDULES = """
 INSERT INTO schedules (tenant_id, scope, key, name, job, args, cron, time_zone, active,
-                       misfire_policy, overlap_policy, next_run_at, created_at, updated_at)
+                       misfire_policy, overlap_policy, next_run_at, jitter_seconds, created_at,
+                       updated_at)
 SELECT t.id, 'tenant', 's' || i, 'Schedule ' || i, 'bench.noop', '{}'::jsonb, %(cron)s,
-       t.time_zone, true, 'fire_once', 'allow', %(first)s + (i %% %(n)s) * %(step)s, now(), now()
+       t.time_zone, true, 'fire_once', 'allow', %(first)s + (i %% %(n)s) * %(step)s,
+       %(jitter)s, now(), now()
 FROM generate_series(0, %(n)s - 1) AS i
 JOIN tenants AS t ON t.slug = 'herd-' || (i %% %(tenants)s)
 """
@@ -91,6 +100,8 @@ SELECT NOT EXISTS (SELECT 1 FROM schedules WHERE active AND next_run_at <= %(t)s
    AND NOT EXISTS (SELECT 1 FROM runs WHERE status = 'queued')
    AND NOT EXISTS (SELECT 1 FROM runs WHERE status = 'running')
 """
+# The ready queue: queued runs whose available_at has come (the partial queue index).
+READY = "SELECT count(*) FROM runs WHERE status = 'queued' AND available_at <= now()"
 
 
 # --- processes and their CPU time ----------------------------------------------------------------
@@ -237,7 +248,12 @@ def seed(
 
 
 def seed_schedules(
-    connection: psycopg.Connection[Any], n: int, tenants: int, first: datetime, span_s: float
+    connection: psycopg.Connection[Any],
+    n: int,
+    tenants: int,
+    first: datetime,
+    span_s: float,
+    jitter: int | None = None,
 ) -> None:
     connection.execute(
         SEED_SCHEDULES,  # type: ignore[arg-type]
@@ -247,6 +263,7 @@ def seed_schedules(
             "n": n,
             "step": timedelta(seconds=span_s / n),
             "tenants": tenants,
+            "jitter": jitter,
         },
     )
 
@@ -275,6 +292,7 @@ def herd_round(
     concurrency: int | None,
     statements: bool,
     problems: list[str],
+    jitter: int | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Workers first (their start-up is no part of the figures), then the schedules, due at
     T = `lead` seconds after the workers are all registered."""
@@ -285,7 +303,7 @@ def herd_round(
     commits_before = commit_count(server, database)
     postmaster = postmaster_pid(server)
     monitor = Monitor(conninfo)
-    label = f"{count} workers"
+    label = f"{count} workers" + (f", jitter {jitter} s" if jitter else "")
     with tempfile.TemporaryDirectory(prefix="bench-herd-") as logs:
         files = [open(os.path.join(logs, f"worker-{i}.log"), "wb") for i in range(count)]
         started = time.monotonic()
@@ -300,7 +318,7 @@ def herd_round(
             startup = time.monotonic() - started
             fire = (datetime.now(UTC) + timedelta(seconds=lead)).replace(microsecond=0)
             monitor.transactions += 2  # the INSERT and the ANALYZE
-            seed_schedules(monitor.connection, n, tenants, fire, 0.0)
+            seed_schedules(monitor.connection, n, tenants, fire, 0.0, jitter)
             monitor.connection.execute("ANALYZE schedules")
             margin = (fire - datetime.now(UTC)).total_seconds()
             if margin < 1.0:  # a worker sees the new T at its next poll (<= 1 s)
@@ -318,11 +336,15 @@ def herd_round(
             cpu_server = sum(cpu_seconds(pid) for pid in server_pids)
             cpu_machine = machine_busy_seconds()
             load_before = load_average()
-            deadline = time.monotonic() + 600
+            deadline = time.monotonic() + 600 + (jitter or 0)
+            peak_ready, probes = 0, 0
             while not monitor.one(DONE, {"t": fire})[0]:
                 alive(workers)
                 if time.monotonic() > deadline:
                     raise RuntimeError("the runs did not finish within 10 minutes")
+                probes += 1
+                if probes % 2 == 0:  # every second: a count costs PostgreSQL too
+                    peak_ready = max(peak_ready, monitor.one(READY)[0])
                 time.sleep(0.5)
             cpu_workers = sum(cpu_seconds(pid) for pid in pids) - cpu_workers
             server_pids += [p for p in server_processes(postmaster) if p not in server_pids]
@@ -349,6 +371,8 @@ def herd_round(
                 log.close()
     figures = measure(monitor, fire)
     late = verify(monitor, n, fire, problems, label)
+    if jitter:
+        verify_spread(monitor, n, fire, jitter, problems, label)
     monitor.close()
     commits = commit_count(server, database) - commits_before - monitor.transactions
     server.drop(database)
@@ -356,6 +380,7 @@ def herd_round(
     commit_calls = top[-1]["commits"] if top else None
     row = {
         "workers": count,
+        "jitter": jitter or 0,
         "concurrency": concurrency or "default",
         "schedules": n,
         "tenants": tenants,
@@ -370,6 +395,8 @@ def herd_round(
         "commits_per_fire_life": commits / n,
         "worker_cpu_s": cpu_workers,
         "server_cpu_s": cpu_server,
+        "statements_ms": top[-1]["total_ms"] if top else None,
+        "peak_ready": peak_ready,
         "machine_busy_s": cpu_machine,
         "others_cpu_s": max(0.0, cpu_machine - cpu_workers - cpu_server),
         "cpu_capacity_s": (os.cpu_count() or 1) * wall,
@@ -397,12 +424,14 @@ def measure(monitor: Monitor, fire: datetime) -> dict[str, float]:
                percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP
                    (ORDER BY extract(epoch FROM queued_at - scheduled_for)),
                percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP
-                   (ORDER BY extract(epoch FROM started_at - scheduled_for))
+                   (ORDER BY extract(epoch FROM started_at - scheduled_for)),
+               percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP
+                   (ORDER BY extract(epoch FROM started_at - available_at))
         FROM runs WHERE scheduled_for = %(t)s
         """,
         {"t": fire},
     )
-    first_queued, queued, first_started, finished, queue_lag, start_lag = row
+    first_queued, queued, first_started, finished, queue_lag, start_lag, delay = row
     return {
         "first_queued_s": float(first_queued),
         "queued_s": float(queued),
@@ -414,6 +443,10 @@ def measure(monitor: Monitor, fire: datetime) -> dict[str, float]:
         "start_lag_p50": start_lag[0],
         "start_lag_p95": start_lag[1],
         "start_lag_p99": start_lag[2],
+        # Beyond the planned start: what the workers and the database add to the jitter.
+        "delay_p50": delay[0],
+        "delay_p95": delay[1],
+        "delay_p99": delay[2],
     }
 
 
@@ -444,6 +477,22 @@ def verify(monitor: Monitor, n: int, fire: datetime, problems: list[str], label:
             wrong += count
     check(wrong == 0, f"{label}: {wrong} schedules with a wrong next_run_at", problems)
     return int(catchup)
+
+
+def verify_spread(
+    monitor: Monitor, n: int, fire: datetime, jitter: int, problems: list[str], label: str
+) -> None:
+    """Every run's planned start lies in [T, T + jitter] (or is the moment a late tick queued
+    it), the fire time unchanged; and the spread used the window."""
+    inside, late_ticks, spread = monitor.one(
+        "SELECT count(*) FILTER (WHERE available_at BETWEEN %(t)s AND %(t)s + %(j)s),"
+        " count(*) FILTER (WHERE available_at = queued_at AND available_at > %(t)s + %(j)s),"
+        " extract(epoch FROM max(available_at) - min(available_at))"
+        " FROM runs WHERE scheduled_for = %(t)s",
+        {"t": fire, "j": timedelta(seconds=jitter)},
+    )
+    check(inside + late_ticks == n, f"{label}: {n - inside - late_ticks} runs outside", problems)
+    check(float(spread) >= jitter * 0.9, f"{label}: starts spread over {spread} s", problems)
 
 
 # --- part 2: a day's schedules --------------------------------------------------------------------
@@ -551,6 +600,7 @@ def day_rounds(
 
 HERD_COLUMNS = (
     "workers",
+    "jitter",
     "schedules",
     "first_queued_s",
     "queued_s",
@@ -562,12 +612,15 @@ HERD_COLUMNS = (
     "start_lag_p50",
     "start_lag_p95",
     "start_lag_p99",
+    "delay_p95",
+    "delay_p99",
     "runs_per_s",
     "commits_per_fire",
     "catchup_runs",
 )
 CPU_COLUMNS = (
     "workers",
+    "jitter",
     "startup_s",
     "setup_margin_s",
     "finished_s",
@@ -575,6 +628,8 @@ CPU_COLUMNS = (
     "machine_busy_s",
     "worker_cpu_s",
     "server_cpu_s",
+    "statements_ms",
+    "peak_ready",
     "others_cpu_s",
     "commits_per_fire_life",
     "load_before",
@@ -598,6 +653,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=10, help="part 2's interleaved rounds")
     parser.add_argument("--quick", action="store_true", help="10,000 schedules, 100 tenants")
     parser.add_argument("--no-day", action="store_true", help="skip part 2")
+    parser.add_argument(
+        "--jitter",
+        type=int,
+        default=None,
+        metavar="SECONDS",
+        help="each herd also with this jitter on every schedule, beside the herd without",
+    )
     options = parser.parse_args(argv)
     if options.quick:
         options.schedules, options.tenants, options.lead = 10_000, 100, 5.0
@@ -610,7 +672,8 @@ def main(argv: list[str] | None = None) -> int:
     with postgres_server() as server:
         version = server.version()
         statements = enable_statements(server)
-        for count in counts:
+        jitters = [None, options.jitter] if options.jitter else [None]
+        for count, jitter in [(count, jitter) for count in counts for jitter in jitters]:
             row, top = herd_round(
                 server,
                 count,
@@ -620,10 +683,11 @@ def main(argv: list[str] | None = None) -> int:
                 options.concurrency,
                 statements,
                 problems,
+                jitter,
             )
             rows.append(row)
             print_table(
-                f"Herd, {count} workers: {options.schedules:,} schedules, "
+                f"Herd, {count} workers, jitter {jitter or 0} s: {options.schedules:,} schedules, "
                 f"{options.tenants:,} tenants (seconds from the fire time T)",
                 [row],
                 HERD_COLUMNS,
@@ -631,7 +695,8 @@ def main(argv: list[str] | None = None) -> int:
             if top:
                 row["statements"] = top
                 print_table(
-                    f"Where PostgreSQL's time went, {count} workers (pg_stat_statements, "
+                    f"Where PostgreSQL's time went, {count} workers, jitter {jitter or 0} s "
+                    "(pg_stat_statements, "
                     "execution time; COMMIT's WAL flush is not in it)",
                     top,
                     ("statement", "calls", "total_ms", "share", "mean_ms", "rows"),
@@ -665,6 +730,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     targets: list[tuple[str, bool]] = []
     for row in rows:
+        if row["jitter"]:
+            continue  # spread on purpose: its figures are read beside the herd without
         targets.append(
             (
                 f"herd {row['workers']} workers: all queued {row['queued_s']:.2f} s "

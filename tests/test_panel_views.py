@@ -273,8 +273,8 @@ def test_the_form_sends_its_preview_date_with_every_preview_request(
 ) -> None:
     page = Panel(app, world.alice).get("/schedules/new").get_data(as_text=True)
     assert '<label for="preview_from">Preview from</label>' in page
-    assert 'hx-include="#time_zone, #preview_from"' in page
-    assert 'hx-include="#cron, #preview_from"' in page
+    assert 'hx-include="#time_zone, #preview_from, #jitter_seconds"' in page
+    assert 'hx-include="#cron, #preview_from, #jitter_seconds"' in page
 
 
 def test_saving_creates_through_the_service_with_an_audit_event(app: Flask, world: World) -> None:
@@ -443,6 +443,7 @@ def test_the_audit_log_uses_the_form_labels_and_values(
         "Notify emails",
         "Notify webhook URL",
         "Pause after N failed runs",
+        "Jitter (seconds)",
     ]
     assert {row[1] for row in created} == {NOTHING}
     assert created[2][2] == "Echo a message (demo.echo)"

@@ -92,6 +92,7 @@ def test_export_then_import_is_a_no_op(cli: FlaskCliRunner, world: World, tmp_pa
         "notify_emails": [],
         "notify_webhook_url": None,
         "pause_after_failures": None,
+        "jitter_seconds": None,
     }
     events = count(AuditEvent)
     assert import_file(cli, write(tmp_path, exported))[1] == (

@@ -56,6 +56,10 @@ class ScheduleOut(BaseModel):
     pause_after_failures: int | None = Field(
         description="Pauses itself after this many failed runs in a row; null: never"
     )
+    jitter_seconds: int | None = Field(
+        description="Each run starts up to this many seconds after its fire time (a fixed "
+        "spread per fire); null: the tenant's default"
+    )
     next_run_at: datetime | None
     last_run_at: datetime | None
     created_at: datetime
@@ -83,6 +87,7 @@ class ScheduleOut(BaseModel):
             notify_emails=list(schedule.notify_emails or ()),
             notify_webhook_url=schedule.notify_webhook_url,
             pause_after_failures=schedule.pause_after_failures,
+            jitter_seconds=schedule.jitter_seconds,
             next_run_at=schedule.next_run_at,
             last_run_at=schedule.last_run_at,
             created_at=schedule.created_at,
@@ -307,6 +312,7 @@ class SchedulePatch(Strict):
     notify_emails: list[StrictStr] | None = None
     notify_webhook_url: StrictStr | None = None
     pause_after_failures: int | None = None
+    jitter_seconds: int | None = None
 
 
 class ResumeIn(Strict):

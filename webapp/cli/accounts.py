@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
 import click
@@ -114,21 +115,32 @@ def read_password(from_stdin: bool) -> str | None:
     help="Days of run history kept (1-3650) before runs are folded into daily roll-ups; "
     "'default' for SCHEDULER_RUN_RETENTION_DAYS.",
 )
+@click.option(
+    "--jitter-seconds",
+    help="Default spread of a run's start after its fire time (0-3600 s) for the tenant's "
+    "schedules without their own; 'default' for none.",
+)
 @reports_errors
 def set_tenant(
-    slug: str, max_schedules: str | None, min_interval: str | None, retention_days: str | None
+    slug: str,
+    max_schedules: str | None,
+    min_interval: str | None,
+    retention_days: str | None,
+    jitter_seconds: str | None,
 ) -> None:
-    """Set a tenant's quotas and run retention (unset options keep their value)."""
+    """Set a tenant's quotas, run retention and default jitter (unset options keep their value)."""
     tenant = accounts.find_tenant(slug)
     settings = {
         "--max-schedules": tenant.max_schedules,
         "--min-interval": tenant.min_interval_seconds,
         "--retention-days": tenant.retention_days,
+        "--jitter-seconds": tenant.jitter_seconds,
     }
     given_options = (
         ("--max-schedules", max_schedules),
         ("--min-interval", min_interval),
         ("--retention-days", retention_days),
+        ("--jitter-seconds", jitter_seconds),
     )
     for label, given in given_options:
         if given is None:
@@ -137,6 +149,8 @@ def set_tenant(
             settings[label] = None
         elif given.isascii() and given.isdigit() and int(given) <= accounts.MAX_INTEGER:
             settings[label] = int(given)
+        elif label == "--jitter-seconds" and re.fullmatch(r"-[0-9]{1,10}", given):
+            settings[label] = int(given)  # refused by the service, with the rule
         else:
             message = f"{given!r} is not a whole number up to {accounts.MAX_INTEGER} or 'default'"
             raise click.BadParameter(message, param_hint=label)
@@ -145,9 +159,17 @@ def set_tenant(
         settings["--max-schedules"],
         settings["--min-interval"],
         retention_days=settings["--retention-days"],
+        jitter_seconds=settings["--jitter-seconds"],
     )
     shown = {k: "default" if v is None else v for k, v in settings.items()}
+    # The jitter only when asked about or set, so that the line stays as scripts know it.
+    jitter = (
+        f", jitter seconds {shown['--jitter-seconds']}"
+        if jitter_seconds is not None or tenant.jitter_seconds is not None
+        else ""
+    )
     click.echo(
         f"tenant {tenant.slug}: max schedules {shown['--max-schedules']}, "
         f"min interval {shown['--min-interval']}, retention days {shown['--retention-days']}"
+        f"{jitter}"
     )

@@ -4,6 +4,7 @@ applied where the clock changes. validate() is the way in."""
 from __future__ import annotations
 
 import calendar
+import itertools
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -98,6 +99,15 @@ class CronSpec(CronFields):
                 break
             fires.append(fire)
         return fires
+
+    def shortest_gap(self, after_utc: datetime, sample: int = 500) -> timedelta | None:
+        """The shortest time between two of the ``sample`` fires after ``after_utc`` within
+        800 days (None: fewer than two fires in that time). The tenant's minimum interval and
+        the jitter's bound both measure a schedule by it."""
+        first = self.next_fire_after(after_utc)
+        fires = [first, *self.fire_times_between(first, first + timedelta(days=800), sample)]
+        gaps = [later - earlier for earlier, later in itertools.pairwise(fires)]
+        return min(gaps) if gaps else None
 
     def dst_note(self, fire_utc: datetime) -> str | None:
         """Which DST rule, if any, shaped this fire time, in words; None when none did.

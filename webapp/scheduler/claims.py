@@ -52,6 +52,12 @@ DUE_COLUMNS = (
     Schedule.next_run_at,
     Schedule.misfire_policy,
     Schedule.overlap_policy,
+    Schedule.jitter_seconds,
+    # The tenant's default jitter, for a schedule without its own (a system schedule has none).
+    select(Tenant.jitter_seconds)
+    .where(Tenant.id == Schedule.tenant_id)
+    .scalar_subquery()
+    .label("tenant_jitter_seconds"),
 )
 LEASED_COLUMNS = (
     Run.id,

@@ -21,6 +21,7 @@ from webapp.config import args_limits
 from webapp.database import write_transaction
 from webapp.models import Schedule
 from webapp.scheduler import claims
+from webapp.scheduler.jitter import available_at, effective_jitter
 from webapp.scheduler.misfire import MisfireSettings, PlannedRun, plan_fires
 
 log = logging.getLogger("webapp.scheduler")
@@ -84,8 +85,11 @@ def run_row(
     now: datetime,
     max_attempts: int,
     reason: str | None,
+    jitter: int = 0,
 ) -> dict[str, Any]:
+    """The run of one planned fire; a queued one may start `jitter`'s share after its fire."""
     finished = planned.status != "queued"
+    start = now if finished else available_at(schedule.id, planned.scheduled_for, jitter, now)
     return {
         "tenant_id": schedule.tenant_id,
         "schedule_id": schedule.id,
@@ -99,7 +103,7 @@ def run_row(
         "max_attempts": max_attempts,
         "fires_covered": planned.fires_covered,
         "queued_at": now,
-        "available_at": now,
+        "available_at": start,
         "finished_at": now if finished else None,
         "error": reason,
     }
@@ -170,6 +174,13 @@ def tick_once(
                 settings=settings.misfire,
             )
             running = schedule.id in busy
+            jitter = effective_jitter(
+                schedule.jitter_seconds,
+                schedule.tenant_jitter_seconds,
+                schedule.cron,
+                schedule.time_zone,
+                now,
+            )
             for planned in plan.runs:
                 reason: str | None = planned.reason
                 if planned.status == "queued" and schedule.overlap_policy == "skip":
@@ -179,7 +190,7 @@ def tick_once(
                         )
                         reason = OVERLAP_REASON
                     running = True
-                runs.append(run_row(schedule, planned, now, max_attempts, reason))
+                runs.append(run_row(schedule, planned, now, max_attempts, reason, jitter))
             advances.append(
                 {"id": schedule.id, "next_run_at": plan.next_run_at, "last_run_at": plan.last_fire}
             )

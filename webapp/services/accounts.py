@@ -14,6 +14,7 @@ from webapp.config import RETENTION_DAYS_RANGE
 from webapp.database import utcnow, write_transaction
 from webapp.extensions import db
 from webapp.models import ROLES, Membership, Tenant, User
+from webapp.scheduler.jitter import MAX_JITTER
 from webapp.services import audit, sessions
 from webapp.services.audit import Actor
 from webapp.services.defaults import materialise_defaults
@@ -205,21 +206,39 @@ def check_retention_days(days: int) -> int:
     return days
 
 
+def check_jitter_default(seconds: int) -> int:
+    if not 0 <= seconds <= MAX_JITTER:
+        raise AccountError(
+            f"--jitter-seconds must be from 0 to {MAX_JITTER} s, or 'default' (a schedule's "
+            "jitter is also at most half its shortest interval between fires: the tick "
+            "shortens the default for such schedules)"
+        )
+    return seconds
+
+
 def set_limits(
-    slug: str, max_schedules: int | None, min_interval: int | None, *, retention_days: int | None
+    slug: str,
+    max_schedules: int | None,
+    min_interval: int | None,
+    *,
+    retention_days: int | None,
+    jitter_seconds: int | None = None,
 ) -> Tenant:
     """Overrides the operator-wide quotas and run retention for one tenant, in one transaction;
     None restores the default (SCHEDULER_MAX_SCHEDULES, SCHEDULER_MIN_INTERVAL,
-    SCHEDULER_RUN_RETENTION_DAYS)."""
+    SCHEDULER_RUN_RETENTION_DAYS; no jitter)."""
     for label, value in (("--max-schedules", max_schedules), ("--min-interval", min_interval)):
         if value is not None and not 0 <= value <= MAX_INTEGER:
             raise AccountError(f"{label} must be between 0 and {MAX_INTEGER}")
     if retention_days is not None:
         check_retention_days(retention_days)
+    if jitter_seconds is not None:
+        check_jitter_default(jitter_seconds)
     after = {
         "max_schedules": max_schedules,
         "min_interval_seconds": min_interval,
         "retention_days": retention_days,
+        "jitter_seconds": jitter_seconds,
     }
     with write_transaction(db.session):
         tenant = find_tenant(slug)

@@ -51,6 +51,7 @@ AUDITED_FIELDS = (
     "notify_emails",
     "notify_webhook_url",
     "pause_after_failures",
+    "jitter_seconds",
 )
 
 

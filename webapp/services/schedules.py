@@ -27,11 +27,12 @@ from webapp.database import write_transaction
 from webapp.extensions import db
 from webapp.models import Run, Schedule, Tenant
 from webapp.scheduler import claims
+from webapp.scheduler.jitter import effective_jitter
 from webapp.scheduler.tick import OVERLAP_REASON
 from webapp.scheduler.wakeup import notify_workers
 from webapp.services.accounts import AccountError, check_time_zone
 from webapp.services.audit import Actor, audit_row, changed_fields, record, schedule_snapshot
-from webapp.services.schema import ScheduleError, ScheduleIn, ScheduleRules
+from webapp.services.schema import ScheduleError, ScheduleIn, ScheduleRules, jitter_problem
 
 # Callers build a schedule's input with this; it is checked by ScheduleIn.
 from webapp.services.schema import ScheduleInput as ScheduleInput
@@ -346,6 +347,8 @@ class CronPreview:
     fires: list[tuple[datetime, str, str | None]]  # (UTC, local label, DST note)
     clock_changes: list[cron.ClockChange]  # the zone's next two, and what the schedule does
     no_clock_changes: str | None  # what to say instead when the zone has none
+    jitter: str | None = None  # how late after its fire time each run may start, in words
+    jitter_error: str | None = None  # the jitter asked for is out of the schedule's bounds
 
 
 def local_label(moment: datetime, time_zone: str) -> str:
@@ -354,8 +357,36 @@ def local_label(moment: datetime, time_zone: str) -> str:
     return f"{local:%Y-%m-%d %H:%M} {local.tzname()} ({offset[:3]}:{offset[3:]})"
 
 
+def jitter_words(
+    spec: cron.CronSpec, own: int | None, tenant_default: int | None, now: datetime
+) -> tuple[str | None, str | None]:
+    """The preview's jitter line and the error of the jitter asked for (at most one of them):
+    the schedule's own, else the tenant's default, capped as the tick caps it."""
+    if own is not None:
+        refused = jitter_problem(own, spec, now)
+        if refused:
+            return None, refused
+    seconds = effective_jitter(own, tenant_default, spec.expression, spec.tz, now)
+    if seconds <= 0:
+        return None, None
+    line = f"Each run starts up to {seconds} s after its fire time (spread per fire"
+    if own is None:
+        capped = seconds < (tenant_default or 0)
+        line += f"; the tenant's default of {tenant_default} s"
+        line += ", shortened for this schedule)" if capped else ")"
+    else:
+        line += ")"
+    return line, None
+
+
 def preview_cron(
-    expression: str, time_zone: str, now: datetime, count: int = 5, start: date | None = None
+    expression: str,
+    time_zone: str,
+    now: datetime,
+    count: int = 5,
+    start: date | None = None,
+    jitter: int | None = None,
+    tenant_jitter: int | None = None,
 ) -> CronPreview:
     """The description, the next fire times after ``now`` (or from the start of the local day
     ``start``) and the zone's next clock changes, or ScheduleError naming the field at fault."""
@@ -375,11 +406,14 @@ def preview_cron(
     if count > 1:
         fires += spec.fire_times_between(fires[0], fires[0] + timedelta(days=3660), count - 1)
     changes = cron.clock_changes(spec, now)
+    jitter_line, jitter_error = jitter_words(spec, jitter, tenant_jitter, now)
     return CronPreview(
         description=cron.describe(spec),
         fires=[(fire, local_label(fire, time_zone), spec.dst_note(fire)) for fire in fires],
         clock_changes=changes,
         no_clock_changes=None if changes else cron.no_clock_changes(time_zone),
+        jitter=jitter_line,
+        jitter_error=jitter_error,
     )
 
 

@@ -11,7 +11,6 @@ import prints one line each.
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -48,6 +47,7 @@ from webapp.models import (
     OverlapPolicy,
     Scope,
 )
+from webapp.scheduler.jitter import ALWAYS_ALLOWED, MAX_JITTER, jitter_limit, jitter_rule
 
 # Fires looked at to find a schedule's shortest gap for the minimum-interval quota.
 INTERVAL_SAMPLE = 500
@@ -104,6 +104,7 @@ class ScheduleInput(TypedDict, total=False):
     notify_emails: list[str]
     notify_webhook_url: str | None
     pause_after_failures: int | None
+    jitter_seconds: int | None
 
 
 def check_notify_emails(addresses: list[str]) -> list[str]:
@@ -161,13 +162,6 @@ def rules_of(info: ValidationInfo) -> ScheduleRules:
     return info.context
 
 
-def shortest_gap(spec: cron.CronSpec, now: datetime) -> timedelta | None:
-    fires = [spec.next_fire_after(now)]
-    fires += spec.fire_times_between(fires[0], fires[0] + timedelta(days=800), INTERVAL_SAMPLE)
-    gaps = [later - earlier for earlier, later in itertools.pairwise(fires)]
-    return min(gaps) if gaps else None
-
-
 class ScheduleIn(BaseModel):
     """A schedule as asked for, checked. The fields are checked in this order, so that the
     arguments are checked against a known job and the cron expression in a known zone."""
@@ -192,6 +186,10 @@ class ScheduleIn(BaseModel):
         default=None,
         strict=True,
         json_schema_extra={"minimum": PAUSE_AFTER_RANGE[0], "maximum": PAUSE_AFTER_RANGE[1]},
+    )
+    # Each run starts up to this many seconds after its fire time (None: the tenant's default).
+    jitter_seconds: int | None = Field(
+        default=None, strict=True, json_schema_extra={"minimum": 0, "maximum": MAX_JITTER}
     )
 
     @classmethod
@@ -278,7 +276,7 @@ class ScheduleIn(BaseModel):
         except cron.CronError as error:
             problem(str(error))
         if rules.min_interval:
-            gap = shortest_gap(spec, rules.now)
+            gap = spec.shortest_gap(rules.now, INTERVAL_SAMPLE)
             if gap is not None and gap < timedelta(seconds=rules.min_interval):
                 problem(
                     f"fires as often as every {int(gap.total_seconds())} s; this tenant "
@@ -309,6 +307,31 @@ class ScheduleIn(BaseModel):
         if count is not None and not low <= count <= high:
             problem(f"pause after {low} to {high} failed runs, or leave it blank for never")
         return count
+
+    @field_validator("jitter_seconds")
+    @classmethod
+    def check_jitter(cls, seconds: int | None, info: ValidationInfo) -> int | None:
+        """At most half the shortest interval between the schedule's fires, and an hour."""
+        if seconds is None:
+            return None
+        spec = None
+        if "cron" in info.data and "time_zone" in info.data:  # else their own errors say why
+            spec = cron.validate(info.data["cron"], info.data["time_zone"])
+        refused = jitter_problem(seconds, spec, rules_of(info).now)
+        if refused:
+            problem(refused)
+        return seconds
+
+
+def jitter_problem(seconds: int, spec: cron.CronSpec | None, now: datetime) -> str | None:
+    """Why `seconds` is not a jitter this schedule may have (the rule stated), or None. Without
+    a valid expression only the general bound is checked."""
+    limit = MAX_JITTER
+    if spec is not None and seconds > ALWAYS_ALLOWED:
+        limit = jitter_limit(spec, now)
+    if 0 <= seconds <= limit:
+        return None
+    return f"{jitter_rule(limit)}, not {seconds}"
 
 
 class ImportItem(ScheduleIn):

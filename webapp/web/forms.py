@@ -31,6 +31,7 @@ FIELD_LABELS = {
     "notify_emails": "Notify emails",
     "notify_webhook_url": "Notify webhook URL",
     "pause_after_failures": "Pause after N failed runs",
+    "jitter_seconds": "Jitter (seconds)",
 }
 # Notify emails are typed one per line or separated by commas (or semicolons, as mail clients do).
 EMAIL_SEPARATORS = re.compile(r"[,;\n]")
@@ -75,6 +76,7 @@ class ScheduleForm:
     notify_emails: str = ""
     notify_webhook_url: str = ""
     pause_after_failures: str = ""
+    jitter_seconds: str = ""  # blank: the tenant's default
     args: dict[str, str] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
 
@@ -105,6 +107,7 @@ class ScheduleForm:
             notify_emails=", ".join(schedule.notify_emails or ()),
             notify_webhook_url=schedule.notify_webhook_url or "",
             pause_after_failures=str(schedule.pause_after_failures or ""),
+            jitter_seconds=optional_text(schedule.jitter_seconds),
             args=args,
         )
 
@@ -121,6 +124,7 @@ class ScheduleForm:
             notify_emails=data.get("notify_emails", ""),
             notify_webhook_url=data.get("notify_webhook_url", ""),
             pause_after_failures=data.get("pause_after_failures", ""),
+            jitter_seconds=data.get("jitter_seconds", ""),
             args={
                 key.removeprefix("args."): value
                 for key, value in data.items()
@@ -148,7 +152,19 @@ class ScheduleForm:
             "pause_after_failures": parse_number(self.pause_after_failures, int)
             if self.pause_after_failures.strip()
             else None,
+            "jitter_seconds": optional_number(self.jitter_seconds),
         }
+
+
+def optional_text(value: int | None) -> str:
+    """A number as the form shows it; None (0 is a value of its own) as blank."""
+    return "" if value is None else str(value)
+
+
+def optional_number(text: str) -> int | str | None:
+    """A whole-number field as the schema takes it: blank is None, anything else as typed
+    unless it is a whole number (the schema then says it must be one)."""
+    return parse_number(text, int) if text.strip() else None  # type: ignore[return-value]
 
 
 def split_emails(text: str) -> list[str]:

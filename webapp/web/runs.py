@@ -221,6 +221,7 @@ def detail_context(run_id: int) -> dict[str, Any]:
         "run": run,
         "schedule": schedule,
         "next_attempt_at": run.available_at if retry_due else None,
+        "jitter_delay": jitter_delay(run),
         "waiting": waiting([run]).get(run.id),
         "tenant": tenancy.current_tenant(),
     }
@@ -243,6 +244,16 @@ def cancel(run_id: int) -> Response:
     if request.form.get("place") == "upcoming":  # the row leaves Next runs
         return done(message, back)
     return done(message, back, "runs/_detail.html", **detail_context(run_id))
+
+
+def jitter_delay(run: Run) -> int | None:
+    """The seconds its schedule's jitter held a scheduled run back after its fire time, if it
+    did: the tick set its available_at after the moment it was queued (without jitter both are
+    the tick's now), and no retry or lost lease has moved it since (the first attempt)."""
+    first_attempt = run.attempt == 0 or (run.attempt == 1 and run.status != "queued")
+    if run.trigger == "manual" or not first_attempt or run.available_at <= run.queued_at:
+        return None
+    return int((run.available_at - run.scheduled_for).total_seconds())
 
 
 @bp.get("/runs/<id:run_id>/status")

@@ -62,6 +62,7 @@ from webapp.web.forms import (
     ScheduleForm,
     default_args,
     job_spec,
+    optional_number,
 )
 from webapp.web.params import bad_request, choice_arg, date_arg, id_arg, shown
 from webapp.web.runs import history_rows, waiting
@@ -213,19 +214,41 @@ def form_context(form: ScheduleForm, schedule: Schedule | None) -> dict[str, Any
         "misfire_choices": MISFIRE_CHOICES,
         "overlap_choices": OVERLAP_CHOICES,
         "time_zones": time_zone_names(),
-        "preview": cron_preview(form.cron, form.time_zone),
+        "tenant_jitter": tenancy.current_tenant().jitter_seconds,
+        "preview": cron_preview(form.cron, form.time_zone, jitter=form.jitter_seconds),
     }
 
 
 def cron_preview(
-    expression: str, time_zone: str, count: int = 5, start: date | None = None
+    expression: str,
+    time_zone: str,
+    count: int = 5,
+    start: date | None = None,
+    jitter: str | int | None = None,
 ) -> dict[str, Any]:
+    """The preview's context; `jitter` as typed in the form (blank: the tenant's default)."""
     if not expression.strip():
         return {"empty": True}
+    asked = optional_number(jitter) if isinstance(jitter, str) else jitter
+    if isinstance(asked, str):
+        return {
+            "errors": {
+                "jitter_seconds": f"{FIELD_LABELS['jitter_seconds']}: must be a whole number"
+            }
+        }
     try:
-        return {"result": preview_cron(expression, time_zone, utcnow(), count, start)}
+        result = preview_cron(
+            expression,
+            time_zone,
+            utcnow(),
+            count,
+            start,
+            jitter=asked,
+            tenant_jitter=tenancy.current_tenant().jitter_seconds,
+        )
     except ScheduleError as error:
         return {"errors": error.errors}
+    return {"result": result}
 
 
 def save_failed(form: ScheduleForm, schedule: Schedule | None, error: ScheduleError) -> Response:
@@ -305,7 +328,9 @@ def preview() -> Response:
     return page_or_partial(
         "schedules/preview.html",
         "schedules/_preview.html",
-        preview=cron_preview(form.cron, form.time_zone, start=start),
+        preview=cron_preview(
+            form.cron, form.time_zone, start=start, jitter=request.args.get("jitter_seconds", "")
+        ),
         form=form,
         start=start,
     )
@@ -335,7 +360,9 @@ def detail_context(schedule: Schedule) -> dict[str, Any]:
     return {
         "schedule": schedule,
         "spec": spec,
-        "preview": cron_preview(schedule.cron, schedule.time_zone, count=10),
+        "preview": cron_preview(
+            schedule.cron, schedule.time_zone, count=10, jitter=schedule.jitter_seconds
+        ),
         "runs": runs[:DETAIL_RUNS],
         "waiting": waiting(runs[:DETAIL_RUNS]),
         "more_runs": len(runs) > DETAIL_RUNS,
