@@ -50,7 +50,7 @@ from bench.common import (
 SMALL = 10
 TENANTS = """
 INSERT INTO tenants (slug, name, time_zone, created_at)
-SELECT 'fair-' || t, 'Fair ' || t, 'UTC', now() FROM generate_series(0, %(n)s - 1) AS t
+SELECT %(prefix)s || t, %(prefix)s || t, 'UTC', now() FROM generate_series(0, %(n)s - 1) AS t
 """
 FLOOD = """
 INSERT INTO runs (tenant_id, job, args, "trigger", scheduled_for, idempotency_key, status,
@@ -230,7 +230,7 @@ def deep_queue(server: Server, database: str) -> list[dict[str, Any]]:
     rows = []
     with connect(server, database) as connection:
         connection.execute("DELETE FROM runs")
-        connection.execute(TENANTS, {"n": 1000})
+        connection.execute(TENANTS, {"n": 1000, "prefix": "deep-"})
         ids = tenant_ids(connection)
         connection.execute(
             """
@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         version = server.version()
         database = server.create_database()
         with connect(server, database) as connection:
-            connection.execute(TENANTS, {"n": 2})
+            connection.execute(TENANTS, {"n": 2, "prefix": "fair-"})
         waits = [
             wait_round(server, database, flood, unfair=False, problems=problems),
             wait_round(server, database, 0, unfair=False, problems=problems),

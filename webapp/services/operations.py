@@ -116,14 +116,23 @@ def tenant_health(
         .outerjoin(running, running.c.tenant_id == Tenant.id)
         .order_by(Tenant.name, Tenant.id)
     )
-    return [
-        TenantHealth(
-            *row[:-1],
-            max_running=default_max_running if row[-1] is None else row[-1],
-            own_cap=row[-1] is not None,
+    health = []
+    for id_, slug, name, schedules_, failed_, overdue, late_runs, running_, own in rows:
+        health.append(
+            TenantHealth(
+                id_,
+                slug,
+                name,
+                schedules_,
+                failed_,
+                overdue,
+                late_runs,
+                running_,
+                max_running=default_max_running if own is None else own,
+                own_cap=own is not None,
+            )
         )
-        for row in rows
-    ]
+    return health
 
 
 def find_tenant(tenant_id: int) -> Tenant:
