@@ -26,9 +26,10 @@ import argparse
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import timedelta
-from typing import Any
+from typing import IO, Any
 
 import psycopg
 
@@ -66,6 +67,7 @@ VALUES (%(tenant)s, 'demo.sleep', '{"seconds": 0.05}', 'manual', now(), %(key)s,
         1, now(), now())
 """
 SLEEP_ARGS = '{"seconds": 0.05}'
+LOGS: dict[int, IO[str]] = {}  # each worker's log file, by pid
 
 
 def connect(server: Server, database: str) -> psycopg.Connection[Any]:
@@ -85,25 +87,37 @@ def start_workers(server: Server, database: str, unfair: bool) -> list[subproces
         SCHEDULER_POLL_INTERVAL="0.2",
     )
     command = [sys.executable, "-m", "flask", "--app", "webapp", "scheduler", "worker"]
-    return [
-        subprocess.Popen(
+    # Their logs go to files: a pipe nobody reads fills up (a log line per run start and end)
+    # and blocks the worker.
+    workers = []
+    for _ in range(2):
+        log = tempfile.TemporaryFile("w+")
+        worker = subprocess.Popen(
             [*command, "--concurrency", "8"],
             cwd=PROJECT_ROOT,
             env=env,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stderr=log,
             text=True,
         )
-        for _ in range(2)
-    ]
+        LOGS[worker.pid] = log
+        workers.append(worker)
+    return workers
 
 
 def stop(workers: list[subprocess.Popen[str]], problems: list[str]) -> None:
     for worker in workers:
         worker.send_signal(signal.SIGTERM)
     for worker in workers:
-        _, err = worker.communicate(timeout=120)
-        check(worker.returncode == 0, f"worker exited {worker.returncode}: {err[-500:]}", problems)
+        worker.wait(timeout=120)
+        log = LOGS.pop(worker.pid)
+        log.seek(0)
+        check(
+            worker.returncode == 0,
+            f"worker exited {worker.returncode}: {log.read()[-500:]}",
+            problems,
+        )
+        log.close()
 
 
 def wait_round(
