@@ -25,6 +25,7 @@ BENCHMARKS = (
     "execution",
     "prune",
     "herd",
+    "fairness",
 )
 README = os.path.join(PROJECT_ROOT, "bench", "README.md")
 BEGIN, END = "<!-- figures:begin -->", "<!-- figures:end -->"
@@ -169,6 +170,38 @@ def figures_table() -> str:
                 f"{row['idle_tick_ms']:.2f} ms, {row['batch']:,} due fired in "
                 f"{row['batch_fire_ms']:.0f} ms | the same at a tenth of the schedules | idle "
                 f"{row['idle_ratio']:.2f}x, fire {row['fire_ratio']:.2f}x | <= 1.2x |"
+            )
+    for row in latest("fairness"):
+        dates.append(row["date"])
+        if row["part"] == "wait" and row["flood"] and row["leasing"] == "fair":
+            alone = next(
+                (r for r in latest("fairness") if r["part"] == "wait" and not r["flood"]), None
+            )
+            unfair = next(
+                (r for r in latest("fairness") if r["part"] == "wait" and "unfair" in r["leasing"]),
+                None,
+            )
+            baseline = "; ".join(
+                f"{label} p95 {other['b_wait_p95_s']:.2f} s"
+                for label, other in (("B alone", alone), ("unfair leasing, flood", unfair))
+                if other
+            )
+            lines.append(
+                f"| Fairness: tenant B's 10 runs while A floods {row['flood']:,}, 2 workers x 8 | "
+                f"B's wait p50 {row['b_wait_p50_s']:.2f} s, p95 {row['b_wait_p95_s']:.2f} s | "
+                f"{baseline} | | p95 < 2 s |"
+            )
+        elif row["part"] == "throughput":
+            lines.append(
+                f"| Fairness: leasing {row['runs']:,} runs in batches of {row['batch']} | "
+                f"{row['fair_runs_per_s']:,.0f} runs/s of lease time | unfair (previous) lease "
+                f"{row['unfair_runs_per_s']:,.0f} runs/s | {row['ratio']:.2f}x | >= 0.8x |"
+            )
+        elif row["part"] == "deep":
+            lines.append(
+                f"| Fairness: one lease of {row['limit']}, 100,000 queued over 1,000 tenants + "
+                f"10,000 of one | {row['fair_ms']:.2f} ms | unfair (previous) lease "
+                f"{row['unfair_ms']:.2f} ms | {row['fair_ms'] / row['unfair_ms']:.2f}x | (none) |"
             )
     machine = (
         f"{info.get('nproc', '?')} CPUs ({info.get('cpu', '?')}), PostgreSQL "

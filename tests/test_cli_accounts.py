@@ -62,7 +62,10 @@ def test_tenant_create_without_a_name_is_a_usage_error(cli: FlaskCliRunner) -> N
 
 def test_tenant_list_prints_one_line_per_tenant(cli: FlaskCliRunner, world: World) -> None:
     result = cli.invoke(args=["tenant", "list"])
-    assert result.output == "alpha\tEurope/Berlin\tAlpha Corp\nbeta\tAmerica/New_York\tBeta Ltd\n"
+    assert result.output == (
+        "alpha\tEurope/Berlin\tAlpha Corp\tmax running no cap (default)\n"
+        "beta\tAmerica/New_York\tBeta Ltd\tmax running no cap (default)\n"
+    )
 
 
 def test_user_create_normalises_the_email_and_hashes_the_password(

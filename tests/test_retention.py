@@ -340,7 +340,8 @@ def test_tenant_set_retention_days_and_back_to_the_default(
 ) -> None:
     result = cli.invoke(args=["tenant", "set", "alpha", "--retention-days", "3650"])
     assert result.stdout == (
-        "tenant alpha: max schedules default, min interval default, retention days 3650\n"
+        "tenant alpha: max schedules default, min interval default, retention days 3650, "
+        "max running default\n"
     )
     db.session.expire_all()
     assert db.session.get(Tenant, world.alpha.id).retention_days == 3650  # type: ignore[union-attr]
@@ -350,7 +351,7 @@ def test_tenant_set_retention_days_and_back_to_the_default(
     assert db.session.get(Tenant, world.alpha.id).retention_days == 3650  # type: ignore[union-attr]
 
     result = cli.invoke(args=["tenant", "set", "alpha", "--retention-days", "default"])
-    assert result.stdout.endswith("min interval 60, retention days default\n")
+    assert result.stdout.endswith("min interval 60, retention days default, max running default\n")
     db.session.expire_all()
     assert db.session.get(Tenant, world.alpha.id).retention_days is None  # type: ignore[union-attr]
 

@@ -175,7 +175,8 @@ def test_import_over_the_quota_writes_nothing(
     result = cli.invoke(args=["tenant", "set", "alpha", "--max-schedules", "2"])
     assert (
         result.stdout
-        == "tenant alpha: max schedules 2, min interval default, retention days default\n"
+        == "tenant alpha: max schedules 2, min interval default, retention days default, "
+        "max running default\n"
     )
     code, _, err = import_file(cli, write(tmp_path, [item("a"), item("b"), item("c")]))
     assert code == 1

@@ -15,6 +15,7 @@ from webapp.config import (
     INSTANCE_FILE,
     ConfigError,
     args_limits,
+    default_max_running,
     is_secret_key_optional,
     load_settings,
     trusted_proxies,
@@ -64,6 +65,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     app.config.update(SESSION_COOKIE_SECURE=secure_cookies, REMEMBER_COOKIE_SECURE=secure_cookies)
 
     args_limits(app.config)  # a bad limit stops the app now, not each save or run
+    default_max_running(app.config)  # ...or each lease
     uses_celery(app.config)  # so does an executor without its broker
     proxies = trusted_proxies(app.config)
     if proxies:

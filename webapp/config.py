@@ -205,6 +205,20 @@ def args_limits(settings: Mapping[str, Any]) -> tuple[int, int]:
     return limits[0], limits[1]
 
 
+def default_max_running(settings: Mapping[str, Any]) -> int | None:
+    """SCHEDULER_MAX_RUNNING: the cap on a tenant's runs running at once where the tenant has
+    none of its own; None (unset or empty): no cap. A cap below 1 would stop every tenant."""
+    value = settings.get("SCHEDULER_MAX_RUNNING")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(
+            f"SCHEDULER_MAX_RUNNING={value!r} must be a whole number of runs from 1, "
+            "or empty for no cap"
+        )
+    return value
+
+
 def overdue_grace(settings: Mapping[str, Any]) -> timedelta:
     """SCHEDULER_OVERDUE_GRACE as a duration (the default where the setting is missing)."""
     name = "SCHEDULER_OVERDUE_GRACE"

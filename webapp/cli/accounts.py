@@ -6,9 +6,11 @@ import re
 import sys
 
 import click
+from flask import current_app
 from flask.cli import AppGroup
 
 from webapp.cli import reports_errors
+from webapp.config import default_max_running
 from webapp.models import ROLES
 from webapp.services import accounts
 from webapp.services.audit import Actor
@@ -31,9 +33,11 @@ def create_tenant(slug: str, name: str, time_zone: str) -> None:
 @tenant_cli.command("list")
 @reports_errors
 def list_tenants() -> None:
-    """List tenants, one per line: slug, time zone, name."""
+    """List tenants, one per line: slug, time zone, name, cap on running runs."""
+    default = default_max_running(current_app.config)
     for tenant in accounts.list_tenants():
-        click.echo(f"{tenant.slug}\t{tenant.time_zone}\t{tenant.name}")
+        cap = describe_cap(tenant.max_running, default)
+        click.echo(f"{tenant.slug}\t{tenant.time_zone}\t{tenant.name}\tmax running {cap}")
 
 
 @user_cli.command("create")
@@ -97,6 +101,12 @@ def revoke_sessions(email: str) -> None:
     click.echo(f"ended {count} session{'s' if count != 1 else ''} of {email.strip().lower()}")
 
 
+def describe_cap(own: int | None, default: int | None) -> str:
+    if own is not None:
+        return str(own)
+    return "no cap (default)" if default is None else f"{default} (default)"
+
+
 def read_password(from_stdin: bool) -> str | None:
     """The password from stdin (first line), a hidden prompt on a terminal, or None."""
     if from_stdin:
@@ -116,6 +126,11 @@ def read_password(from_stdin: bool) -> str | None:
     "'default' for SCHEDULER_RUN_RETENTION_DAYS.",
 )
 @click.option(
+    "--max-running",
+    help="Most of the tenant's runs running at once across all workers (1 or more); "
+    "'default' for SCHEDULER_MAX_RUNNING.",
+)
+@click.option(
     "--jitter-seconds",
     help="Default spread of a run's start after its fire time (0-3600 s) for the tenant's "
     "schedules without their own; 'default' for none.",
@@ -126,20 +141,24 @@ def set_tenant(
     max_schedules: str | None,
     min_interval: str | None,
     retention_days: str | None,
+    max_running: str | None,
     jitter_seconds: str | None,
 ) -> None:
-    """Set a tenant's quotas, run retention and default jitter (unset options keep their value)."""
+    """Set a tenant's quotas, run retention, cap on running runs and default jitter (unset
+    options keep their value)."""
     tenant = accounts.find_tenant(slug)
     settings = {
         "--max-schedules": tenant.max_schedules,
         "--min-interval": tenant.min_interval_seconds,
         "--retention-days": tenant.retention_days,
+        "--max-running": tenant.max_running,
         "--jitter-seconds": tenant.jitter_seconds,
     }
     given_options = (
         ("--max-schedules", max_schedules),
         ("--min-interval", min_interval),
         ("--retention-days", retention_days),
+        ("--max-running", max_running),
         ("--jitter-seconds", jitter_seconds),
     )
     for label, given in given_options:
@@ -159,6 +178,7 @@ def set_tenant(
         settings["--max-schedules"],
         settings["--min-interval"],
         retention_days=settings["--retention-days"],
+        max_running=settings["--max-running"],
         jitter_seconds=settings["--jitter-seconds"],
     )
     shown = {k: "default" if v is None else v for k, v in settings.items()}
@@ -170,6 +190,7 @@ def set_tenant(
     )
     click.echo(
         f"tenant {tenant.slug}: max schedules {shown['--max-schedules']}, "
-        f"min interval {shown['--min-interval']}, retention days {shown['--retention-days']}"
+        f"min interval {shown['--min-interval']}, retention days {shown['--retention-days']}, "
+        f"max running {shown['--max-running']}"
         f"{jitter}"
     )

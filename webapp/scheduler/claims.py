@@ -17,15 +17,21 @@ from sqlalchemy import (
     Interval,
     Select,
     and_,
+    any_,
     bindparam,
+    case,
     false,
     func,
     not_,
+    null,
     or_,
     select,
     text,
+    true,
+    union_all,
     update,
 )
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session
@@ -234,20 +240,191 @@ def earliest_next_run(session: Session) -> datetime | None:
     return earliest
 
 
-def lease_query(now: Any, limit: Any, skip_locked: bool) -> Any:
-    """The runs a lease takes, oldest `available_at` first, as a MATERIALIZED CTE (as the
-    watchdog's flag_overdue_schedules): as a subquery, PostgreSQL may run it again for each row
-    it updates (a nested loop), skipping the rows this statement has just locked, so the LIMIT
-    would not bound the lease."""
-    candidates = (
-        select(Run.id)
-        .where(Run.status == "queued", Run.available_at <= now)
-        .order_by(Run.available_at, Run.id)
-        .limit(limit)
+# --- the lease: fair between tenants, within each tenant's cap -----------------------------------
+#
+# A lease serves the tenants with available queued runs in turns: each run's turn is its
+# tenant's runs already running plus its rank among the tenant's queued runs (oldest first), and
+# the lease takes the lowest turns (ties: oldest first). A tenant with 10,000 queued runs and 16
+# running therefore waits while one with 0 running starts its first run, whatever their ages.
+# A tenant's cap (tenants.max_running, else SCHEDULER_MAX_RUNNING) bounds its share of a lease by
+# cap - running; on PostgreSQL that count is sound only under the capped tenant's row lock,
+# which the lease transaction takes first (capped_tenants_lock_statement, passed as :locked).
+
+QUEUED = Run.status == "queued"
+
+
+def queued_tenants() -> Any:
+    """Every tenant with a queued run, in id order, one index probe each (a loose index scan of
+    ix_runs_tenant_queue): finding who has work never reads a deep queue. The recursion ends on
+    a NULL row, which the join with `tenants` drops."""
+    first = select(func.min(Run.tenant_id).label("tenant_id")).where(QUEUED)
+    found = first.cte("queued_tenants", recursive=True)
+    following = select(func.min(Run.tenant_id)).where(QUEUED, Run.tenant_id > found.c.tenant_id)
+    return found.union_all(
+        select(following.scalar_subquery()).where(found.c.tenant_id.is_not(None))
     )
+
+
+def lease_groups(now: Any, limit: Any, default_cap: Any, locked: Any) -> Any:
+    """The groups this lease serves, each with how many runs it may take (`take`) and its
+    runs running now (`running`). A group is a tenant with available queued runs, or the
+    tenant-less (system) runs, which are never capped.
+
+    `locked` is true for the tenants whose row this transaction has locked: a capped tenant
+    without it has no room in this lease (the next one locks it)."""
+    tenants = queued_tenants()
+    tenant_groups = select(
+        tenants.c.tenant_id,
+        select(func.min(Run.available_at))
+        .where(QUEUED, Run.tenant_id == tenants.c.tenant_id)
+        .scalar_subquery()
+        .label("head_at"),
+        select(func.count())
+        .where(Run.tenant_id == tenants.c.tenant_id, Run.status == "running")
+        .scalar_subquery()
+        .label("running"),
+        func.coalesce(Tenant.max_running, default_cap).label("cap"),
+        locked.label("locked"),
+    ).join_from(tenants, Tenant, Tenant.id == tenants.c.tenant_id)
+    system_group = select(
+        null(),
+        func.min(Run.available_at),
+        select(func.count())
+        .where(Run.tenant_id.is_(None), Run.status == "running")
+        .scalar_subquery(),
+        null(),
+        true(),
+    ).where(QUEUED, Run.tenant_id.is_(None))
+    groups = union_all(tenant_groups, system_group).cte("lease_groups").prefix_with("MATERIALIZED")
+    room = case(
+        (groups.c.cap.is_(None), limit),
+        (groups.c.locked, groups.c.cap - groups.c.running),
+        else_=0,
+    )
+    # At most `limit` groups, the least served first: a run of any other would come after
+    # `limit` runs of these.
+    served = (
+        select(groups.c.tenant_id, groups.c.running, room.label("room"))
+        .where(groups.c.head_at <= now, room > 0)
+        .order_by(groups.c.running, groups.c.head_at)
+        .limit(limit)
+        .subquery("served")
+    )
+    # Each its share of the lease, about limit / groups, within its room.
+    share = (limit + func.count().over() - 1) // func.count().over()
+    return select(
+        served.c.tenant_id,
+        served.c.running,
+        case((served.c.room < share, served.c.room), else_=share).label("take"),
+    ).cte("lease_served")
+
+
+def oldest_queued(now: Any, group: Any, take: Any) -> Any:
+    """A group's oldest available queued runs, up to `take`; rows another lease holds are
+    skipped, so that concurrent leases take disjoint runs."""
+    return (
+        select(Run.id, Run.available_at)
+        .where(QUEUED, Run.available_at <= now, group)
+        .order_by(Run.available_at, Run.id)
+        .limit(take)
+        .with_for_update(skip_locked=True)
+    )
+
+
+def lease_candidates_postgresql(now: Any, served: Any) -> Any:
+    """Each served group's runs through a LATERAL subquery that stops after its share: a
+    tenant's deep queue costs an index probe, not a scan. The tenant-less group has its own
+    (`tenant_id = NULL` matches nothing)."""
+    tenant_runs = oldest_queued(now, Run.tenant_id == served.c.tenant_id, served.c.take)
+    system_runs = oldest_queued(
+        now, and_(served.c.tenant_id.is_(None), Run.tenant_id.is_(None)), served.c.take
+    )
+    parts = []
+    for runs in (tenant_runs.lateral("tenant_runs"), system_runs.lateral("system_runs")):
+        rank = func.row_number().over(
+            partition_by=served.c.tenant_id, order_by=(runs.c.available_at, runs.c.id)
+        )
+        parts.append(
+            select(
+                runs.c.id, runs.c.available_at, (served.c.running + rank).label("turn")
+            ).join_from(served, runs, true())
+        )
+    return union_all(*parts)
+
+
+def lease_candidates_sqlite(now: Any, served: Any) -> Any:
+    """SQLite has no LATERAL: the served groups' available runs ranked by a window function
+    (this reads their whole available queue; the write lock makes it safe, not fast)."""
+    ranked = (
+        select(
+            Run.id,
+            Run.available_at,
+            served.c.running,
+            served.c.take,
+            func.row_number()
+            .over(partition_by=served.c.tenant_id, order_by=(Run.available_at, Run.id))
+            .label("rank"),
+        )
+        .join_from(served, Run, Run.tenant_id.is_not_distinct_from(served.c.tenant_id))
+        .where(QUEUED, Run.available_at <= now)
+        .subquery("ranked")
+    )
+    return select(
+        ranked.c.id, ranked.c.available_at, (ranked.c.running + ranked.c.rank).label("turn")
+    ).where(ranked.c.rank <= ranked.c.take)
+
+
+def lease_query(now: Any, limit: Any, skip_locked: bool) -> Any:
+    """The ids a lease takes: the lowest turns, fairly between tenants and within their caps
+    (see above); `skip_locked` builds PostgreSQL's version, else SQLite's. Parameters besides
+    `now` and `limit`: max_running (the default cap) and, on PostgreSQL, locked (the ids of the
+    capped tenants this transaction has locked).
+
+    MATERIALIZED CTEs (as the watchdog's flag_overdue_schedules): as a subquery, PostgreSQL
+    may run it again for each row it updates (a nested loop), skipping the rows this statement
+    has just locked, so the LIMIT would not bound the lease."""
+    default_cap = bindparam("max_running", type_=Integer)
     if skip_locked:
-        candidates = candidates.with_for_update(skip_locked=True)
-    return select(candidates.cte("lease_candidates").prefix_with("MATERIALIZED").c.id)
+        locked: Any = Tenant.id == any_(bindparam("locked", type_=ARRAY(Integer)))
+        served = lease_groups(now, limit, default_cap, locked)
+        candidates = lease_candidates_postgresql(now, served)
+    else:  # SQLite: BEGIN IMMEDIATE already holds every tenant
+        served = lease_groups(now, limit, default_cap, true())
+        candidates = lease_candidates_sqlite(now, served)
+    chosen = candidates.cte("lease_candidates").prefix_with("MATERIALIZED")
+    leased = (
+        select(chosen.c.id)
+        .order_by(chosen.c.turn, chosen.c.available_at, chosen.c.id)
+        .limit(limit)
+        .cte("leased")
+        .prefix_with("MATERIALIZED")
+    )
+    return select(leased.c.id)
+
+
+def capped_tenants_lock_statement(database_clock: bool) -> Any:
+    """Locks, in id order (no deadlock between leases), the capped tenants with available queued
+    runs: the first statement of a lease transaction on PostgreSQL. Two leases of one capped
+    tenant so take turns, and the second one's lease statement (a new snapshot under READ
+    COMMITTED) counts the runs the first has leased. NO KEY UPDATE: the tick's inserts of runs
+    (KEY SHARE on their tenant) go on meanwhile."""
+    now: Any = (
+        func.statement_timestamp(type_=UTCDateTime)
+        if database_clock
+        else bindparam("now", type_=UTCDateTime)
+    )
+    has_work = (
+        select(Run.id).where(QUEUED, Run.tenant_id == Tenant.id, Run.available_at <= now).exists()
+    )
+    return (
+        select(Tenant.id)
+        .where(
+            func.coalesce(Tenant.max_running, bindparam("max_running", type_=Integer)).is_not(None),
+            has_work,
+        )
+        .order_by(Tenant.id)
+        .with_for_update(key_share=True)
+    )
 
 
 def lease_statement(skip_locked: bool, database_clock: bool = False) -> Any:
@@ -287,24 +464,42 @@ def lease_statement(skip_locked: bool, database_clock: bool = False) -> Any:
 LEASE_SKIP_LOCKED = lease_statement(skip_locked=True)
 LEASE_BY_DATABASE_CLOCK = lease_statement(skip_locked=True, database_clock=True)
 LEASE = lease_statement(skip_locked=False)
+LOCK_CAPPED_TENANTS = capped_tenants_lock_statement(database_clock=False)
+LOCK_CAPPED_TENANTS_BY_DATABASE_CLOCK = capped_tenants_lock_statement(database_clock=True)
 
 
 def lease_runs(
-    session: Session, worker_id: int, now: datetime | None, lock_ttl: timedelta, limit: int
+    session: Session,
+    worker_id: int,
+    now: datetime | None,
+    lock_ttl: timedelta,
+    limit: int,
+    max_running: int | None = None,
 ) -> Sequence[Row[Any]]:
-    """Marks up to `limit` available queued runs as running for this worker, in one statement.
+    """Marks up to `limit` available queued runs as running for this worker, in one statement
+    (on PostgreSQL after locking the capped tenants it may serve), fairly between tenants and
+    never beyond a tenant's cap (`max_running`: the default cap, SCHEDULER_MAX_RUNNING).
 
     `now=None`: the database's clock on PostgreSQL, the host's on SQLite.
     """
-    parameters: dict[str, Any] = {"limit": limit, "worker_id": worker_id}
+    parameters: dict[str, Any] = {
+        "limit": limit,
+        "worker_id": worker_id,
+        "max_running": max_running,
+    }
+    connection = session.connection()
     if is_postgresql(session) and now is None:
         statement = LEASE_BY_DATABASE_CLOCK
         parameters["lock_ttl"] = lock_ttl
+        lock = LOCK_CAPPED_TENANTS_BY_DATABASE_CLOCK
     else:
         statement = LEASE_SKIP_LOCKED if is_postgresql(session) else LEASE
         now = now or utcnow()
         parameters.update(now=now, locked_until=now + lock_ttl)
-    return session.connection().execute(statement, parameters).all()
+        lock = LOCK_CAPPED_TENANTS
+    if is_postgresql(session):
+        parameters["locked"] = list(connection.execute(lock, parameters).scalars())
+    return connection.execute(statement, parameters).all()
 
 
 def extend_leases(

@@ -38,16 +38,23 @@ class LeasedRun:
 
 
 def lease_once(
-    session: Session, worker_id: int, now: datetime | None, lock_ttl: timedelta, limit: int
+    session: Session,
+    worker_id: int,
+    now: datetime | None,
+    lock_ttl: timedelta,
+    limit: int,
+    max_running: int | None = None,
 ) -> list[LeasedRun]:
-    """Takes up to `limit` queued runs whose start time has come, in one transaction.
+    """Takes up to `limit` queued runs whose start time has come, in one transaction: fairly
+    between tenants, and never more running at once of a tenant than its cap (its own
+    `max_running`, else `max_running` here: SCHEDULER_MAX_RUNNING; None: no cap).
 
     `now=None` reads the database's clock in the lease statement itself.
     """
     if limit <= 0:
         return []
     with write_transaction(session):
-        rows = claims.lease_runs(session, worker_id, now, lock_ttl, limit)
+        rows = claims.lease_runs(session, worker_id, now, lock_ttl, limit, max_running)
         if not rows:
             return []
     leased = [

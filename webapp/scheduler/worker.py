@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 
 from webapp.catalog.context import job_settings
 from webapp.catalog.current import current_catalog
-from webapp.config import overdue_grace, uses_celery
+from webapp.config import default_max_running, overdue_grace, uses_celery
 from webapp.database import utcnow, write_transaction
 from webapp.extensions import db
 from webapp.models import Worker
@@ -117,6 +117,7 @@ class WorkerProcess:
         self.last_tick = 0.0
         self.next_fire: datetime | None = None
         self.overdue_grace = overdue_grace(self.config)
+        self.max_running = default_max_running(self.config)
         self.watch_interval = max(WATCH_INTERVAL, self.poll_interval)
         self.last_watch: float | None = None  # None: watch in the first round
         self.queue_overdue: bool | None = None  # the watchdog's last view of the queue
@@ -329,7 +330,9 @@ class WorkerProcess:
         wanted = self.pool.wanted(leased_at)
         if wanted <= 0:
             return False
-        runs = lease_once(db.session(), self.worker_id, None, self.lock_ttl, wanted)
+        runs = lease_once(
+            db.session(), self.worker_id, None, self.lock_ttl, wanted, self.max_running
+        )
         self.pool.submit(runs, leased_at + self.lock_ttl.total_seconds(), leased_at)
         return bool(runs)
 

@@ -206,6 +206,15 @@ def check_retention_days(days: int) -> int:
     return days
 
 
+def check_max_running(runs: int) -> int:
+    # 0 would never start the tenant's runs: pausing its schedules says that honestly.
+    if not 1 <= runs <= MAX_INTEGER:
+        raise AccountError(
+            f"--max-running must be a whole number of runs from 1 to {MAX_INTEGER}, or 'default'"
+        )
+    return runs
+
+
 def check_jitter_default(seconds: int) -> int:
     if not 0 <= seconds <= MAX_JITTER:
         raise AccountError(
@@ -222,22 +231,27 @@ def set_limits(
     min_interval: int | None,
     *,
     retention_days: int | None,
+    max_running: int | None = None,
     jitter_seconds: int | None = None,
 ) -> Tenant:
-    """Overrides the operator-wide quotas and run retention for one tenant, in one transaction;
-    None restores the default (SCHEDULER_MAX_SCHEDULES, SCHEDULER_MIN_INTERVAL,
-    SCHEDULER_RUN_RETENTION_DAYS; no jitter)."""
+    """Overrides the operator-wide quotas, run retention and cap on running runs for one
+    tenant, and its default jitter, in one transaction; None restores the default
+    (SCHEDULER_MAX_SCHEDULES, SCHEDULER_MIN_INTERVAL, SCHEDULER_RUN_RETENTION_DAYS,
+    SCHEDULER_MAX_RUNNING; no jitter)."""
     for label, value in (("--max-schedules", max_schedules), ("--min-interval", min_interval)):
         if value is not None and not 0 <= value <= MAX_INTEGER:
             raise AccountError(f"{label} must be between 0 and {MAX_INTEGER}")
     if retention_days is not None:
         check_retention_days(retention_days)
+    if max_running is not None:
+        check_max_running(max_running)
     if jitter_seconds is not None:
         check_jitter_default(jitter_seconds)
     after = {
         "max_schedules": max_schedules,
         "min_interval_seconds": min_interval,
         "retention_days": retention_days,
+        "max_running": max_running,
         "jitter_seconds": jitter_seconds,
     }
     with write_transaction(db.session):

@@ -54,6 +54,9 @@ class TenantHealth:
     failed_last_day: int
     overdue_schedules: int
     overdue_runs: int
+    running: int
+    max_running: int | None  # the tenant's cap, its own or SCHEDULER_MAX_RUNNING; None: none
+    own_cap: bool  # whether it is the tenant's own (`tenant set --max-running`)
 
 
 def count_where(condition: ColumnElement[bool]) -> ColumnElement[int]:
@@ -61,9 +64,12 @@ def count_where(condition: ColumnElement[bool]) -> ColumnElement[int]:
     return func.count(case((condition, 1)))
 
 
-def tenant_health(now: datetime, grace: timedelta) -> list[TenantHealth]:
+def tenant_health(
+    now: datetime, grace: timedelta, default_max_running: int | None = None
+) -> list[TenantHealth]:
     """Every tenant with its schedules, runs failed in the last 24 hours, overdue schedules
-    (models.schedule_overdue) and overdue queued runs (models.run_overdue): one statement."""
+    (models.schedule_overdue), overdue queued runs (models.run_overdue) and its runs running
+    against its cap (`default_max_running` where it has none): one statement."""
     schedules = (
         select(
             Schedule.tenant_id,
@@ -86,6 +92,12 @@ def tenant_health(now: datetime, grace: timedelta) -> list[TenantHealth]:
         .group_by(Run.tenant_id)
         .subquery()
     )
+    running = (
+        select(Run.tenant_id, func.count().label("total"))
+        .where(Run.status == "running")
+        .group_by(Run.tenant_id)
+        .subquery()
+    )
     rows = db.session.execute(
         select(
             Tenant.id,
@@ -95,13 +107,32 @@ def tenant_health(now: datetime, grace: timedelta) -> list[TenantHealth]:
             func.coalesce(failed.c.total, 0),
             func.coalesce(schedules.c.overdue, 0),
             func.coalesce(overdue_runs.c.total, 0),
+            func.coalesce(running.c.total, 0),
+            Tenant.max_running,
         )
         .outerjoin(schedules, schedules.c.tenant_id == Tenant.id)
         .outerjoin(failed, failed.c.tenant_id == Tenant.id)
         .outerjoin(overdue_runs, overdue_runs.c.tenant_id == Tenant.id)
+        .outerjoin(running, running.c.tenant_id == Tenant.id)
         .order_by(Tenant.name, Tenant.id)
     )
-    return [TenantHealth(*row) for row in rows]
+    health = []
+    for id_, slug, name, schedules_, failed_, overdue, late_runs, running_, own in rows:
+        health.append(
+            TenantHealth(
+                id_,
+                slug,
+                name,
+                schedules_,
+                failed_,
+                overdue,
+                late_runs,
+                running_,
+                max_running=default_max_running if own is None else own,
+                own_cap=own is not None,
+            )
+        )
+    return health
 
 
 def find_tenant(tenant_id: int) -> Tenant:

@@ -9,7 +9,7 @@ from flask import Blueprint, abort, current_app, flash, redirect, request, url_f
 from flask_login import login_required
 from werkzeug.wrappers import Response
 
-from webapp.config import overdue_grace
+from webapp.config import default_max_running, overdue_grace
 from webapp.extensions import db
 from webapp.services import operations
 from webapp.web import tenancy
@@ -32,7 +32,9 @@ def tenants() -> Response:
     return page_or_partial(
         "operator/tenants.html",
         "operator/_tenants.html",
-        tenants=operations.tenant_health(operations.database_now(), grace),
+        tenants=operations.tenant_health(
+            operations.database_now(), grace, default_max_running(current_app.config)
+        ),
         grace_minutes=round(grace.total_seconds() / 60),
     )
 

@@ -1,0 +1,277 @@
+"""Fair to every tenant: a tenant's cap on runs running at once, and leases that take tenants in
+turns, on both databases; the cap held by real worker processes on PostgreSQL."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskCliRunner
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from tests.conftest import World
+from tests.panel_helpers import Panel
+from tests.scheduler_helpers import add_run, add_worker
+from tests.worker_support import Workers, postgresql_only, wait_for
+from webapp import create_app
+from webapp.config import ConfigError
+from webapp.extensions import db
+from webapp.models import AuditEvent, Run, Tenant
+from webapp.scheduler import claims
+from webapp.scheduler.leases import lease_once
+
+NOW = datetime(2026, 3, 7, 12, 0, tzinfo=UTC)
+TTL = timedelta(seconds=60)
+
+
+def lease(worker: int, limit: int = 10, max_running: int | None = None) -> list[Run]:
+    leased = lease_once(db.session(), worker, NOW, TTL, limit, max_running)
+    db.session.expire_all()
+    return [db.session.get(Run, run.id) for run in leased]  # type: ignore[misc]
+
+
+def set_cap(tenant: Tenant, cap: int | None) -> None:
+    db.session.execute(update(Tenant).where(Tenant.id == tenant.id).values(max_running=cap))
+    db.session.commit()
+
+
+def running_of(tenant_id: int | None) -> int:
+    query = select(func.count()).where(Run.status == "running")
+    condition = Run.tenant_id.is_(None) if tenant_id is None else Run.tenant_id == tenant_id
+    return db.session.scalar(query.where(condition)) or 0
+
+
+def finish(run: Run) -> None:
+    db.session.execute(update(Run).where(Run.id == run.id).values(status="succeeded"))
+    db.session.commit()
+
+
+def queue(tenant_id: int | None, count: int, minutes_ago: int = 10) -> list[Run]:
+    return [
+        add_run(tenant_id, NOW - timedelta(minutes=minutes_ago, seconds=n)) for n in range(count)
+    ]
+
+
+# --- the cap -------------------------------------------------------------------------------------
+
+
+def test_a_lease_never_starts_more_than_the_tenants_cap(app: Flask, world: World) -> None:
+    set_cap(world.alpha, 2)
+    queue(world.alpha.id, 5)
+    worker = add_worker()
+    first = lease(worker)
+    assert [run.tenant_id for run in first] == [world.alpha.id] * 2
+    assert lease(worker) == []  # two running: the cap is reached, three stay queued
+    finish(first[0])
+    assert len(lease(worker)) == 1
+    assert running_of(world.alpha.id) == 2
+
+
+def test_the_default_cap_applies_to_tenants_without_their_own(app: Flask, world: World) -> None:
+    set_cap(world.beta, 4)  # its own wins over the default
+    queue(world.alpha.id, 5)
+    queue(world.beta.id, 5)
+    queue(None, 5)  # system runs are never capped
+    leased = lease(add_worker(), limit=50, max_running=1)
+    tenants = [run.tenant_id for run in leased]
+    assert (tenants.count(world.alpha.id), tenants.count(world.beta.id), tenants.count(None)) == (
+        1,
+        4,
+        5,
+    )
+
+
+def test_a_cap_lowered_below_the_running_lets_them_finish(app: Flask, world: World) -> None:
+    queue(world.alpha.id, 3)
+    worker = add_worker()
+    running = lease(worker)
+    assert len(running) == 3  # no cap yet
+    queue(world.alpha.id, 2, minutes_ago=5)
+    set_cap(world.alpha, 2)
+    assert lease(worker) == []  # three running, cap two: they go on, nothing new starts
+    finish(running[0])
+    assert lease(worker) == []  # two running: still at the cap
+    finish(running[1])
+    assert len(lease(worker)) == 1
+
+
+@postgresql_only
+def test_two_leases_at_once_never_exceed_the_cap(app: Flask, world: World) -> None:
+    """The first lease's transaction stays open while a second one runs: without the tenant's
+    lock, the second would count no running run (it cannot see the first's) and take three
+    more."""
+    set_cap(world.alpha, 3)
+    queue(world.alpha.id, 10)
+    first_worker, second_worker = add_worker(), add_worker()
+    with Session(db.engine) as first:
+        held = claims.lease_runs(first, first_worker, NOW, TTL, 10)
+        assert len(held) == 3
+        second_leased: list[int] = []
+        second = threading.Thread(
+            target=lambda: second_leased.append(lease_in_new_session(app, second_worker))
+        )
+        second.start()
+        time.sleep(1.0)  # the second lease reaches the tenant's lock and waits there
+        first.commit()
+    second.join(30)
+    assert second_leased == [0]
+    assert running_of(world.alpha.id) == 3
+
+
+def lease_in_new_session(app: Flask, worker: int) -> int:
+    with app.app_context(), Session(db.engine) as session:
+        return len(lease_once(session, worker, NOW, TTL, 10))
+
+
+# --- turns -------------------------------------------------------------------------------------
+
+
+def test_a_small_tenant_starts_before_a_flooding_tenant_drains(app: Flask, world: World) -> None:
+    queue(world.alpha.id, 40, minutes_ago=30)  # a backlog, older than everything of beta
+    small = queue(world.beta.id, 3, minutes_ago=1)
+    worker = add_worker()
+    started = [run.tenant_id for _ in range(6) for run in lease(worker, limit=1)]
+    # One at a time, each held running: the tenant with fewer running goes next (ties: the
+    # older run first), so beta's three are among the first six, not after alpha's forty.
+    assert started == [world.alpha.id, world.beta.id] * 3
+    assert all(db.session.get(Run, run.id).status == "running" for run in small)  # type: ignore[union-attr]
+
+
+def test_a_lease_takes_each_tenant_oldest_first_in_turns(app: Flask, world: World) -> None:
+    alpha = queue(world.alpha.id, 5, minutes_ago=30)
+    beta = queue(world.beta.id, 2, minutes_ago=1)
+    leased = lease(add_worker(), limit=4)
+    # Two each (their share of four), each tenant's oldest first.
+    oldest_alpha = sorted(alpha, key=lambda run: run.available_at)[:2]
+    assert {run.id for run in leased} == {run.id for run in [*oldest_alpha, *beta]}
+
+
+def test_a_tenant_alone_gets_the_whole_lease(app: Flask, world: World) -> None:
+    queue(world.alpha.id, 8)
+    add_run(world.beta.id, NOW + timedelta(minutes=5))  # not available yet: not a turn
+    assert len(lease(add_worker(), limit=6)) == 6
+
+
+# --- real workers ------------------------------------------------------------------------------
+
+
+@postgresql_only
+def test_four_workers_never_run_more_than_the_cap(
+    app: Flask, world: World, workers: Workers, tmp_path: Path
+) -> None:
+    set_cap(world.alpha, 2)
+    alpha = world.alpha.id  # read here: the sampler thread must not touch this session
+    now = datetime.now(UTC)
+    for n in range(8):
+        add_run(
+            world.alpha.id, now, job="demo.sleep", args={"seconds": 1.5}, idempotency_key=f"s{n}"
+        )
+    seen: list[int] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        with app.app_context(), Session(db.engine) as session:
+            while not stop.is_set():
+                seen.append(
+                    session.scalar(
+                        select(func.count()).where(Run.tenant_id == alpha, Run.status == "running")
+                    )
+                    or 0
+                )
+                session.rollback()  # a fresh snapshot each time
+                time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        for _ in range(4):
+            workers.start("--concurrency", "4")
+        wait_for(
+            lambda: (
+                db.session.scalar(
+                    select(func.count()).where(
+                        Run.status == "succeeded", Run.tenant_id == world.alpha.id
+                    )
+                )
+                == 8
+            ),
+            120,
+            "the eight runs to succeed",
+        )
+    finally:
+        stop.set()
+        sampler.join(10)
+    assert max(seen) == 2, workers.logs()  # reached, never passed
+
+
+# --- where the cap shows ----------------------------------------------------------------------
+
+
+def test_the_operator_and_the_tenant_see_the_cap(app: Flask, world: World) -> None:
+    set_cap(world.alpha, 3)
+    queue(world.alpha.id, 2)
+    lease(add_worker())
+    world.alice.is_operator = True  # alice is also alpha's admin
+    db.session.commit()
+    operator_page = Panel(app, world.alice).get("/operator").get_data(as_text=True)
+    row = re.search(rf'<tr id="tenant-{world.alpha.id}">(.*?)</tr>', operator_page, re.S)
+    assert row and re.search(r'data-cap="running">2 / 3<', row.group(1))
+    beta_row = re.search(rf'<tr id="tenant-{world.beta.id}">(.*?)</tr>', operator_page, re.S)
+    assert beta_row and '0 / <span class="muted">no cap</span>' in beta_row.group(1)
+    settings = Panel(app, world.bob).get("/settings/notifications").get_data(as_text=True)
+    assert "At most <strong data-cap>3</strong> of your runs run at once" in settings
+
+
+# --- the command line and the setting --------------------------------------------------------
+
+
+def test_tenant_set_max_running_is_audited_and_listed(cli: FlaskCliRunner, world: World) -> None:
+    result = cli.invoke(args=["tenant", "set", "alpha", "--max-running", "3"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.endswith(", max running 3\n")
+    event = db.session.scalars(
+        select(AuditEvent).where(AuditEvent.action == "tenant.limits_changed")
+    ).one()
+    assert (event.tenant_id, event.before, event.after) == (
+        world.alpha.id,
+        {"max_running": None},
+        {"max_running": 3},
+    )
+    assert (
+        "alpha\tEurope/Berlin\tAlpha Corp\tmax running 3\n"
+        in cli.invoke(args=["tenant", "list"]).stdout
+    )
+    cli.invoke(args=["tenant", "set", "alpha", "--max-running", "default"])
+    db.session.expire_all()
+    assert db.session.get(Tenant, world.alpha.id).max_running is None  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ("0", "--max-running must be a whole number of runs from 1 to 2147483647, or 'default'"),
+        ("-1", "'-1' is not a whole number up to 2147483647 or 'default'"),
+        ("two", "'two' is not a whole number up to 2147483647 or 'default'"),
+    ],
+)
+def test_tenant_set_refuses_a_cap_below_one(
+    cli: FlaskCliRunner, world: World, given: str, message: str
+) -> None:
+    result = cli.invoke(args=["tenant", "set", "alpha", "--max-running", given])
+    assert result.exit_code != 0
+    assert message in result.output
+    db.session.expire_all()
+    assert db.session.get(Tenant, world.alpha.id).max_running is None  # type: ignore[union-attr]
+    assert db.session.scalar(select(func.count()).select_from(AuditEvent)) == 0
+
+
+@pytest.mark.parametrize("value", [0, -3])
+def test_a_default_cap_below_one_stops_the_app(value: int) -> None:
+    with pytest.raises(ConfigError, match=f"SCHEDULER_MAX_RUNNING={value} must be"):
+        create_app({"TESTING": True, "SCHEDULER_MAX_RUNNING": value})
