@@ -2,7 +2,7 @@
 
 Each execution appends JSON lines to a file of its own in `directory`: `start` (with the run,
 attempt and pid, when its slot decided to start it, and whether this worker still owned the run
-by the database as the job began),
+and its start mark was written, by the database as the job began),
 a `step` every STEP seconds while it works, and `end`. A worker frozen mid-job leaves a gap
 between two lines, so that `active_spans` tells when an execution really ran.
 """
@@ -43,21 +43,23 @@ def database() -> Engine:
     return create_engine(os.environ["DATABASE_URL"])
 
 
-def owns(run_id: int, attempt: int) -> bool:
+def owns(run_id: int, attempt: int) -> tuple[bool, bool]:
     """Whether this process's worker holds the lease on this attempt right now, by the
-    database: the run is running, at this attempt, for a worker with this pid, not expired."""
+    database (the run is running, at this attempt, for a worker with this pid, not expired),
+    and whether the run's start mark is written."""
     query = (
-        select(Run.status, Run.attempt, Run.locked_until, Worker.pid)
+        select(Run.status, Run.attempt, Run.locked_until, Run.started_at, Worker.pid)
         .join(Worker, Worker.id == Run.worker_id)
         .where(Run.id == run_id)
     )
     with database().connect() as connection:
         row = connection.execute(query).one_or_none()
     if row is None or row.locked_until is None:
-        return False
-    return (row.status, row.attempt, row.pid) == ("running", attempt, os.getpid()) and (
+        return False, False
+    owned = (row.status, row.attempt, row.pid) == ("running", attempt, os.getpid()) and (
         row.locked_until > datetime.now(UTC)
     )
+    return owned, row.started_at is not None
 
 
 TIMEOUT = 600.0
@@ -76,7 +78,7 @@ def work(ctx: JobContext, params: ProbeParams) -> None:
             record.write(json.dumps({"event": event, "at": time.time(), **fields}) + "\n")
             record.flush()
 
-        owned = owns(ctx.run_id, ctx.attempt) if params.check_owner else None
+        owned, marked = owns(ctx.run_id, ctx.attempt) if params.check_owner else (None, None)
         write(
             "start",
             run_id=ctx.run_id,
@@ -84,6 +86,7 @@ def work(ctx: JobContext, params: ProbeParams) -> None:
             pid=os.getpid(),
             decided=decided,
             owned=owned,
+            marked=marked,
         )
         end = time.monotonic() + params.seconds
         while time.monotonic() < end:

@@ -14,7 +14,7 @@ from webapp.catalog.current import current_catalog
 from webapp.extensions import db
 from webapp.models import Run, Schedule, Worker
 from webapp.scheduler.execution import FinishedRun, run_attempt, store_outcomes
-from webapp.scheduler.leases import LeasedRun
+from webapp.scheduler.leases import LeasedRun, lease_once, start_runs
 from webapp.scheduler.tick import TickSettings
 
 
@@ -86,6 +86,17 @@ def execute_leased(run: LeasedRun, worker_id: int) -> FinishedRun:
     done = run_attempt(run, current_catalog(), job_settings(current_app.config), db.session())
     store_outcomes(db.session(), worker_id, [done])
     return done
+
+
+def lease_and_start(
+    worker_id: int, now: datetime, lock_ttl: timedelta, limit: int = 10
+) -> list[LeasedRun]:
+    """A lease and its start mark at `now`, as a worker's round writes them before its slots
+    start the runs: what the reaper treats as an attempt under way."""
+    leased = lease_once(db.session(), worker_id, now, lock_ttl, limit)
+    started = start_runs(db.session(), worker_id, [run.id for run in leased], now)
+    assert started == {run.id for run in leased}
+    return leased
 
 
 def leased_run(run_id: int, job: str = "demo.echo", **args: Any) -> LeasedRun:

@@ -24,9 +24,11 @@ from sqlalchemy import select
 from tests.conftest import World, migrated_app, require_postgres, run_migrations
 from tests.pg_cluster import Cluster, ClusterUnavailable, start_cluster
 from tests.probe_jobs import concurrent_copies, executions
-from tests.worker_support import Workers, wait_for
+from tests.scheduler_helpers import get_run
+from tests.worker_support import Workers, postgresql_only, wait_for
 from webapp.extensions import db
 from webapp.models import Run, Tenant
+from webapp.scheduler.claims import LOST_ERROR
 
 pytestmark = pytest.mark.slow
 TTL = 3  # seconds: SCHEDULER_LOCK_TTL of the workers here
@@ -165,10 +167,166 @@ def test_a_worker_frozen_past_its_lease_starts_nothing_it_no_longer_owns(
         if not start["owned"] and not any(start["decided"] < at < start["at"] for at, _ in freezes)
     ]
     assert not_owned == [], (not_owned, freezes)
+    # No job began before its start mark (asked while the run was still its worker's).
+    assert all(start["marked"] for start in starts if start["owned"]), starts
     assert concurrent_copies(probes) == []
     frozen_log = (tmp_path / "worker-0.log").read_text()
     taken_back = ("run_lease_lost", "run_outcome_dropped", "lease=taken_back")
     assert any(key in frozen_log for key in taken_back), frozen_log
+
+
+def queue_probes(
+    tenant_id: int,
+    directory: Path,
+    seconds: float,
+    count: int = 1,
+    check_owner: bool = True,
+    delay: float = 0.0,
+) -> list[int]:
+    """`count` queued probe runs with one attempt each, after every run queued so far;
+    available `delay` seconds from now."""
+    db.session.rollback()
+    first = len(db.session.scalars(select(Run.id)).all())
+    available = datetime.now(UTC) + timedelta(seconds=delay)
+    args = {"directory": str(directory), "seconds": seconds, "check_owner": check_owner}
+    runs = [
+        Run(
+            tenant_id=tenant_id,
+            job="probe.work",
+            args=args,
+            trigger="manual",
+            scheduled_for=START + timedelta(seconds=first + n),
+            available_at=available + timedelta(microseconds=n),
+            queued_at=START,
+            idempotency_key=f"probe:{first + n}",
+            max_attempts=1,
+        )
+        for n in range(count)
+    ]
+    db.session.add_all(runs)
+    db.session.commit()
+    return [run.id for run in runs]
+
+
+def expired_lease_lines(log: str, run_ids: list[int]) -> dict[int, str]:
+    return {
+        run_id: line
+        for line in log.splitlines()
+        for run_id in run_ids
+        if "action=run_lease_expired" in line and f" run_id={run_id} " in f"{line} "
+    }
+
+
+def leased_behind_a_long_job(
+    world: World, workers: Workers, probes: Path, settings: dict[str, str]
+) -> tuple[subprocess.Popen[bytes], int, list[int]]:
+    """Worker A (one slot, short jobs so far) starts an 8 s job and leases 3 short runs behind
+    it (one attempt each), leased and not started: (A, the long run, the short runs). A leases
+    a backlog only while the job it has just started is young (pool.wanted), a 1 s window that
+    a loaded machine may miss: then A runs them all, and the scene is set again."""
+    a = workers.start("--concurrency", "1", **settings)
+    # Short jobs first (they ask nothing of the database), so that A knows its jobs are short.
+    warm = queue_probes(world.alpha.id, probes, 0, count=20, check_owner=False)
+    wait_for(lambda: count_succeeded() == len(warm), 60, "A to run the short jobs")
+    for _ in range(3):
+        scene = long_job_then_short_runs(world, probes)
+        if scene is not None:
+            return (a, *scene)
+        wait_for(all_finished, 60, "A to run them all")
+    pytest.fail(f"A never leased runs behind its long job: {workers.logs()}")
+
+
+def long_job_then_short_runs(world: World, probes: Path) -> tuple[int, list[int]] | None:
+    """The long job, and 3 short runs available 0.4 s later (once A has started it): (the long
+    run, the short runs) if A leased them behind it, None if it missed the window."""
+    (long_run,) = queue_probes(world.alpha.id, probes, 8)
+    short_runs = queue_probes(world.alpha.id, probes, 0, count=3, delay=0.4)
+    wait_for(lambda: get_run(long_run).started_at is not None, 30, "A to start the long job")
+    a_id = get_run(long_run).worker_id
+
+    def leased_not_started() -> bool:
+        runs = [get_run(run_id) for run_id in short_runs]
+        return all((r.status, r.worker_id, r.started_at) == ("running", a_id, None) for r in runs)
+
+    try:
+        wait_for(leased_not_started, 3, "A to lease the short runs behind its long job")
+    except AssertionError:
+        return None
+    return long_run, short_runs
+
+
+def assert_short_runs_ran_once_elsewhere(
+    workers: Workers, probes: Path, a_id: int | None, long_run: int, short_runs: list[int]
+) -> None:
+    shorts = [get_run(run_id) for run_id in short_runs]
+    assert [(r.status, r.attempt, r.error, r.worker_id != a_id) for r in shorts] == [
+        ("succeeded", 1, None, True)
+    ] * 3, workers.logs()
+    reaped = expired_lease_lines(workers.logs(), [*short_runs, long_run])
+    assert all("started=False" in reaped[run_id] for run_id in short_runs), reaped
+    assert "started=True" in reaped[long_run], reaped
+    # Each ran once, on B, with its lease and its start mark written as it began.
+    starts = [lines[0] for lines in executions(probes) if lines[0]["run_id"] in short_runs]
+    assert sorted(start["run_id"] for start in starts) == short_runs
+    assert all(start["owned"] and start["marked"] for start in starts), starts
+    assert concurrent_copies(probes) == []
+
+
+def test_runs_a_killed_worker_leased_and_never_started_come_back_without_spending_an_attempt(
+    app: Flask, world: World, workers: Workers, tmp_path: Path
+) -> None:
+    """A (see leased_behind_a_long_job) is killed with SIGKILL: B's reaper queues the 3 short
+    runs again, their attempt unspent, and B runs each once as attempt 1, never "worker lost";
+    the long job, started, fails as "worker lost" as before (its one attempt spent)."""
+    probes = tmp_path / "probes"
+    probes.mkdir()
+    settings = {**worker_settings(), "SCHEDULER_LOCK_TTL": "6"}
+    a, long_run, short_runs = leased_behind_a_long_job(world, workers, probes, settings)
+    a_id = get_run(long_run).worker_id
+    a.send_signal(signal.SIGKILL)
+    a.wait(10)
+    b = workers.start("--concurrency", "2", **settings)
+    wait_for(lambda: get_run(long_run).status == "failed", 60, "B to reap the long job")
+    wait_for(
+        lambda: all(get_run(run_id).status == "succeeded" for run_id in short_runs),
+        60,
+        "B to run the short runs",
+    )
+    b.send_signal(signal.SIGTERM)
+    assert b.wait(60) == 0, workers.logs()
+    ended = get_run(long_run)
+    assert (ended.status, ended.attempt, ended.error) == ("failed", 1, LOST_ERROR)
+    assert_short_runs_ran_once_elsewhere(workers, probes, a_id, long_run, short_runs)
+
+
+@postgresql_only
+def test_runs_a_frozen_worker_leased_and_never_started_go_to_another_worker_unspent(
+    app: Flask, world: World, workers: Workers, tmp_path: Path
+) -> None:
+    """A (see leased_behind_a_long_job) is frozen with SIGSTOP past its lease, and resumed once
+    B has run the 3 short runs: B's reaper queued them again, their attempt unspent; A starts
+    none of them after its lease passed (renewal finds them lost); the long job's real outcome
+    replaces the reaper's "worker lost" (nobody had taken the run over)."""
+    probes = tmp_path / "probes"
+    probes.mkdir()
+    settings = {**worker_settings(), "SCHEDULER_LOCK_TTL": "6"}
+    a, long_run, short_runs = leased_behind_a_long_job(world, workers, probes, settings)
+    a_id = get_run(long_run).worker_id
+    freeze(a)
+    b = workers.start("--concurrency", "2", **settings)
+    wait_for(
+        lambda: all(get_run(run_id).status == "succeeded" for run_id in short_runs),
+        60,
+        "B to run the short runs",
+    )
+    a.send_signal(signal.SIGCONT)
+    wait_for(lambda: get_run(long_run).status == "succeeded", 60, "A to finish the long job")
+    stop(workers)
+    ended = get_run(long_run)
+    assert (ended.status, ended.attempt, ended.worker_id) == ("succeeded", 1, a_id)
+    assert "run_lease_lost" in (tmp_path / "worker-0.log").read_text()
+    assert_short_runs_ran_once_elsewhere(workers, probes, a_id, long_run, short_runs)
+    assert b.poll() == 0
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from webapp.catalog import build_catalog
 from webapp.catalog.context import job_settings
 from webapp.extensions import db
 from webapp.scheduler.execution import Outcome, run_attempt
-from webapp.scheduler.leases import lease_once, reap_once, renew_leases
+from webapp.scheduler.leases import LeasedRun, lease_once, reap_once, renew_leases
 from webapp.scheduler.pool import MAX_LEASE_BATCH, Held, Slot, ThreadJobPool
 from webapp.scheduler.worker import WorkerProcess
 
@@ -37,6 +37,15 @@ def pool(app: Flask) -> Iterator[ThreadJobPool]:
     started.stop()
 
 
+def submit_started(pool: ThreadJobPool, runs: list[LeasedRun]) -> None:
+    """Runs leased, and their start marks written at once (the worker's start step, with a
+    statement that marked every one)."""
+    pool.submit(runs, math.inf, time.monotonic())
+    with pool.lock:
+        chosen = [held for held in pool.waiting if held.run in runs]
+    pool.start_marked(chosen, {run.id for run in runs})
+
+
 def test_renewal_sees_every_held_run_while_runs_move_from_queue_to_slot(
     pool: ThreadJobPool,
 ) -> None:
@@ -47,7 +56,7 @@ def test_renewal_sees_every_held_run_while_runs_move_from_queue_to_slot(
     reads = 0
     for batch in range(150):
         runs = [leased_run(batch * 20 + n, message=str(batch * 20 + n)) for n in range(1, 21)]
-        pool.submit(runs, math.inf, time.monotonic())
+        submit_started(pool, runs)
         held.update(run.id for run in runs)
         for _ in range(20):
             missed = held - set(pool.held_ids())
@@ -68,7 +77,7 @@ def test_renewal_sees_every_held_run_while_runs_move_from_queue_to_slot(
 
 def test_every_run_ends_with_its_own_outcome(pool: ThreadJobPool) -> None:
     runs = [leased_run(n, message=str(n)) for n in range(1, 201)]
-    pool.submit(runs, math.inf, time.monotonic())
+    submit_started(pool, runs)
     outcomes: dict[int, Outcome] = {}
     while len(outcomes) < len(runs):
         pool.wake.wait(5)
@@ -96,6 +105,10 @@ def idle_pool(app: Flask) -> ThreadJobPool:
 
 
 def start_next(pool: ThreadJobPool, slot: Slot, now: float) -> Held | None:
+    """What the worker's start step and then a free slot do at `now`: the runs the pool asks
+    to mark are marked (the statement found them all ours), and the slot takes one."""
+    chosen, _room = pool.to_start(now)
+    pool.start_marked(chosen, {held.run.id for held in chosen})
     with pool.lock:
         return pool.start_next(slot, now)
 

@@ -27,7 +27,7 @@ from webapp.database import utcnow, write_transaction
 from webapp.extensions import db
 from webapp.models import AuditEvent, Notification, Run, Schedule, Tenant
 from webapp.scheduler import claims
-from webapp.scheduler.leases import lease_once, reap_once
+from webapp.scheduler.leases import lease_once, reap_once, start_runs
 from webapp.scheduler.notify import record_overdue
 from webapp.scheduler.outbox import BACKOFF, MAX_ATTEMPTS, NO_SMTP_HOST, send_notifications
 from webapp.services.audit import Actor
@@ -253,7 +253,9 @@ def test_a_dead_workers_last_attempt_is_notified_as_a_failure(app: Flask, world:
     run = add_run(
         world.alpha.id, utcnow() - timedelta(seconds=5), schedule_id=schedule.id, max_attempts=1
     )
-    lease_once(db.session(), add_worker(), None, TTL, 1)  # ...and the worker dies
+    worker = add_worker()
+    lease_once(db.session(), worker, None, TTL, 1)
+    start_runs(db.session(), worker, [run.id])  # its job starts ...and the worker dies
 
     assert reap_once(db.session(), utcnow() + 2 * TTL) == 1
 

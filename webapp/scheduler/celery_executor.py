@@ -30,7 +30,7 @@ from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import Run
 from webapp.scheduler.execution import job_timeout
-from webapp.scheduler.leases import release_leases
+from webapp.scheduler.leases import LeasedRun, release_leases
 from webapp.scheduler.pool import MAX_LEASE_BATCH, Held, JobPool, Slot
 
 log = logging.getLogger("webapp.worker")
@@ -254,6 +254,19 @@ class CeleryJobPool(JobPool):
         )
 
     # --- in the main thread ------------------------------------------------------------------
+
+    def to_start(self, now: float) -> tuple[list[Held], int]:
+        """None: a sent run is started by the Celery worker that takes it over (its take-over
+        writes the start mark), so a run this worker leased and never handed over goes back to
+        the queue without spending an attempt if this worker is lost."""
+        return [], 0
+
+    def submit(self, runs: list[LeasedRun], lease_deadline: float, now: float) -> list[Held]:
+        """Runs just leased: the sender sends them at once (no start mark to wait for)."""
+        submitted = super().submit(runs, lease_deadline, now)
+        with self.run_waiting:
+            self.run_waiting.notify()
+        return submitted
 
     def wanted(self, now: float) -> int:
         """Runs to lease: up to the in-flight limit, none while the broker refuses."""

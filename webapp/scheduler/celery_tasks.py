@@ -322,6 +322,7 @@ class CeleryNode:
         catalog = current_catalog()
         backoff = catalog.get(run.job).retry_backoff if run.job in catalog else 0.0
         result = JobResult(timed_out(job_timeout(catalog, run.job)), "", backoff)
+        assert run.started_at is not None, "take_over wrote the start mark"
         store_outcomes(session, self.worker_id, [finish(run, result, run.started_at)])
 
 

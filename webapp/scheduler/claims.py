@@ -449,7 +449,7 @@ def lease_statement(skip_locked: bool, database_clock: bool = False) -> Any:
         .values(
             status="running",
             worker_id=bindparam("worker_id", type_=Integer),
-            started_at=now,
+            started_at=None,  # leased, not started: see start_statement
             locked_until=locked_until,
             attempt=Run.attempt + 1,
             finished_at=None,
@@ -518,6 +518,54 @@ def extend_leases(
         .execution_options(synchronize_session=False)
     )
     return {run_id: asked is not None for run_id, asked in session.execute(statement)}
+
+
+def start_statement(database_clock: bool) -> Any:
+    """The start mark, built once per dialect: `started_at` on the runs a worker's slots are
+    about to start, each only while this worker holds its lease and the lease has not passed.
+    Written before any job starts, so that a reaper can tell a run that never started (queued
+    again, no attempt spent) from one that did; the runs it does not return are not this
+    worker's any more and must not start."""
+    now: Any = (
+        func.statement_timestamp(type_=UTCDateTime)
+        if database_clock
+        else bindparam("now", type_=UTCDateTime)
+    )
+    return (
+        update(Run)
+        .where(
+            Run.id.in_(bindparam("ids", expanding=True)),
+            Run.worker_id == bindparam("owner", type_=Integer),
+            Run.status == "running",
+            Run.locked_until > now,
+        )
+        .values(started_at=now)
+        .returning(Run.id)
+        .execution_options(synchronize_session=False)
+    )
+
+
+START_BY_DATABASE_CLOCK = start_statement(database_clock=True)
+START = start_statement(database_clock=False)
+
+
+def mark_started(
+    session: Session, worker_id: int, run_ids: Iterable[int], now: datetime | None = None
+) -> set[int]:
+    """Marks these runs started; returns the ids marked, the only ones that may start.
+
+    `now=None`: the database's clock on PostgreSQL (the one reapers compare leases with), the
+    host's on SQLite."""
+    ids = list(run_ids)
+    if not ids:
+        return set()
+    parameters: dict[str, Any] = {"ids": ids, "owner": worker_id}
+    if is_postgresql(session) and now is None:
+        statement = START_BY_DATABASE_CLOCK
+    else:
+        statement = START
+        parameters["now"] = now or utcnow()
+    return set(session.connection().execute(statement, parameters).scalars())
 
 
 def release_run(

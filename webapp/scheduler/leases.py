@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, case, update
+from sqlalchemy import bindparam, case, or_, update
 from sqlalchemy.orm import Session
 
 from webapp.database import UTCDateTime, write_transaction
@@ -18,6 +18,11 @@ from webapp.scheduler.claims import LOST_ERROR, REQUEUE_ERROR
 from webapp.scheduler.notify import FinishedAttempt, record_finished_runs
 
 log = logging.getLogger("webapp.scheduler")
+
+# What a reaper writes on a run whose worker was lost after leasing it and before starting it.
+NOT_STARTED_ERROR = (
+    "the worker that leased it was lost before starting it; queued again, no attempt spent"
+)
 
 
 @dataclass(frozen=True)
@@ -34,7 +39,7 @@ class LeasedRun:
     idempotency_key: str
     attempt: int
     max_attempts: int
-    started_at: datetime
+    started_at: datetime | None  # None until the start mark (claims.mark_started)
 
 
 def lease_once(
@@ -55,8 +60,44 @@ def lease_once(
         return []
     with write_transaction(session):
         rows = claims.lease_runs(session, worker_id, now, lock_ttl, limit, max_running)
-        if not rows:
-            return []
+    return leased_runs(rows, worker_id)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """What one lease transaction gave: the runs leased (by id) and the start marks written."""
+
+    runs: list[LeasedRun]
+    started: set[int]
+
+
+def lease_with_starts(
+    session: Session,
+    worker_id: int,
+    now: datetime | None,
+    lock_ttl: timedelta,
+    limit: int,
+    waiting: list[int],
+    start_new: int,
+    max_running: int | None = None,
+) -> Lease:
+    """A worker's lease and the start marks of the runs its free slots take next, in one
+    transaction (one commit for both): `waiting`, runs it leased before, and the first
+    `start_new` (by id) of the up to `limit` runs leased now. Only runs marked may start
+    (claims.mark_started). Fair and capped as lease_once."""
+    with write_transaction(session):
+        rows = (
+            claims.lease_runs(session, worker_id, now, lock_ttl, limit, max_running)
+            if limit > 0
+            else []
+        )
+        leased = leased_runs(rows, worker_id)
+        to_mark = waiting + [run.id for run in leased[:start_new]]
+        started = claims.mark_started(session, worker_id, to_mark, now)
+    return Lease(leased, started)
+
+
+def leased_runs(rows: Sequence[Any], worker_id: int) -> list[LeasedRun]:
     leased = [
         LeasedRun(
             id=row.id,
@@ -89,6 +130,18 @@ def lease_once(
     return leased
 
 
+def start_runs(
+    session: Session, worker_id: int, run_ids: list[int], now: datetime | None = None
+) -> set[int]:
+    """Writes the start mark of runs a worker's slots are about to start, in one transaction;
+    returns those marked: only they may start (the others' leases have passed or are no longer
+    this worker's). `now=None` reads the database's clock in the statement itself."""
+    if not run_ids:
+        return set()
+    with write_transaction(session):
+        return claims.mark_started(session, worker_id, run_ids, now)
+
+
 def renew_leases(
     session: Session, worker_id: int, run_ids: list[int], now: datetime, lock_ttl: timedelta
 ) -> dict[int, bool]:
@@ -105,10 +158,13 @@ def renew_leases(
 
 
 def reap_statement() -> Any:
-    """One UPDATE for both outcomes (the worker runs it every round: one round trip, not two):
-    queued again while attempts remain, failed otherwise."""
+    """One UPDATE for every outcome (the worker runs it every round: one round trip, not
+    three). A run never started (no start mark: its worker was lost while it waited for a
+    slot) is queued again and its attempt does not count, whatever its attempts; a started one
+    is queued again while attempts remain, failed otherwise."""
     now = bindparam("now", type_=UTCDateTime)
-    retry = Run.attempt < Run.max_attempts
+    never_started = Run.started_at.is_(None)
+    retry = or_(never_started, Run.attempt < Run.max_attempts)
     return (
         update(Run)
         .where(Run.status == "running", Run.locked_until < now)
@@ -118,10 +174,13 @@ def reap_statement() -> Any:
             locked_until=None,
             available_at=case((retry, now), else_=Run.available_at),
             finished_at=case((retry, Run.finished_at), else_=now),
-            error=case((retry, REQUEUE_ERROR), else_=LOST_ERROR),
+            attempt=case((never_started, Run.attempt - 1), else_=Run.attempt),
+            error=case(
+                (never_started, NOT_STARTED_ERROR), (retry, REQUEUE_ERROR), else_=LOST_ERROR
+            ),
             error_detail=None,  # an earlier attempt's traceback would not explain this
         )
-        .returning(Run.id, Run.status, Run.schedule_id)
+        .returning(Run.id, Run.status, Run.schedule_id, Run.error)
         .execution_options(synchronize_session=False)
     )
 
@@ -130,7 +189,8 @@ REAP = reap_statement()
 
 
 def reap_once(session: Session, now: datetime, settings: Mapping[str, Any] | None = None) -> int:
-    """Takes back runs whose lease expired: queued again, or failed when attempts are spent.
+    """Takes back runs whose lease expired: queued again, or failed when attempts are spent;
+    a run its worker never started is queued again without spending an attempt.
 
     A run failed so is a failure of its schedule like any other: counted, and notified in the
     same transaction (scheduler.notify). `settings`: the app's by default."""
@@ -138,15 +198,20 @@ def reap_once(session: Session, now: datetime, settings: Mapping[str, Any] | Non
         reaped = session.connection().execute(REAP, {"now": now}).all()
         lost = [
             FinishedAttempt(run_id, schedule_id, succeeded=False)
-            for run_id, status, schedule_id in sorted(reaped)
+            for run_id, status, schedule_id, _error in sorted(reaped)
             if status == "failed"
         ]
         if lost:
             record_finished_runs(session, settings, lost, now)
-    for run_id, status, _schedule_id in reaped:
+    for run_id, status, _schedule_id, error in reaped:
         log.warning(
             "run_lease_expired",
-            extra={"action": "run_lease_expired", "run_id": run_id, "requeued": status == "queued"},
+            extra={
+                "action": "run_lease_expired",
+                "run_id": run_id,
+                "requeued": status == "queued",
+                "started": error != NOT_STARTED_ERROR,
+            },
         )
     return len(reaped)
 

@@ -13,6 +13,12 @@ A slot starts only a run whose deadline has not passed: a worker that was frozen
 renew, starts nothing it may no longer own. Such a run waits for the next renewal, which either
 extends it (nobody took it: it may start) or finds it lost (it is dropped, never started).
 
+Start marks: a slot starts only a run whose start is written (`runs.started_at`, one statement
+per round for the runs the free slots take next, see `to_start`), so that a run leased here and
+never started goes back to the queue without spending an attempt if this worker is lost (the
+reaper tells them apart by the mark). The statement is fenced too: a run it does not mark is no
+longer ours, and is dropped, never started.
+
 Two kinds of slots:
 - ThreadJobPool (the default): long-lived threads in the worker. A job past its timeout is
   failed and its thread abandoned (threads cannot be killed): a new thread takes the slot, the
@@ -74,6 +80,7 @@ class Held:
     run: LeasedRun
     lease_deadline: float  # time.monotonic(): its lease may have passed after this
     leased_at: float  # time.monotonic()
+    start_marked: bool = False  # its start is written: a slot may start it
     started_at: datetime | None = None  # None while it waits for a slot
     started: float = 0.0  # time.monotonic() when a slot started it
     timeout: float = 0.0
@@ -162,13 +169,13 @@ class JobPool(ABC):
         return held
 
     def start_next(self, slot: Slot, now: float) -> Held | None:
-        """Called with the lock held: the first waiting run whose lease has not passed by `now`
-        (time.monotonic()), started in `slot`. Runs whose lease has passed stay waiting, not
-        started, until renewal says whether they are still ours."""
+        """Called with the lock held: the first waiting run marked started whose lease has not
+        passed by `now` (time.monotonic()), started in `slot`. Runs whose lease has passed stay
+        waiting, not started, until renewal says whether they are still ours."""
         if self.stopping:
             return None
         for held in self.waiting:
-            if held.lease_deadline > now:
+            if held.start_marked and held.lease_deadline > now:
                 break
         else:
             return None
@@ -213,8 +220,10 @@ class JobPool(ABC):
 
     # --- in the main thread ------------------------------------------------------------------
 
-    def submit(self, runs: list[LeasedRun], lease_deadline: float, now: float) -> None:
-        """Runs just leased, their leases good until `lease_deadline` (time.monotonic())."""
+    def submit(self, runs: list[LeasedRun], lease_deadline: float, now: float) -> list[Held]:
+        """Runs just leased, their leases good until `lease_deadline` (time.monotonic()), in
+        their order; none starts before its start mark (start_marked)."""
+        submitted = []
         with self.run_waiting:
             for run in runs:
                 if run.id in self.held:  # leased again: the database took it back from us
@@ -222,7 +231,42 @@ class JobPool(ABC):
                 held = Held(run, lease_deadline, leased_at=now)
                 self.held[run.id] = held
                 self.waiting.append(held)
-            self.run_waiting.notify(len(runs))
+                submitted.append(held)
+        return submitted
+
+    def to_start(self, now: float) -> tuple[list[Held], int]:
+        """The waiting runs to mark started now (time.monotonic()), oldest lease first, and
+        room for how many more (runs leased with them): what the free slots take next, one
+        each, or while jobs are short PREFETCH_SECONDS of work each (one statement marks a
+        batch). A busy slot gets none: a run marked and never started would spend an attempt
+        if this worker were lost."""
+        with self.lock:
+            free = len(self.slots) - self.running()
+            average = self.average_duration
+            per_slot = 1
+            if average is not None and average < PREFETCH_SECONDS:
+                per_slot = int(PREFETCH_SECONDS / max(average, 1e-5))
+            budget = free * per_slot - sum(1 for held in self.waiting if held.start_marked)
+            chosen: list[Held] = []
+            for held in self.waiting:
+                if len(chosen) >= budget:
+                    break
+                if not held.start_marked and held.lease_deadline > now:
+                    chosen.append(held)
+            return chosen, max(0, budget - len(chosen))
+
+    def start_marked(self, chosen: list[Held], marked: set[int]) -> None:
+        """After the start statement: the runs it marked may start; the others of `chosen`
+        are no longer ours (their lease had passed or was taken back) and never start."""
+        with self.run_waiting:
+            for held in chosen:
+                if self.held.get(held.run.id) is not held:  # released or lost meanwhile
+                    continue
+                if held.run.id in marked:
+                    held.start_marked = True
+                else:
+                    self.lose(held)
+            self.run_waiting.notify(len(marked))
 
     def held_ids(self) -> list[int]:
         """Every run this worker holds a lease on at this instant: waiting, running, or finished

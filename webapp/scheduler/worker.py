@@ -38,7 +38,12 @@ from webapp.extensions import db
 from webapp.models import Worker
 from webapp.scheduler import claims
 from webapp.scheduler.execution import prints_go_to_runs, store_outcomes
-from webapp.scheduler.leases import lease_once, reap_once, release_leases, renew_leases
+from webapp.scheduler.leases import (
+    lease_with_starts,
+    reap_once,
+    release_leases,
+    renew_leases,
+)
 from webapp.scheduler.local_wakeup import WakeSocket, wake_directory
 from webapp.scheduler.logs import bind_process_fields
 from webapp.scheduler.outbox import send_notifications
@@ -325,16 +330,28 @@ class WorkerProcess:
         self.reap_not_before = math.inf
 
     def lease(self) -> bool:
+        """Leases what the slots can start soon and, in the same transaction, writes the start
+        marks of the runs the free slots take next (pool.to_start); a run the statement does
+        not mark is no longer ours and never starts (logged `run_lease_lost`)."""
         assert self.worker_id is not None and self.pool is not None
         leased_at = time.monotonic()  # before the statement: never later than `locked_until`
         wanted = self.pool.wanted(leased_at)
-        if wanted <= 0:
+        chosen, room = self.pool.to_start(leased_at)
+        if wanted <= 0 and not chosen:
             return False
-        runs = lease_once(
-            db.session(), self.worker_id, None, self.lock_ttl, wanted, self.max_running
+        lease = lease_with_starts(
+            db.session(),
+            self.worker_id,
+            None,
+            self.lock_ttl,
+            max(0, wanted),
+            [held.run.id for held in chosen],
+            room,
+            self.max_running,
         )
-        self.pool.submit(runs, leased_at + self.lock_ttl.total_seconds(), leased_at)
-        return bool(runs)
+        new = self.pool.submit(lease.runs, leased_at + self.lock_ttl.total_seconds(), leased_at)
+        self.pool.start_marked(chosen + new[:room], lease.started)
+        return bool(lease.runs)
 
     def flush(self, force: bool = False) -> None:
         assert self.worker_id is not None and self.pool is not None

@@ -169,6 +169,11 @@ class HeldRun:
     worker_id: int | None
     hostname: str | None
 
+    @property
+    def status(self) -> str:
+        """Always running (what formatting.started_moment reads: without a start, leased)."""
+        return "running"
+
     def expired(self, now: datetime) -> bool:
         return self.locked_until is not None and self.locked_until < now
 

@@ -149,6 +149,17 @@ def moment(value: datetime | None, time_zone: str | None, with_date: bool = True
     )
 
 
+NOT_STARTED = Markup('<span class="muted not-started">leased, not started yet</span>')
+
+
+def started_moment(run: Any, time_zone: str | None) -> Markup:
+    """A run's start (a model or a row with status and started_at): a running run without one
+    is leased by a worker whose slots have not started it yet."""
+    if run.started_at is None and run.status == "running":
+        return NOT_STARTED
+    return moment(run.started_at, time_zone)
+
+
 def moment_settings() -> tuple[bool, datetime]:
     """Whether this request shows times in UTC, and its `now`: read once per request (the
     relative times of one page are then relative to the same moment)."""
@@ -186,7 +197,7 @@ def run_cells(runs: Iterable[Any], time_zone: str, place: str = "") -> list[tupl
             url=f"{detail[0]}{run.id}{detail[1]}",
             schedule_url=f"{schedule[0]}{run.schedule_id}{schedule[1]}",
             scheduled=moment(run.scheduled_for, time_zone),
-            started=moment(started, time_zone),
+            started=started_moment(run, time_zone),
             duration=duration(finished - started) if finished and started else "-",
             lag=duration(started - run.scheduled_for) if started else "-",
             status=status_badge(run, place),
@@ -262,6 +273,7 @@ def install(app: Flask) -> None:
     app.add_template_filter(relative_time, "relative_time")
     app.add_template_filter(duration, "duration")
     app.add_template_filter(moment, "moment")
+    app.add_template_filter(started_moment, "started_moment")
     app.add_template_filter(describe_cron, "describe_cron")
     app.add_template_filter(pretty_value, "pretty_value")
 
