@@ -29,7 +29,7 @@ from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule
 from webapp.scheduler import claims
 from webapp.scheduler.execution import run_attempt, store_outcomes
-from webapp.scheduler.leases import lease_once
+from webapp.scheduler.leases import lease_once, reap_once
 from webapp.services.accounts import create_tenant, find_tenant
 from webapp.services.audit import Actor
 from webapp.services.cancellation import cancel_run
@@ -271,6 +271,35 @@ def test_a_run_asked_to_stop_before_its_job_began_ends_cancelled_and_is_no_failu
     assert db.session.get(Schedule, schedule.id).consecutive_failures == 2  # type: ignore[union-attr]
     (event,) = audit_actions("run.stop_requested")
     assert event.before == {"status": "running"}
+
+
+def test_a_run_asked_to_stop_whose_worker_is_lost_ends_cancelled_not_run_again(
+    app: Flask, world: World
+) -> None:
+    schedule = echo_schedule(world)
+    schedule.consecutive_failures = 1
+    db.session.commit()
+    asked, untouched = (run_now(schedule, Actor.cli(), utcnow()).id for _ in range(2))
+    worker = add_worker()
+    leased = lease_once(db.session(), worker, None, TTL, 2)
+    assert sorted(run.id for run in leased) == [asked, untouched]
+    run = db.session.get(Run, asked)
+    assert run is not None
+    assert cancel_run(run, Actor.for_user(world.alice), utcnow()).outcome == "stop_requested"
+    # The worker dies: nobody renews, and another worker's reaper finds both leases expired.
+    later = utcnow() + TTL + timedelta(seconds=1)
+    assert reap_once(db.session(), later) == 2
+    db.session.expire_all()
+    stopped = db.session.get(Run, asked)
+    assert stopped is not None
+    assert stopped.status == "cancelled"
+    assert stopped.cancelled_at is not None and stopped.finished_at is not None
+    assert stopped.error is not None and "asked to stop" in stopped.error
+    other = db.session.get(Run, untouched)
+    assert other is not None and other.status == "queued"  # never started: back, unspent
+    (again,) = lease_once(db.session(), add_worker(), later, TTL, 5)
+    assert again.id == untouched
+    assert db.session.get(Schedule, schedule.id).consecutive_failures == 1  # type: ignore[union-attr]
 
 
 @postgresql_only

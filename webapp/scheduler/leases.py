@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, case, or_, update
+from sqlalchemy import and_, bindparam, case, or_, update
 from sqlalchemy.orm import Session
 
 from webapp.database import UTCDateTime, write_transaction
@@ -23,6 +23,7 @@ log = logging.getLogger("webapp.scheduler")
 NOT_STARTED_ERROR = (
     "the worker that leased it was lost before starting it; queued again, no attempt spent"
 )
+STOPPED_LOST_ERROR = "asked to stop, and its worker was lost before it stopped; not run again"
 
 
 @dataclass(frozen=True)
@@ -159,24 +160,30 @@ def renew_leases(
 
 def reap_statement() -> Any:
     """One UPDATE for every outcome (the worker runs it every round: one round trip, not
-    three). A run never started (no start mark: its worker was lost while it waited for a
-    slot) is queued again and its attempt does not count, whatever its attempts; a started one
-    is queued again while attempts remain, failed otherwise."""
+    three). A run an admin asked to stop ends cancelled: the request outlives its lost worker,
+    so the job is not started again. A run never started (no start mark: its worker was lost
+    while it waited for a slot) is queued again and its attempt does not count, whatever its
+    attempts; a started one is queued again while attempts remain, failed otherwise."""
     now = bindparam("now", type_=UTCDateTime)
+    stop_requested = Run.cancel_requested_at.is_not(None)
     never_started = Run.started_at.is_(None)
-    retry = or_(never_started, Run.attempt < Run.max_attempts)
+    retry = and_(~stop_requested, or_(never_started, Run.attempt < Run.max_attempts))
     return (
         update(Run)
         .where(Run.status == "running", Run.locked_until < now)
         .values(
-            status=case((retry, "queued"), else_="failed"),
+            status=case((stop_requested, "cancelled"), (retry, "queued"), else_="failed"),
             worker_id=case((retry, None), else_=Run.worker_id),
             locked_until=None,
             available_at=case((retry, now), else_=Run.available_at),
             finished_at=case((retry, Run.finished_at), else_=now),
+            cancelled_at=case((stop_requested, now), else_=Run.cancelled_at),
             attempt=case((never_started, Run.attempt - 1), else_=Run.attempt),
             error=case(
-                (never_started, NOT_STARTED_ERROR), (retry, REQUEUE_ERROR), else_=LOST_ERROR
+                (stop_requested, STOPPED_LOST_ERROR),
+                (never_started, NOT_STARTED_ERROR),
+                (retry, REQUEUE_ERROR),
+                else_=LOST_ERROR,
             ),
             error_detail=None,  # an earlier attempt's traceback would not explain this
         )
@@ -210,6 +217,7 @@ def reap_once(session: Session, now: datetime, settings: Mapping[str, Any] | Non
                 "action": "run_lease_expired",
                 "run_id": run_id,
                 "requeued": status == "queued",
+                "cancelled": status == "cancelled",
                 "started": error != NOT_STARTED_ERROR,
             },
         )
