@@ -98,7 +98,10 @@ def test_the_readme_commands_work_in_the_checkout_that_make_run_set_up(tmp_path:
         assert result.returncode == 0, result.stderr
         assert "Traceback" not in result.stderr
     listed = run([*FLASK, "tenant", "list"], env)
-    assert (listed.returncode, listed.stdout) == (0, "acme\tUTC\tAcme\n")
+    assert (listed.returncode, listed.stdout) == (
+        0,
+        "acme\tUTC\tAcme\tmax running no cap (default)\n",
+    )
     assert "demo.echo" in result.stdout
     # Made again, the file is kept: the secret key (the sessions it signs) survives.
     before = config.read_text()
