@@ -6,6 +6,7 @@ import json
 import os
 import socket
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from flask import Flask
@@ -18,6 +19,12 @@ from webapp.extensions import db
 from webapp.models import Worker
 
 PASSWORD = "pa55-w0rd-never-shown"
+# The newest migration and the one before it, as the files name them.
+REVISIONS = sorted(
+    path.name.split("_")[0]
+    for path in (Path(__file__).parent.parent / "migrations" / "versions").glob("[0-9]*.py")
+)
+HEAD, PREVIOUS = REVISIONS[-1], REVISIONS[-2]
 
 
 def closed_port() -> int:
@@ -55,20 +62,20 @@ def test_healthz_answers_200_with_its_checks(app: Flask) -> None:
         "status": "ok",
         "checks": {
             "database": {"ok": True},
-            "migrations": {"ok": True, "current": "0009", "head": "0009"},
+            "migrations": {"ok": True, "current": HEAD, "head": HEAD},
         },
     }
     assert "Set-Cookie" not in response.headers
 
 
 def test_healthz_answers_503_when_the_migrations_are_behind(app: Flask) -> None:
-    downgrade(revision="0008")
+    downgrade(revision=PREVIOUS)
     response = app.test_client().get("/healthz")
     assert response.status_code == 503
     body = response.get_json()
     assert body["status"] == "fail"
     assert body["checks"]["database"] == {"ok": True}
-    assert body["checks"]["migrations"] == {"ok": False, "current": "0008", "head": "0009"}
+    assert body["checks"]["migrations"] == {"ok": False, "current": PREVIOUS, "head": HEAD}
 
 
 def test_healthz_answers_503_without_a_traceback_or_the_password_when_the_database_is_down(
@@ -90,7 +97,7 @@ def test_health_fails_without_a_worker(app: Flask, cli: FlaskCliRunner) -> None:
     assert result.exit_code == 1
     lines = result.output.splitlines()
     assert "ok database reachable" in lines
-    assert "ok migrations at head (0009)" in lines
+    assert f"ok migrations at head ({HEAD})" in lines
     assert "fail no worker heartbeat in the last 120 s (no worker is running)" in lines
 
 
@@ -143,9 +150,9 @@ def test_health_prints_json_on_request(app: Flask, cli: FlaskCliRunner) -> None:
     assert report["status"] == "ok"
     assert report["checks"]["migrations"] == {
         "ok": True,
-        "current": "0009",
-        "head": "0009",
-        "message": "migrations at head (0009)",
+        "current": HEAD,
+        "head": HEAD,
+        "message": f"migrations at head ({HEAD})",
     }
 
 
