@@ -11,8 +11,8 @@ Part 2, leasing throughput: one process leasing the flood (10,000 of A, 10 of B)
 100 and of 8 through the project's `lease_once`, each batch then marked succeeded (so that
 running counts stay as a worker pool keeps them); runs leased per second of lease statement
 time, fair against unfair, interleaved rounds. Then the deep queue: 100,000 queued runs over
-1,000 tenants and 10,000 of one tenant, the lease statement's time for 8 and 100 runs, and its
-EXPLAIN ANALYZE.
+1,000 tenants and 10,000 of one tenant, a lease's statement time for 8 and 100 runs (fair: the
+window of tenants, then the lease), and their EXPLAIN ANALYZE.
 
 Verified: every run of B started, each once (attempt 1); each throughput round leased every run
 once. Targets: B's p95 wait < 2 s under the flood; fair leasing's runs/s within 20 % of unfair.
@@ -238,8 +238,10 @@ def throughput_round(app: Any, server: Server, database: str, batch: int, unfair
 
 
 def deep_queue(server: Server, database: str) -> list[dict[str, Any]]:
-    """The lease statement alone (rolled back) at 100,000 queued over 1,000 tenants plus
-    10,000 of one tenant; prints EXPLAIN ANALYZE of the fair one."""
+    """A whole lease (rolled back) at 100,000 queued over 1,000 tenants plus 10,000 of one
+    tenant: the fair lease's two statements (its window of tenants, from a cursor that moves on
+    as a worker's does, then the lease) against the unfair lease's one; prints EXPLAIN ANALYZE
+    of the fair ones."""
     from sqlalchemy.dialects import postgresql
 
     from bench import unfair_lease
@@ -252,6 +254,7 @@ def deep_queue(server: Server, database: str) -> list[dict[str, Any]]:
         compiled = statement.compile(dialect=dialect)
         return str(compiled), dict(compiled.params)
 
+    window_sql, window_constants = sql(claims.LEASE_WINDOW_BY_DATABASE_CLOCK)
     fair_sql, fair_constants = sql(claims.LEASE_BY_DATABASE_CLOCK)
     unfair_sql, unfair_constants = sql(unfair_lease.BY_DATABASE_CLOCK)
     rows = []
@@ -278,24 +281,55 @@ def deep_queue(server: Server, database: str) -> list[dict[str, Any]]:
             "INSERT INTO workers (hostname, pid, concurrency, started_at, last_heartbeat_at, "
             "abandoned_jobs) VALUES ('bench', 0, 1, now(), now(), 0) RETURNING id"
         ).fetchone()[0]  # type: ignore[index]
+        cursor: int | None = None
+
+        def served(tenants: list[Any]) -> dict[str, list[int]]:
+            """The window statement's rows as the lease statement's parameters."""
+            return {
+                "window": [tenant for tenant, open_, _ in tenants if open_],
+                "locked": [tenant for tenant, _, locked in tenants if locked],
+            }
+
+        def fair_lease(parameters: dict[str, Any]) -> list[Any]:
+            """The window, then the lease; the cursor moves on as a worker's does."""
+            nonlocal cursor
+            window = {**window_constants, **parameters, "after": cursor}
+            tenants = connection.execute(window_sql, window).fetchall()  # type: ignore[arg-type]
+            cursor = tenants[-1][0]
+            lease = {**fair_constants, **parameters, **served(tenants)}
+            return connection.execute(fair_sql, lease).fetchall()  # type: ignore[arg-type]
+
+        def explain_fair_lease(parameters: dict[str, Any]) -> list[str]:
+            window = {**window_constants, **parameters, "after": cursor}
+            explain = "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "
+            plan = connection.execute(explain + window_sql, window).fetchall()  # type: ignore[arg-type]
+            tenants = connection.execute(window_sql, window).fetchall()  # type: ignore[arg-type]
+            lease = {**fair_constants, **parameters, **served(tenants)}
+            plan += [("",), *connection.execute(explain + fair_sql, lease).fetchall()]  # type: ignore[arg-type]
+            return [line for (line,) in plan]
+
         for limit in (8, 100):
             parameters = {
                 "limit": limit,
                 "worker_id": worker,
                 "lock_ttl": timedelta(seconds=60),
                 "max_running": None,
-                "locked": [],
             }
             times: dict[str, list[float]] = {"fair": [], "unfair": []}
             for _ in range(7):
-                for name, text, constants in (
-                    ("fair", fair_sql, fair_constants),
-                    ("unfair", unfair_sql, unfair_constants),
-                ):
+                for name in ("fair", "unfair"):
                     with connection.transaction(force_rollback=True):
                         started = time.perf_counter()
-                        connection.execute(text, {**constants, **parameters}).fetchall()  # type: ignore[arg-type]
+                        if name == "fair":
+                            leased = fair_lease(parameters)
+                        else:
+                            leased = connection.execute(
+                                unfair_sql,  # type: ignore[arg-type]
+                                {**unfair_constants, **parameters},
+                            ).fetchall()
                         times[name].append(time.perf_counter() - started)
+                    if len(leased) != limit:
+                        raise RuntimeError(f"{name}: leased {len(leased)} of {limit}")
             rows.append(
                 {
                     "part": "deep",
@@ -306,12 +340,9 @@ def deep_queue(server: Server, database: str) -> list[dict[str, Any]]:
             )
             if limit == 8:
                 with connection.transaction(force_rollback=True):
-                    plan = connection.execute(
-                        "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + fair_sql,  # type: ignore[arg-type]
-                        {**fair_constants, **parameters},
-                    ).fetchall()
-                print("\nEXPLAIN ANALYZE, fair lease of 8 runs, deep queue:")
-                print("\n".join(line for (line,) in plan))
+                    plan = explain_fair_lease(parameters)
+                print("\nEXPLAIN ANALYZE, fair lease of 8 runs (window, lease), deep queue:")
+                print("\n".join(plan))
     return rows
 
 
@@ -383,7 +414,8 @@ def main(argv: list[str] | None = None) -> int:
         ("batch", "runs", "fair_runs_per_s", "unfair_runs_per_s", "ratio"),
     )
     print_table(
-        "Deep queue (100,000 over 1,000 tenants + 10,000 of one): one lease statement, median ms",
+        "Deep queue (100,000 over 1,000 tenants + 10,000 of one): one lease's statements, "
+        "median ms",
         deep,
         ("limit", "fair_ms", "unfair_ms"),
     )

@@ -158,6 +158,33 @@ def test_a_tenant_alone_gets_the_whole_lease(app: Flask, world: World) -> None:
     assert len(lease(add_worker(), limit=6)) == 6
 
 
+def test_leases_take_turns_when_more_tenants_have_work_than_a_lease_takes(
+    app: Flask, world: World
+) -> None:
+    gamma = Tenant(slug="gamma", name="Gamma", time_zone="UTC")
+    db.session.add(gamma)
+    db.session.commit()
+    for tenant in (world.alpha.id, world.beta.id, gamma.id):
+        queue(tenant, 10)
+    worker = add_worker()
+    # Three tenants, two runs a lease, all held running: the tenant left out of one lease comes
+    # first in the next, so after three leases each has two, and none waits for the others.
+    leased = [run.tenant_id or 0 for _ in range(3) for run in lease(worker, limit=2)]
+    assert sorted(leased) == sorted([world.alpha.id, world.beta.id, gamma.id] * 2)
+    assert gamma.id in leased[:4]
+
+
+def test_a_tenant_full_at_its_cap_does_not_hold_back_the_next(app: Flask, world: World) -> None:
+    set_cap(world.alpha, 1)
+    queue(world.alpha.id, 5, minutes_ago=30)
+    queue(world.beta.id, 5, minutes_ago=1)
+    worker = add_worker()
+    assert [run.tenant_id for run in lease(worker, limit=1)] == [world.alpha.id]
+    # alpha is at its cap: a lease of one goes on to beta, now and in the leases after.
+    for _ in range(3):
+        assert [run.tenant_id for run in lease(worker, limit=1)] == [world.beta.id]
+
+
 # --- real workers ------------------------------------------------------------------------------
 
 

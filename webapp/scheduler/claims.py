@@ -11,6 +11,7 @@ import json
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from sqlalchemy import (
     Integer,
@@ -33,7 +34,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.engine import Row
+from sqlalchemy.engine import Engine, Row
 from sqlalchemy.orm import Session
 
 from webapp.database import UTCDateTime, utcnow
@@ -242,13 +243,21 @@ def earliest_next_run(session: Session) -> datetime | None:
 
 # --- the lease: fair between tenants, within each tenant's cap -----------------------------------
 #
-# A lease serves the tenants with available queued runs in turns: each run's turn is its
-# tenant's runs already running plus its rank among the tenant's queued runs (oldest first), and
-# the lease takes the lowest turns (ties: oldest first). A tenant with 10,000 queued runs and 16
-# running therefore waits while one with 0 running starts its first run, whatever their ages.
+# A lease serves tenants with available queued runs in turns: each run's turn is its tenant's
+# runs already running plus its rank among the tenant's queued runs (oldest first), and the lease
+# takes the lowest turns (ties: oldest first). A tenant with 10,000 queued runs and 16 running
+# therefore waits while one with 0 running starts its first run, whatever their ages.
 # A tenant's cap (tenants.max_running, else SCHEDULER_MAX_RUNNING) bounds its share of a lease by
 # cap - running; on PostgreSQL that count is sound only under the capped tenant's row lock,
-# which the lease transaction takes first (capped_tenants_lock_statement, passed as :locked).
+# which the lease transaction takes first (lease_window_statement, passed as :locked).
+#
+# Which tenants: on PostgreSQL a window of at most `limit` of them, found by rotation. Each worker
+# keeps a cursor, the last tenant its previous window reached; the next window is the tenants
+# after it that have an available run and (by a count outside the lock: a hint) room under their
+# cap, wrapping around to the first tenant. So a lease costs O(runs leased), not O(tenants with
+# work), and the "fewest running first" order holds within a window, not across all tenants.
+# SQLite, one writer at a time, visits every tenant with queued runs on each lease (its installs
+# are small): the global order, as before.
 
 QUEUED = Run.status == "queued"
 
@@ -265,14 +274,19 @@ def queued_tenants() -> Any:
     )
 
 
-def lease_groups(now: Any, limit: Any, default_cap: Any, locked: Any) -> Any:
+def window_tenants() -> Any:
+    """PostgreSQL: the tenants of this lease's window (:window, lease_window_statement's)."""
+    window = func.unnest(bindparam("window", type_=ARRAY(Integer))).label("tenant_id")
+    return select(window).subquery("lease_window")
+
+
+def lease_groups(now: Any, limit: Any, default_cap: Any, locked: Any, tenants: Any) -> Any:
     """The groups this lease serves, each with how many runs it may take (`take`) and its
-    runs running now (`running`). A group is a tenant with available queued runs, or the
-    tenant-less (system) runs, which are never capped.
+    runs running now (`running`). A group is one of `tenants` with available queued runs, or
+    the tenant-less (system) runs, which are never capped.
 
     `locked` is true for the tenants whose row this transaction has locked: a capped tenant
     without it has no room in this lease (the next one locks it)."""
-    tenants = queued_tenants()
     tenant_groups = select(
         tenants.c.tenant_id,
         select(func.min(Run.available_at))
@@ -377,8 +391,9 @@ def lease_candidates_sqlite(now: Any, served: Any) -> Any:
 def lease_query(now: Any, limit: Any, skip_locked: bool) -> Any:
     """The ids a lease takes: the lowest turns, fairly between tenants and within their caps
     (see above); `skip_locked` builds PostgreSQL's version, else SQLite's. Parameters besides
-    `now` and `limit`: max_running (the default cap) and, on PostgreSQL, locked (the ids of the
-    capped tenants this transaction has locked).
+    `now` and `limit`: max_running (the default cap) and, on PostgreSQL, window (the tenants
+    this lease may serve) and locked (those of them that are capped and that this transaction
+    has locked).
 
     MATERIALIZED CTEs (as the watchdog's flag_overdue_schedules): as a subquery, PostgreSQL
     may run it again for each row it updates (a nested loop), skipping the rows this statement
@@ -386,10 +401,10 @@ def lease_query(now: Any, limit: Any, skip_locked: bool) -> Any:
     default_cap = bindparam("max_running", type_=Integer)
     if skip_locked:
         locked: Any = Tenant.id == any_(bindparam("locked", type_=ARRAY(Integer)))
-        served = lease_groups(now, limit, default_cap, locked)
+        served = lease_groups(now, limit, default_cap, locked, window_tenants())
         candidates = lease_candidates_postgresql(now, served)
     else:  # SQLite: BEGIN IMMEDIATE already holds every tenant
-        served = lease_groups(now, limit, default_cap, true())
+        served = lease_groups(now, limit, default_cap, true(), queued_tenants())
         candidates = lease_candidates_sqlite(now, served)
     chosen = candidates.cte("lease_candidates").prefix_with("MATERIALIZED")
     leased = (
@@ -402,28 +417,74 @@ def lease_query(now: Any, limit: Any, skip_locked: bool) -> Any:
     return select(leased.c.id)
 
 
-def capped_tenants_lock_statement(database_clock: bool) -> Any:
-    """Locks, in id order (no deadlock between leases), the capped tenants with available queued
-    runs: the first statement of a lease transaction on PostgreSQL. Two leases of one capped
-    tenant so take turns, and the second one's lease statement (a new snapshot under READ
-    COMMITTED) counts the runs the first has leased. NO KEY UPDATE: the tick's inserts of runs
-    (KEY SHARE on their tenant) go on meanwhile."""
-    now: Any = (
-        func.statement_timestamp(type_=UTCDateTime)
-        if database_clock
-        else bindparam("now", type_=UTCDateTime)
+# The next tenant with queued runs after `w.tenant_id` (its first index entry, so its oldest
+# available_at), else the first tenant: one probe of ix_runs_tenant_queue, two when wrapping.
+# `open`: it has an available run and looks to have room (the count is a hint outside the lock;
+# the lease statement counts again under it).
+NEXT_TENANT = """
+SELECT h.tenant_id,
+       COALESCE(h.available_at <= {now} AND CASE WHEN c.cap IS NULL THEN true ELSE
+           (SELECT count(*) FROM runs AS r WHERE r.tenant_id = h.tenant_id
+            AND r.status = 'running') < c.cap END, false) AS open
+FROM ((SELECT tenant_id, available_at FROM runs
+       WHERE status = 'queued' AND tenant_id > w.tenant_id
+       ORDER BY tenant_id, available_at LIMIT 1)
+      UNION ALL
+      (SELECT tenant_id, available_at FROM runs
+       WHERE status = 'queued' AND tenant_id IS NOT NULL
+       ORDER BY tenant_id, available_at LIMIT 1)
+      LIMIT 1) AS h
+CROSS JOIN LATERAL (
+    SELECT COALESCE((SELECT max_running FROM tenants WHERE id = h.tenant_id),
+                    CAST(:max_running AS INTEGER)) AS cap
+) AS c
+"""
+
+
+def lease_window_statement(database_clock: bool) -> Any:
+    """PostgreSQL: the first statement of a lease transaction. Walks the tenants with queued
+    runs from the one after `:after` (this worker's cursor), wrapping around, until it has
+    passed `:limit` open ones (NEXT_TENANT) or come back to where it started; returns each
+    tenant it passed, in that order, with `open` and `locked`. It locks, in id order (no
+    deadlock between leases), the open tenants that are capped: two leases of one capped tenant
+    so take turns, and the second one's lease statement (a new snapshot under READ COMMITTED)
+    counts the runs the first has leased. NO KEY UPDATE: the tick's inserts of runs (KEY SHARE
+    on their tenant) go on meanwhile.
+
+    Tenants passed over (nothing available yet, or full at their cap) cost a probe each and
+    count for nothing: the window's cost is O(limit) plus those."""
+    now = "statement_timestamp()" if database_clock else ":now"
+    step = NEXT_TENANT.format(now=now)
+    statement = text(
+        f"""
+WITH RECURSIVE lease_window(step, tenant_id, first_id, opened, open) AS (
+    SELECT 1, n.tenant_id, n.tenant_id, CAST(n.open AS INTEGER), n.open
+    FROM (SELECT CAST(:after AS INTEGER) AS tenant_id) AS w
+    CROSS JOIN LATERAL ({step}) AS n
+  UNION ALL
+    SELECT w.step + 1, n.tenant_id, w.first_id, w.opened + CAST(n.open AS INTEGER), n.open
+    FROM lease_window AS w
+    CROSS JOIN LATERAL ({step}) AS n
+    WHERE w.opened < :limit AND n.tenant_id <> w.first_id
+),
+locked AS MATERIALIZED (
+    SELECT t.id FROM tenants AS t
+    WHERE t.id IN (SELECT tenant_id FROM lease_window WHERE open)
+      AND COALESCE(t.max_running, CAST(:max_running AS INTEGER)) IS NOT NULL
+    ORDER BY t.id
+    FOR NO KEY UPDATE
+)
+SELECT w.tenant_id, w.open, l.id IS NOT NULL AS locked
+FROM lease_window AS w LEFT JOIN locked AS l ON l.id = w.tenant_id
+ORDER BY w.step
+"""
     )
-    has_work = (
-        select(Run.id).where(QUEUED, Run.tenant_id == Tenant.id, Run.available_at <= now).exists()
-    )
-    return (
-        select(Tenant.id)
-        .where(
-            func.coalesce(Tenant.max_running, bindparam("max_running", type_=Integer)).is_not(None),
-            has_work,
-        )
-        .order_by(Tenant.id)
-        .with_for_update(key_share=True)
+    types = [] if database_clock else [bindparam("now", type_=UTCDateTime)]
+    return statement.bindparams(
+        *types,
+        bindparam("limit", type_=Integer),
+        bindparam("after", type_=Integer),
+        bindparam("max_running", type_=Integer),
     )
 
 
@@ -464,8 +525,12 @@ def lease_statement(skip_locked: bool, database_clock: bool = False) -> Any:
 LEASE_SKIP_LOCKED = lease_statement(skip_locked=True)
 LEASE_BY_DATABASE_CLOCK = lease_statement(skip_locked=True, database_clock=True)
 LEASE = lease_statement(skip_locked=False)
-LOCK_CAPPED_TENANTS = capped_tenants_lock_statement(database_clock=False)
-LOCK_CAPPED_TENANTS_BY_DATABASE_CLOCK = capped_tenants_lock_statement(database_clock=True)
+LEASE_WINDOW = lease_window_statement(database_clock=False)
+LEASE_WINDOW_BY_DATABASE_CLOCK = lease_window_statement(database_clock=True)
+# Each worker's cursor, by database (engine) and worker id: the last tenant its previous lease
+# window reached. Only a starting point: a lost or stale one costs nothing but a window
+# somewhere else.
+LEASE_CURSORS: WeakKeyDictionary[Engine, dict[int, int]] = WeakKeyDictionary()
 
 
 def lease_runs(
@@ -477,8 +542,9 @@ def lease_runs(
     max_running: int | None = None,
 ) -> Sequence[Row[Any]]:
     """Marks up to `limit` available queued runs as running for this worker, in one statement
-    (on PostgreSQL after locking the capped tenants it may serve), fairly between tenants and
-    never beyond a tenant's cap (`max_running`: the default cap, SCHEDULER_MAX_RUNNING).
+    (on PostgreSQL after the statement that finds this lease's window of tenants and locks its
+    capped ones), fairly between tenants and never beyond a tenant's cap (`max_running`: the
+    default cap, SCHEDULER_MAX_RUNNING).
 
     `now=None`: the database's clock on PostgreSQL, the host's on SQLite.
     """
@@ -491,14 +557,20 @@ def lease_runs(
     if is_postgresql(session) and now is None:
         statement = LEASE_BY_DATABASE_CLOCK
         parameters["lock_ttl"] = lock_ttl
-        lock = LOCK_CAPPED_TENANTS_BY_DATABASE_CLOCK
+        window = LEASE_WINDOW_BY_DATABASE_CLOCK
     else:
         statement = LEASE_SKIP_LOCKED if is_postgresql(session) else LEASE
         now = now or utcnow()
         parameters.update(now=now, locked_until=now + lock_ttl)
-        lock = LOCK_CAPPED_TENANTS
+        window = LEASE_WINDOW
     if is_postgresql(session):
-        parameters["locked"] = list(connection.execute(lock, parameters).scalars())
+        cursors = LEASE_CURSORS.setdefault(connection.engine, {})
+        after = {"after": cursors.get(worker_id)}
+        tenants = connection.execute(window, {**parameters, **after}).all()
+        if tenants:  # on, even if nothing is leased: tenants full at their cap starve nobody
+            cursors[worker_id] = tenants[-1].tenant_id
+        parameters["window"] = [row.tenant_id for row in tenants if row.open]
+        parameters["locked"] = [row.tenant_id for row in tenants if row.locked]
     return connection.execute(statement, parameters).all()
 
 
