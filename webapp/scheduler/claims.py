@@ -458,14 +458,13 @@ def lease_window_statement(database_clock: bool) -> Any:
     statement = text(
         f"""
 WITH RECURSIVE lease_window(step, tenant_id, first_id, opened, open) AS (
-    SELECT 1, n.tenant_id, n.tenant_id, CAST(n.open AS INTEGER), n.open
-    FROM (SELECT CAST(:after AS INTEGER) AS tenant_id) AS w
-    CROSS JOIN LATERAL ({step}) AS n
+    SELECT 0, CAST(:after AS INTEGER), CAST(NULL AS INTEGER), 0, false
   UNION ALL
-    SELECT w.step + 1, n.tenant_id, w.first_id, w.opened + CAST(n.open AS INTEGER), n.open
+    SELECT w.step + 1, n.tenant_id, COALESCE(w.first_id, n.tenant_id),
+           w.opened + CAST(n.open AS INTEGER), n.open
     FROM lease_window AS w
     CROSS JOIN LATERAL ({step}) AS n
-    WHERE w.opened < :limit AND n.tenant_id <> w.first_id
+    WHERE w.opened < :limit AND n.tenant_id IS DISTINCT FROM w.first_id
 ),
 locked AS MATERIALIZED (
     SELECT t.id FROM tenants AS t
@@ -476,6 +475,7 @@ locked AS MATERIALIZED (
 )
 SELECT w.tenant_id, w.open, l.id IS NOT NULL AS locked
 FROM lease_window AS w LEFT JOIN locked AS l ON l.id = w.tenant_id
+WHERE w.step > 0
 ORDER BY w.step
 """
     )
