@@ -23,6 +23,7 @@ from sqlalchemy import (
     case,
     false,
     func,
+    literal,
     not_,
     null,
     or_,
@@ -243,21 +244,21 @@ def earliest_next_run(session: Session) -> datetime | None:
 
 # --- the lease: fair between tenants, within each tenant's cap -----------------------------------
 #
-# A lease serves tenants with available queued runs in turns: each run's turn is its tenant's
-# runs already running plus its rank among the tenant's queued runs (oldest first), and the lease
-# takes the lowest turns (ties: oldest first). A tenant with 10,000 queued runs and 16 running
-# therefore waits while one with 0 running starts its first run, whatever their ages.
-# A tenant's cap (tenants.max_running, else SCHEDULER_MAX_RUNNING) bounds its share of a lease by
-# cap - running; on PostgreSQL that count is sound only under the capped tenant's row lock,
-# which the lease transaction takes first (lease_window_statement, passed as :locked).
+# A lease serves tenants with available queued runs in turns: each run's turn is its rank among
+# its tenant's queued runs (oldest first), and the lease takes the lowest turns (ties: oldest
+# first), each tenant at most its share (limit / tenants served). A tenant's cap
+# (tenants.max_running, else SCHEDULER_MAX_RUNNING) bounds its share by cap - running; on
+# PostgreSQL that count is sound only under the capped tenant's row lock, which the lease
+# transaction takes first (lease_window_statement, passed as :locked).
 #
 # Which tenants: on PostgreSQL a window of at most `limit` of them, found by rotation. Each worker
 # keeps a cursor, the last tenant its previous window reached; the next window is the tenants
 # after it that have an available run and (by a count outside the lock: a hint) room under their
 # cap, wrapping around to the first tenant. So a lease costs O(runs leased), not O(tenants with
-# work), and the "fewest running first" order holds within a window, not across all tenants.
+# work); the rotation, not a count of each tenant's running runs, decides who goes next.
 # SQLite, one writer at a time, visits every tenant with queued runs on each lease (its installs
-# are small): the global order, as before.
+# are small), and a run's turn also counts its tenant's runs running: a tenant with 10,000 queued
+# runs and 16 running waits while one with 0 running starts its first run.
 
 QUEUED = Run.status == "queued"
 
@@ -280,32 +281,41 @@ def window_tenants() -> Any:
     return select(window).subquery("lease_window")
 
 
-def lease_groups(now: Any, limit: Any, default_cap: Any, locked: Any, tenants: Any) -> Any:
-    """The groups this lease serves, each with how many runs it may take (`take`) and its
-    runs running now (`running`). A group is one of `tenants` with available queued runs, or
-    the tenant-less (system) runs, which are never capped.
+def running_count(group: Any) -> Any:
+    return select(func.count()).where(group, Run.status == "running").scalar_subquery()
+
+
+def lease_groups(
+    now: Any, limit: Any, default_cap: Any, locked: Any, tenants: Any, whole_queue: bool
+) -> Any:
+    """The groups this lease serves, each with how many runs it may take (`take`) and how
+    many turns it is behind (`ahead`: its runs running now with `whole_queue`, else 0). A
+    group is one of `tenants` with available queued runs, or the tenant-less (system) runs,
+    which are never capped.
 
     `locked` is true for the tenants whose row this transaction has locked: a capped tenant
-    without it has no room in this lease (the next one locks it)."""
+    without it has no room in this lease (the next one locks it). Without `whole_queue` (the
+    PostgreSQL window, whose rotation spreads the turns) only capped tenants' running runs are
+    counted: the planner, whose statistics lag behind a herd, counts them through the partial
+    index of all running runs (ix_runs_leases), one whole scan per count."""
+    cap = func.coalesce(Tenant.max_running, default_cap)
+    tenant_running = running_count(Run.tenant_id == tenants.c.tenant_id)
+    if not whole_queue:
+        tenant_running = case((cap.is_(None), 0), else_=tenant_running)
     tenant_groups = select(
         tenants.c.tenant_id,
         select(func.min(Run.available_at))
         .where(QUEUED, Run.tenant_id == tenants.c.tenant_id)
         .scalar_subquery()
         .label("head_at"),
-        select(func.count())
-        .where(Run.tenant_id == tenants.c.tenant_id, Run.status == "running")
-        .scalar_subquery()
-        .label("running"),
-        func.coalesce(Tenant.max_running, default_cap).label("cap"),
+        tenant_running.label("running"),
+        cap.label("cap"),
         locked.label("locked"),
     ).join_from(tenants, Tenant, Tenant.id == tenants.c.tenant_id)
     system_group = select(
         null(),
         func.min(Run.available_at),
-        select(func.count())
-        .where(Run.tenant_id.is_(None), Run.status == "running")
-        .scalar_subquery(),
+        running_count(Run.tenant_id.is_(None)) if whole_queue else literal(0),
         null(),
         true(),
     ).where(QUEUED, Run.tenant_id.is_(None))
@@ -315,12 +325,13 @@ def lease_groups(now: Any, limit: Any, default_cap: Any, locked: Any, tenants: A
         (groups.c.locked, groups.c.cap - groups.c.running),
         else_=0,
     )
+    ahead = groups.c.running if whole_queue else literal(0)
     # At most `limit` groups, the least served first: a run of any other would come after
     # `limit` runs of these.
     served = (
-        select(groups.c.tenant_id, groups.c.running, room.label("room"))
+        select(groups.c.tenant_id, ahead.label("ahead"), room.label("room"))
         .where(groups.c.head_at <= now, room > 0)
-        .order_by(groups.c.running, groups.c.head_at)
+        .order_by(ahead, groups.c.head_at)
         .limit(limit)
         .subquery("served")
     )
@@ -328,7 +339,7 @@ def lease_groups(now: Any, limit: Any, default_cap: Any, locked: Any, tenants: A
     share = (limit + func.count().over() - 1) // func.count().over()
     return select(
         served.c.tenant_id,
-        served.c.running,
+        served.c.ahead,
         case((served.c.room < share, served.c.room), else_=share).label("take"),
     ).cte("lease_served")
 
@@ -359,9 +370,9 @@ def lease_candidates_postgresql(now: Any, served: Any) -> Any:
             partition_by=served.c.tenant_id, order_by=(runs.c.available_at, runs.c.id)
         )
         parts.append(
-            select(
-                runs.c.id, runs.c.available_at, (served.c.running + rank).label("turn")
-            ).join_from(served, runs, true())
+            select(runs.c.id, runs.c.available_at, (served.c.ahead + rank).label("turn")).join_from(
+                served, runs, true()
+            )
         )
     return union_all(*parts)
 
@@ -373,7 +384,7 @@ def lease_candidates_sqlite(now: Any, served: Any) -> Any:
         select(
             Run.id,
             Run.available_at,
-            served.c.running,
+            served.c.ahead,
             served.c.take,
             func.row_number()
             .over(partition_by=served.c.tenant_id, order_by=(Run.available_at, Run.id))
@@ -384,7 +395,7 @@ def lease_candidates_sqlite(now: Any, served: Any) -> Any:
         .subquery("ranked")
     )
     return select(
-        ranked.c.id, ranked.c.available_at, (ranked.c.running + ranked.c.rank).label("turn")
+        ranked.c.id, ranked.c.available_at, (ranked.c.ahead + ranked.c.rank).label("turn")
     ).where(ranked.c.rank <= ranked.c.take)
 
 
@@ -401,10 +412,10 @@ def lease_query(now: Any, limit: Any, skip_locked: bool) -> Any:
     default_cap = bindparam("max_running", type_=Integer)
     if skip_locked:
         locked: Any = Tenant.id == any_(bindparam("locked", type_=ARRAY(Integer)))
-        served = lease_groups(now, limit, default_cap, locked, window_tenants())
+        served = lease_groups(now, limit, default_cap, locked, window_tenants(), False)
         candidates = lease_candidates_postgresql(now, served)
     else:  # SQLite: BEGIN IMMEDIATE already holds every tenant
-        served = lease_groups(now, limit, default_cap, true(), queued_tenants())
+        served = lease_groups(now, limit, default_cap, true(), queued_tenants(), True)
         candidates = lease_candidates_sqlite(now, served)
     chosen = candidates.cte("lease_candidates").prefix_with("MATERIALIZED")
     leased = (
