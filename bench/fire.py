@@ -10,7 +10,15 @@ indexes, foreign keys and checks cost. Verified after every project
 round: exactly N runs, no duplicate (schedule_id, scheduled_for), nothing left due, and every
 next_run_at equal to the cron module's next fire time.
 
-    python -m bench.fire [--n 10000] [--rounds 3] [--quick] [--no-sqlite]
+`--per-index` (PostgreSQL only) prices each secondary index of `runs` instead: the ceiling's
+statement on schema `probe`, whose runs table has all our columns and checks but only the
+primary key and the unique fire-time index ("bare"), then bare plus one index at a time, then
+all of them (our indexes without the foreign keys), and our own schema (the raw ceiling). Each
+row's ratio is its rate over bare's, and its microseconds per fire what it adds to bare's; the
+CPU columns are the firing backends' CPU time per fire (from /proc: steadier than wall time on
+a shared machine) and what each variant adds to bare's.
+
+    python -m bench.fire [--n 10000] [--rounds 3] [--quick] [--no-sqlite] [--per-index]
 """
 
 from __future__ import annotations
@@ -22,9 +30,11 @@ import tempfile
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import create_engine, func, insert, select, text
+from sqlalchemy import UniqueConstraint, create_engine, func, insert, select, text
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import NullPool
+from sqlalchemy.schema import CreateIndex
 
 from bench.common import (
     check,
@@ -108,6 +118,61 @@ def reset_minimal(engine: Engine, due: datetime) -> None:
         connection.execute(text("VACUUM ANALYZE minimal.schedules, minimal.runs"))
 
 
+# The runs table of --per-index: ours (columns, defaults, checks) without its indexes and
+# foreign keys; the statement reaches it through the search path, and our schedules beside it.
+PROBE_SCHEMA = """
+CREATE SCHEMA probe;
+CREATE TABLE probe.runs (LIKE public.runs INCLUDING DEFAULTS INCLUDING CONSTRAINTS);
+ALTER TABLE probe.runs ADD PRIMARY KEY (id);
+"""
+PROBE_PATH = "probe, public"
+FIRE_TIME_INDEX = "uq_runs_schedule_id_scheduled_for"
+
+
+def runs_indexes() -> dict[str, str]:
+    """Each index of the runs model (unique constraints included) by name, as PostgreSQL DDL
+    on an unqualified `runs`."""
+    ddl = {}
+    for index in sorted(Run.metadata.tables["runs"].indexes, key=lambda i: str(i.name)):
+        ddl[str(index.name)] = str(CreateIndex(index).compile(dialect=postgresql.dialect()))
+    for constraint in Run.metadata.tables["runs"].constraints:
+        if isinstance(constraint, UniqueConstraint):
+            columns = ", ".join(column.name for column in constraint.columns)
+            ddl[str(constraint.name)] = f"CREATE UNIQUE INDEX {constraint.name} ON runs ({columns})"
+    return ddl
+
+
+def reset_probe(engine: Engine, due: datetime, indexes: list[str]) -> None:
+    """An empty probe.runs with the bare indexes and `indexes` (DDL), schedules due again."""
+    with engine.begin() as connection:
+        connection.exec_driver_sql(f"SET LOCAL search_path = {PROBE_PATH}")
+        connection.execute(text("TRUNCATE probe.runs"))
+        names = connection.scalars(
+            text(
+                "SELECT indexname FROM pg_indexes WHERE schemaname = 'probe' "
+                "AND indexname <> 'runs_pkey'"
+            )
+        ).all()
+        for name in names:
+            connection.exec_driver_sql(f"DROP INDEX probe.{name}")
+        for statement in [runs_indexes()[FIRE_TIME_INDEX], *indexes]:
+            connection.exec_driver_sql(statement)
+        connection.execute(text("UPDATE schedules SET next_run_at = :due"), {"due": due})
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+        connection.execute(text("VACUUM ANALYZE schedules, probe.runs"))
+
+
+def probe_runs(engine: Engine, due: datetime) -> int:
+    with engine.connect() as connection:
+        return int(
+            connection.scalar(
+                text("SELECT count(DISTINCT schedule_id) FROM probe.runs WHERE scheduled_for = :d"),
+                {"d": due},
+            )
+            or 0
+        )
+
+
 def minimal_runs(engine: Engine, due: datetime) -> int:
     with engine.connect() as connection:
         return int(
@@ -135,8 +200,8 @@ def reset(engine: Engine, due: datetime) -> None:
 def fire_once(url: str, processes: int, now: datetime, mode: str) -> dict[str, Any]:
     """Starts the processes, lets them go at once, returns their combined figures.
 
-    `mode`: "project" (the real tick), "raw" (the ceiling) or "minimal" (the ceiling on the
-    minimal schema)."""
+    `mode`: "project" (the real tick), "raw" (the ceiling), "minimal" (the ceiling on the
+    minimal schema) or "probe" (the ceiling on schema probe, see --per-index)."""
     raw = mode != "project"
     batch = CEILING_BATCH if raw else PROJECT_BATCH
     args = ["--url", url, "--now", now.isoformat(), "--batch-size", str(batch)]
@@ -144,6 +209,8 @@ def fire_once(url: str, processes: int, now: datetime, mode: str) -> dict[str, A
         args.append("--raw")
     if mode == "minimal":
         args.append("--minimal")
+    if mode == "probe":
+        args += ["--search-path", PROBE_PATH]
     workers = [run_python("bench.fire_worker", args, worker_env(url)) for _ in range(processes)]
     for worker in workers:
         assert worker.stdout is not None
@@ -170,6 +237,11 @@ def fire_once(url: str, processes: int, now: datetime, mode: str) -> dict[str, A
         "fires_per_s": fired / (end - start),
         "split": [r["fired"] for r in results],
         "commits_in_process": sum(r["commits"] for r in results),
+        "backend_cpu": (
+            None
+            if any(r.get("backend_cpu") is None for r in results)
+            else sum(r["backend_cpu"] for r in results)
+        ),
     }
 
 
@@ -295,6 +367,86 @@ def bench_workload(
     }
 
 
+def per_index(n: int, rounds: int) -> int:
+    """--per-index: the ceiling's rate with bare probe.runs, plus each index alone, all of
+    them, and our schema; rounds rotate the variants' order."""
+    schedules = realistic(n)
+    problems: list[str] = []
+    with postgres_server() as server:
+        version = server.version()
+        database = server.create_database()
+        url = server.url(database)
+        engine = create_engine(url, poolclass=NullPool)
+        due = fire_instant()
+        now = due + timedelta(seconds=1)
+        seed(engine, schedules, due)
+        with engine.begin() as connection:
+            connection.exec_driver_sql(PROBE_SCHEMA)
+        ddl = runs_indexes()
+        secondary = [name for name in ddl if name != FIRE_TIME_INDEX]
+        variants: dict[str, list[str] | None] = {"bare": []}
+        variants.update({f"+ {name}": [ddl[name]] for name in secondary})
+        variants["all (no foreign keys)"] = [ddl[name] for name in secondary]
+        variants["our schema (raw ceiling)"] = None
+        rates: dict[str, list[float]] = {name: [] for name in variants}
+        cpu: dict[str, list[float]] = {name: [] for name in variants}
+        names = list(variants)
+        for round_number in range(rounds):
+            shift = round_number % len(names)
+            for name in names[shift:] + names[:shift]:
+                indexes = variants[name]
+                if indexes is None:
+                    reset(engine, due)
+                    figures = fire_once(url, 2, now, "raw")
+                    stored = figures["fired"]
+                else:
+                    reset_probe(engine, due, indexes)
+                    figures = fire_once(url, 2, now, "probe")
+                    stored = probe_runs(engine, due)
+                check(
+                    figures["fired"] == n and stored == n,
+                    f"{name}: fired {figures['fired']}, stored {stored}",
+                    problems,
+                )
+                rates[name].append(figures["fires_per_s"])
+                if figures["backend_cpu"] is not None:
+                    cpu[name].append(figures["backend_cpu"] * 1e6 / figures["fired"])
+        engine.dispose()
+        server.drop(database)
+    bare = median(rates["bare"])
+    bare_cpu = median(cpu["bare"]) if cpu["bare"] else None
+    rows = []
+    for name, values in rates.items():
+        row: dict[str, Any] = {
+            "runs indexes": name,
+            "fires_per_s": median(values),
+            "ratio_to_bare": median(values) / bare,
+            "us_per_fire": 1e6 / median(values) - 1e6 / bare,
+            "all_fires_per_s": [round(v) for v in values],
+        }
+        if bare_cpu is not None and cpu[name]:
+            row["cpu_us_per_fire"] = median(cpu[name])
+            row["cpu_added_us"] = median(cpu[name]) - bare_cpu
+            row["all_cpu_us_per_fire"] = [round(v, 1) for v in cpu[name]]
+        rows.append(row)
+    info = machine(version)
+    write_results("fire_per_index", rows, info)
+    print_table(
+        f"Fire ceiling per index of runs: {n:,} schedules due at once, {rounds} round(s) "
+        f"({info['nproc']} CPUs, PostgreSQL {version})",
+        rows,
+        (
+            "runs indexes",
+            "fires_per_s",
+            "ratio_to_bare",
+            "us_per_fire",
+            "cpu_us_per_fire",
+            "cpu_added_us",
+        ),
+    )
+    return finish("fire_per_index", problems, [])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=10_000)
@@ -302,8 +454,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="one round, 2,000 schedules")
     parser.add_argument("--no-sqlite", action="store_true")
     parser.add_argument("--only", choices=("realistic", "worst"), default=None)
+    parser.add_argument(
+        "--per-index", action="store_true", help="the ceiling's cost of each index of runs"
+    )
     options = parser.parse_args(argv)
     n, rounds = (2_000, 1) if options.quick else (options.n, options.rounds)
+    if options.per_index:
+        return per_index(n, rounds)
     workloads = {"realistic": realistic(n), "worst": worst_case(n)}
     if options.only:
         workloads = {options.only: workloads[options.only]}
