@@ -3,24 +3,26 @@ retention job made one, otherwise aggregated from the runs still in the table.
 
 One statement whatever the history's size: the roll-ups of the window and, after UNION ALL,
 one aggregate of the schedule's runs of the window (found by the runs' (schedule_id, ...)
-indexes). The median
-is computed in SQL with window functions, which SQLite and PostgreSQL both have, so that no
-run row is ever loaded.
+indexes). The median is computed in SQL with window functions, which SQLite and PostgreSQL
+both have, so that no run row is ever loaded.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    CompoundSelect,
     Date,
     Float,
     Select,
     SQLColumnExpression,
     and_,
+    bindparam,
     case,
     cast,
     func,
@@ -29,6 +31,7 @@ from sqlalchemy import (
     union_all,
 )
 
+from webapp.database import UTCDateTime
 from webapp.extensions import db
 from webapp.models import Run, RunRollup
 
@@ -56,6 +59,30 @@ def last_days(schedule_id: int, tenant_id: int | None, now: datetime) -> list[Da
     """Each of the 30 UTC days up to `now`'s, oldest first; days without runs count zero."""
     days = window(now.astimezone(UTC).date())
     first = days[0]
+    rows: Any = db.session.execute(
+        days_statement(db.engine.dialect.name),
+        {
+            "schedule_id": schedule_id,
+            "tenant_id": tenant_id,
+            "first": first,
+            "since": datetime.combine(first, time(), UTC),
+        },
+    )
+    found: dict[date, DayStats] = {}
+    for row in rows:
+        stats = day_stats(*row)
+        if stats.day not in found or stats.from_rollup:  # a day rolled up is read from there
+            found[stats.day] = stats
+    empty = DayStats(first, 0, 0, 0, 0, None, None, False)
+    return [found.get(day, replace(empty, day=day)) for day in days]
+
+
+@functools.cache
+def days_statement(dialect: str) -> CompoundSelect[Any]:
+    """The roll-ups of the window UNION ALL the aggregate of the schedule's runs (parameters
+    schedule_id, tenant_id, first day, since), built once per dialect: building it costs more
+    than running it. The roll-ups come first, so that their column types (a Date) read both
+    parts."""
     rollups = select(
         RunRollup.day,
         RunRollup.runs,
@@ -66,20 +93,11 @@ def last_days(schedule_id: int, tenant_id: int | None, now: datetime) -> list[Da
         RunRollup.lag_mean_seconds,
         literal(True).label("from_rollup"),
     ).where(
-        RunRollup.schedule_id == schedule_id,
-        RunRollup.tenant_id == tenant_id,
-        RunRollup.day >= first,
+        RunRollup.schedule_id == bindparam("schedule_id"),
+        RunRollup.tenant_id.is_not_distinct_from(bindparam("tenant_id")),
+        RunRollup.day >= bindparam("first", type_=Date),
     )
-    from_runs = aggregate_runs(schedule_id, tenant_id, datetime.combine(first, time(), UTC))
-    # One statement: the roll-ups first, so that their column types (a Date) read both parts.
-    found: dict[date, DayStats] = {}
-    rows: Any = db.session.execute(union_all(rollups, from_runs))
-    for row in rows:
-        stats = day_stats(*row)
-        if stats.day not in found or stats.from_rollup:  # a day rolled up is read from there
-            found[stats.day] = stats
-    empty = DayStats(first, 0, 0, 0, 0, None, None, False)
-    return [found.get(day, replace(empty, day=day)) for day in days]
+    return union_all(rollups, aggregate_runs())
 
 
 def day_stats(
@@ -123,9 +141,10 @@ def utc_day(moment: SQLColumnExpression[Any]) -> ColumnElement[date]:
     return cast(func.timezone("UTC", moment), Date)
 
 
-def aggregate_runs(schedule_id: int, tenant_id: int | None, since: datetime) -> Select[Any]:
-    """Per UTC day since `since`: runs by status, the median duration and the mean lag (the
-    columns of a DayStats, from_rollup false)."""
+def aggregate_runs() -> Select[Any]:
+    """Per UTC day since the parameter `since`, of the runs of the parameters schedule_id and
+    tenant_id: runs by status, the median duration and the mean lag (the columns of a
+    DayStats, from_rollup false)."""
     day = utc_day(Run.scheduled_for)
     finished = and_(Run.started_at.is_not(None), Run.finished_at.is_not(None))
     duration = case((finished, seconds_between(Run.started_at, Run.finished_at)))
@@ -144,9 +163,9 @@ def aggregate_runs(schedule_id: int, tenant_id: int | None, since: datetime) -> 
             func.count(duration).over(partition_by=day).label("finished"),
         )
         .where(
-            Run.schedule_id == schedule_id,
-            Run.tenant_id == tenant_id,
-            Run.scheduled_for >= since,
+            Run.schedule_id == bindparam("schedule_id"),
+            Run.tenant_id.is_not_distinct_from(bindparam("tenant_id")),
+            Run.scheduled_for >= bindparam("since", type_=UTCDateTime),
         )
         .subquery()
     )
