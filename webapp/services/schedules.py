@@ -6,6 +6,7 @@ audit trail live in one place. Each change is one transaction.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 import uuid
@@ -16,7 +17,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from flask import current_app
-from sqlalchemy import func, insert, literal, select
+from sqlalchemy import Select, String, bindparam, func, insert, select
 from sqlalchemy.orm import Session
 
 from webapp import cron
@@ -314,23 +315,62 @@ def queue_manual_run_postgresql(
 ) -> int:
     """Inserts the run and its audit event (`event`, whose `after` gets the run's id) and
     wakes the workers, in one statement: a click's own time is mostly round trips."""
-    queued = insert(Run).values(**values).returning(Run.id).cte("queued")
-    columns = AuditEvent.__table__.c
+    parameters = {
+        **dict.fromkeys(("status", "finished_at", "error")),
+        "status": "queued",
+        **values,
+        **{f"event_{name}": value for name, value in event.items() if name != "after"},
+        "event_at": event["after"]["at"],
+    }
+    run_id: int = session.execute(queue_manual_run_statement(), parameters).one()[0]
+    return run_id
+
+
+# The columns queue_manual_run_postgresql writes (the others take their defaults).
+MANUAL_RUN_COLUMNS = (
+    "tenant_id",
+    "schedule_id",
+    "job",
+    "args",
+    "trigger",
+    "scheduled_for",
+    "available_at",
+    "queued_at",
+    "idempotency_key",
+    "max_attempts",
+    "requested_by",
+    "status",
+    "finished_at",
+    "error",
+)
+
+
+@functools.cache
+def queue_manual_run_statement() -> Select[tuple[int, Any]]:
+    """queue_manual_run_postgresql's statement, built once (building it costs about as much
+    as a round trip): WITH queued AS (INSERT INTO runs ... RETURNING id), audited AS (INSERT
+    INTO audit_events ... FROM queued) SELECT queued.id, pg_notify(...)."""
+    runs, events = Run.__table__.c, AuditEvent.__table__.c
+    queued = (
+        insert(Run)
+        .values({name: bindparam(name, type_=runs[name].type) for name in MANUAL_RUN_COLUMNS})
+        .returning(Run.id)
+        .cte("queued")
+    )
+    names = [column.name for column in events if column.name != "id"]
     after = func.jsonb_build_object(
-        "run_id", queued.c.id, *(part for item in event["after"].items() for part in item)
+        "run_id", queued.c.id, "at", bindparam("event_at", type_=String)
     )
     audited = insert(AuditEvent).from_select(
-        [*event],
+        names,
         select(
             *(
-                after if name == "after" else literal(value, columns[name].type)
-                for name, value in event.items()
+                after if name == "after" else bindparam(f"event_{name}", type_=events[name].type)
+                for name in names
             )
         ).select_from(queued),
     )
-    statement = select(queued.c.id, wake_workers_column()).add_cte(audited.cte("audited"))
-    run_id: int = session.execute(statement).one()[0]
-    return run_id
+    return select(queued.c.id, wake_workers_column()).add_cte(audited.cte("audited"))
 
 
 def queue_manual_run_sqlite(session: Session, values: dict[str, Any], event: dict[str, Any]) -> int:
