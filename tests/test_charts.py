@@ -132,7 +132,7 @@ def history(app: Flask, world: World) -> tuple[Schedule, date]:
     return schedule, today
 
 
-def test_the_last_30_days_come_from_rollups_and_from_the_runs_in_two_statements(
+def test_the_last_30_days_come_from_rollups_and_from_the_runs_in_one_statement(
     app: Flask, world: World
 ) -> None:
     schedule, today = history(app, world)
@@ -140,7 +140,7 @@ def test_the_last_30_days_come_from_rollups_and_from_the_runs_in_two_statements(
     with counted_statements() as sent:
         days = last_days(schedule_id, tenant_id, datetime.now(UTC))
     statements = [sql for sql in sent if sql != "BEGIN"]  # SQLite's transaction start
-    assert len(statements) <= 2, statements
+    assert len(statements) == 1, statements
     assert len(days) == 30 and days[0].day == today - timedelta(days=29) and days[-1].day == today
     by_day = {day.day: day for day in days}
     assert by_day[today] == DayStats(today, 4, 4, 0, 0, 5.0, 3.0, from_rollup=False)

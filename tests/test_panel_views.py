@@ -588,6 +588,24 @@ def test_run_history_pages_by_keyset(app: Flask, world: World, data: Seeded) -> 
     assert "runs-more" not in second and "<html" not in second
 
 
+def test_the_history_shows_names_as_text_and_a_deleted_schedule_by_its_job(
+    app: Flask, world: World
+) -> None:
+    named = echo_schedule(world.alpha, world.alice, "Nightly <b>bold</b>", "0 * * * *")
+    gone = echo_schedule(world.alpha, world.alice, "Gone soon", "0 * * * *")
+    shown, orphan = make_run(named, "succeeded", 5), make_run(gone, "failed", 4)
+    db.session.commit()
+    shown_id, orphan_id = shown.id, orphan.id
+    alice = Panel(app, world.alice)
+    assert alice.post(f"/schedules/{gone.id}/delete").status_code == 200
+    page = alice.get("/runs").get_data(as_text=True)
+    row = re.search(rf'<tr id="run-{shown_id}">.*?</tr>', page, re.S)
+    assert row is not None
+    assert "Nightly &lt;b&gt;bold&lt;/b&gt;" in row.group(0) and "<b>bold" not in page
+    deleted = re.search(rf'<tr id="run-{orphan_id}">.*?</tr>', page, re.S)
+    assert deleted is not None and "demo.echo (deleted)" in deleted.group(0)
+
+
 def test_per_schedule_history_of_another_tenant_is_404(
     app: Flask, world: World, data: Seeded
 ) -> None:

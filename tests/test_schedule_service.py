@@ -267,6 +267,16 @@ def test_run_now_queues_a_manual_run_without_touching_the_cadence(app: Flask, wo
     )
     assert run.args == {"message": "hi"} and run.idempotency_key.startswith("manual:")
     assert schedule.next_run_at == datetime(2026, 3, 8, 6, 30, tzinfo=UTC)
+    # The audit log names the run and who asked for it.
+    event = db.session.scalars(
+        select(AuditEvent).where(AuditEvent.action == "schedule.run_now")
+    ).one()
+    assert (event.object_id, event.actor_id, event.tenant_id) == (
+        schedule.id,
+        world.alice.id,
+        world.alpha.id,
+    )
+    assert event.after == {"run_id": run.id, "at": NOW.isoformat()}
 
 
 def test_run_now_at_a_later_time_waits_until_then(app: Flask, world: World) -> None:

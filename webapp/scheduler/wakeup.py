@@ -7,8 +7,9 @@ local_wakeup's datagrams to the workers on this machine.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from sqlalchemy import event, text
+from sqlalchemy import ColumnElement, event, func, text
 from sqlalchemy.orm import Session
 
 from webapp.scheduler.local_wakeup import wake_directory, wake_workers
@@ -30,6 +31,12 @@ def notify_workers(session: Session) -> None:
         event.listen(session, "after_commit", wake_after_commit)
         event.listen(session, "after_rollback", forget_wake)
     session.info[PENDING] = directory
+
+
+def wake_workers_column() -> ColumnElement[Any]:
+    """PostgreSQL: notify_workers as a column, for a statement that queues work and wakes
+    the workers in one round trip."""
+    return func.pg_notify(CHANNEL, "")
 
 
 def wake_after_commit(session: Session) -> None:

@@ -8,7 +8,7 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
 
 from webapp.database import write_transaction
 from webapp.extensions import db
@@ -104,12 +104,12 @@ def rotate_secret(tenant: Tenant, actor: Actor) -> None:
         audit(tenant, actor, "tenant.webhook_secret_rotated", None, {"webhook_secret": "rotated"})
 
 
-def recent_notifications(tenant_id: int, schedule_id: int) -> list[Notification]:
-    """The schedule's latest notifications, newest first."""
-    query = (
+def recent_notifications(tenant_id: int, schedule_id: int) -> Select[Notification]:
+    """The schedule's latest notifications, newest first (a query: the schedule's page reads
+    them in the statement that loads the schedule)."""
+    return (
         select(Notification)
         .where(Notification.tenant_id == tenant_id, Notification.schedule_id == schedule_id)
         .order_by(Notification.id.desc())
         .limit(HISTORY)
     )
-    return list(db.session.scalars(query))

@@ -1,30 +1,37 @@
 """One schedule's last 30 UTC days, for its page's charts: from the daily roll-ups where the
 retention job made one, otherwise aggregated from the runs still in the table.
 
-Two statements whatever the history's size: the roll-ups of the window, and one aggregate of
-the schedule's runs of the window (found by the runs' (schedule_id, ...) indexes). The median
-is computed in SQL with window functions, which SQLite and PostgreSQL both have, so that no
-run row is ever loaded.
+One statement whatever the history's size: the roll-ups of the window and, after UNION ALL,
+one aggregate of the schedule's runs of the window (found by the runs' (schedule_id, ...)
+indexes). The median is computed in SQL with window functions, which SQLite and PostgreSQL
+both have, so that no run row is ever loaded.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    CompoundSelect,
     Date,
     Float,
+    Select,
     SQLColumnExpression,
     and_,
+    bindparam,
     case,
     cast,
     func,
+    literal,
     select,
+    union_all,
 )
 
+from webapp.database import UTCDateTime
 from webapp.extensions import db
 from webapp.models import Run, RunRollup
 
@@ -52,36 +59,69 @@ def last_days(schedule_id: int, tenant_id: int | None, now: datetime) -> list[Da
     """Each of the 30 UTC days up to `now`'s, oldest first; days without runs count zero."""
     days = window(now.astimezone(UTC).date())
     first = days[0]
-    rollups = {
-        rollup.day: rollup
-        for rollup in db.session.scalars(
-            select(RunRollup).where(
-                RunRollup.schedule_id == schedule_id,
-                RunRollup.tenant_id == tenant_id,
-                RunRollup.day >= first,
-            )
-        )
-    }
-    from_runs = aggregate_runs(schedule_id, tenant_id, datetime.combine(first, time(), UTC))
-    shown = []
-    for day in days:
-        if day in rollups:
-            r = rollups[day]
-            shown.append(
-                DayStats(
-                    day,
-                    r.runs,
-                    r.succeeded,
-                    r.failed,
-                    r.skipped,
-                    r.duration_p50_seconds,
-                    r.lag_mean_seconds,
-                    from_rollup=True,
-                )
-            )
-        else:
-            shown.append(from_runs.get(day, DayStats(day, 0, 0, 0, 0, None, None, False)))
-    return shown
+    rows: Any = db.session.execute(
+        days_statement(db.engine.dialect.name),
+        {
+            "schedule_id": schedule_id,
+            "tenant_id": tenant_id,
+            "first": first,
+            "since": datetime.combine(first, time(), UTC),
+        },
+    )
+    found: dict[date, DayStats] = {}
+    for row in rows:
+        stats = day_stats(*row)
+        if stats.day not in found or stats.from_rollup:  # a day rolled up is read from there
+            found[stats.day] = stats
+    empty = DayStats(first, 0, 0, 0, 0, None, None, False)
+    return [found.get(day, replace(empty, day=day)) for day in days]
+
+
+@functools.cache
+def days_statement(dialect: str) -> CompoundSelect[Any]:
+    """The roll-ups of the window UNION ALL the aggregate of the schedule's runs (parameters
+    schedule_id, tenant_id, first day, since), built once per dialect: building it costs more
+    than running it. The roll-ups come first, so that their column types (a Date) read both
+    parts."""
+    rollups = select(
+        RunRollup.day,
+        RunRollup.runs,
+        RunRollup.succeeded,
+        RunRollup.failed,
+        RunRollup.skipped,
+        RunRollup.duration_p50_seconds,
+        RunRollup.lag_mean_seconds,
+        literal(True).label("from_rollup"),
+    ).where(
+        RunRollup.schedule_id == bindparam("schedule_id"),
+        RunRollup.tenant_id.is_not_distinct_from(bindparam("tenant_id")),
+        RunRollup.day >= bindparam("first", type_=Date),
+    )
+    return union_all(rollups, aggregate_runs())
+
+
+def day_stats(
+    day: date | str,
+    runs: int,
+    succeeded: int | None,
+    failed: int | None,
+    skipped: int | None,
+    median: Any,
+    lag_mean: Any,
+    from_rollup: Any,
+) -> DayStats:
+    # SQLite's date() answers text, PostgreSQL a date; averages may be Decimal.
+    when = date.fromisoformat(day) if isinstance(day, str) else day
+    return DayStats(
+        when,
+        int(runs),
+        int(succeeded or 0),
+        int(failed or 0),
+        int(skipped or 0),
+        None if median is None else float(median),
+        None if lag_mean is None else float(lag_mean),
+        from_rollup=bool(from_rollup),
+    )
 
 
 def seconds_between(
@@ -101,10 +141,10 @@ def utc_day(moment: SQLColumnExpression[Any]) -> ColumnElement[date]:
     return cast(func.timezone("UTC", moment), Date)
 
 
-def aggregate_runs(
-    schedule_id: int, tenant_id: int | None, since: datetime
-) -> dict[date, DayStats]:
-    """Per UTC day since `since`: runs by status, the median duration and the mean lag."""
+def aggregate_runs() -> Select[Any]:
+    """Per UTC day since the parameter `since`, of the runs of the parameters schedule_id and
+    tenant_id: runs by status, the median duration and the mean lag (the columns of a
+    DayStats, from_rollup false)."""
     day = utc_day(Run.scheduled_for)
     finished = and_(Run.started_at.is_not(None), Run.finished_at.is_not(None))
     duration = case((finished, seconds_between(Run.started_at, Run.finished_at)))
@@ -123,9 +163,9 @@ def aggregate_runs(
             func.count(duration).over(partition_by=day).label("finished"),
         )
         .where(
-            Run.schedule_id == schedule_id,
-            Run.tenant_id == tenant_id,
-            Run.scheduled_for >= since,
+            Run.schedule_id == bindparam("schedule_id"),
+            Run.tenant_id.is_not_distinct_from(bindparam("tenant_id")),
+            Run.scheduled_for >= bindparam("since", type_=UTCDateTime),
         )
         .subquery()
     )
@@ -137,29 +177,13 @@ def aggregate_runs(
     def having(status: str) -> ColumnElement[int]:
         return func.sum(case((ranked.c.status == status, 1), else_=0))
 
-    rows = db.session.execute(
-        select(
-            ranked.c.day,
-            func.count(),
-            having("succeeded"),
-            having("failed"),
-            having("skipped"),
-            func.avg(case((middle, ranked.c.duration))),
-            func.avg(ranked.c.lag),
-        ).group_by(ranked.c.day)
-    )
-    stats = {}
-    for day_value, runs, succeeded, failed, skipped, median, lag_mean in rows:
-        # SQLite's date() answers text, PostgreSQL a date.
-        when = date.fromisoformat(day_value) if isinstance(day_value, str) else day_value
-        stats[when] = DayStats(
-            when,
-            int(runs),
-            int(succeeded),
-            int(failed),
-            int(skipped),
-            None if median is None else float(median),
-            None if lag_mean is None else float(lag_mean),
-            from_rollup=False,
-        )
-    return stats
+    return select(
+        ranked.c.day,
+        func.count(),
+        having("succeeded"),
+        having("failed"),
+        having("skipped"),
+        func.avg(case((middle, ranked.c.duration))),
+        func.avg(ranked.c.lag),
+        literal(False),
+    ).group_by(ranked.c.day)

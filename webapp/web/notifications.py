@@ -10,7 +10,7 @@ from flask_login import login_required
 from werkzeug.wrappers import Response
 
 from webapp.config import default_max_running
-from webapp.models import MAX_NOTIFY_EMAILS, MAX_URL, Notification, Schedule
+from webapp.models import MAX_NOTIFY_EMAILS, MAX_URL
 from webapp.services import notifications
 from webapp.web import tenancy
 from webapp.web.common import actor, htmx_redirect, page_or_partial
@@ -24,12 +24,6 @@ bp.before_request(login_required(lambda: None))
 def limits() -> dict[str, Any]:
     """The widths of the notification fields, for the forms' maxlength."""
     return {"MAX_URL": MAX_URL, "MAX_NOTIFY_EMAILS": MAX_NOTIFY_EMAILS}
-
-
-@bp.app_template_global()
-def schedule_notifications(schedule: Schedule) -> list[Notification]:
-    """The schedule's recent notifications (templates/schedules/_notifications.html)."""
-    return notifications.recent_notifications(tenancy.current_tenant().id, schedule.id)
 
 
 def page(status: int = 200, **context: Any) -> Response:

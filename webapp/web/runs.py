@@ -135,9 +135,13 @@ def history_rows(query: Select[Run], limit: int) -> list[Row[Any]]:
     HISTORY_COLUMNS: only the columns a row shows (not the output, error or arguments, which
     may be large) and its schedule's name, joined in the same statement while the schedule is
     still the tenant's."""
+    return list(db.session.execute(history_query(query).order_by(Run.id.desc()).limit(limit)))
+
+
+def history_query(query: Select[Run]) -> Select[*tuple[Any, ...]]:
+    """`query` (a tenancy.runs() query) selecting HISTORY_COLUMNS (see history_rows)."""
     same_schedule = and_(Schedule.id == Run.schedule_id, Schedule.tenant_id == Run.tenant_id)
-    rows = query.with_only_columns(*HISTORY_COLUMNS).outerjoin_from(Run, Schedule, same_schedule)
-    return list(db.session.execute(rows.order_by(Run.id.desc()).limit(limit)))
+    return query.with_only_columns(*HISTORY_COLUMNS).outerjoin_from(Run, Schedule, same_schedule)
 
 
 def waiting(runs: list[Any]) -> dict[int, Waiting]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -9,7 +10,7 @@ from zoneinfo import ZoneInfo
 from flask import Blueprint, abort, current_app, request, url_for
 from flask_login import login_required
 from markupsafe import Markup
-from sqlalchemy import Select, and_, func, or_, select
+from sqlalchemy import Row, Select, and_, func, literal, null, or_, select, union_all
 from sqlalchemy.orm import load_only
 from werkzeug.exceptions import BadRequest
 from werkzeug.wrappers import Response
@@ -28,6 +29,7 @@ from webapp.services.backfill import (
 from webapp.services.backfill import (
     backfill as queue_backfill,
 )
+from webapp.services.notifications import recent_notifications
 from webapp.services.overdue import schedule_late_by
 from webapp.services.schedule_stats import last_days
 from webapp.services.schedules import (
@@ -65,7 +67,7 @@ from webapp.web.forms import (
     optional_number,
 )
 from webapp.web.params import bad_request, choice_arg, date_arg, id_arg, shown
-from webapp.web.runs import history_rows, waiting
+from webapp.web.runs import history_query, waiting
 from webapp.web.time_zones import time_zone_names
 
 bp = Blueprint("schedules", __name__)
@@ -339,23 +341,17 @@ def preview() -> Response:
 @bp.get("/schedules/<id:schedule_id>")
 def detail(schedule_id: int) -> Response:
     """A schedule's settings, next fire times, run history and audit trail."""
-    schedule = tenancy.get_schedule_or_404(schedule_id)
     return page_or_partial(
-        "schedules/detail.html", "schedules/_detail.html", **detail_context(schedule)
+        "schedules/detail.html", "schedules/_detail.html", **detail_context(schedule_id)
     )
 
 
-def detail_context(schedule: Schedule) -> dict[str, Any]:
-    """What the schedule's page shows; its actions render it again after a change."""
-    runs = history_rows(tenancy.runs().where(Run.schedule_id == schedule.id), DETAIL_RUNS + 1)
-    events = list(
-        db.session.scalars(
-            tenancy.audit_events()
-            .where(AuditEvent.object_type == "schedule", AuditEvent.object_id == schedule.id)
-            .order_by(AuditEvent.id.desc())
-            .limit(DETAIL_AUDIT)
-        )
-    )
+def detail_context(schedule_id: int) -> dict[str, Any]:
+    """What the schedule's page shows; its actions render it again after a change. Three
+    statements: the schedule with its audit trail and notifications, its runs (the latest and
+    the queued one-offs), and its last 30 days."""
+    schedule, events, notifications = schedule_with_trail(schedule_id)
+    runs, one_offs = schedule_runs(schedule_id)
     spec = current_catalog().get(schedule.job) if schedule.job in current_catalog() else None
     return {
         "schedule": schedule,
@@ -367,18 +363,115 @@ def detail_context(schedule: Schedule) -> dict[str, Any]:
         "waiting": waiting(runs[:DETAIL_RUNS]),
         "more_runs": len(runs) > DETAIL_RUNS,
         "events": events,
+        "notifications": notifications,
         "audit_jobs": {schedule.id: schedule.job},
         "last_run": runs[0] if runs else None,
         "tenant": tenancy.current_tenant(),
         "titles": job_titles(),
         "history": days_figures(last_days(schedule.id, schedule.tenant_id, utcnow())),
-        "one_offs": [
-            run
-            for run, _ in one_off_runs(
-                tenancy.runs().where(Run.schedule_id == schedule.id), DETAIL_RUNS
-            )
-        ],
+        "one_offs": one_offs,
     }
+
+
+@dataclass(frozen=True)
+class SentNotification:
+    """A row of a schedule's notifications (templates/schedules/_notifications.html)."""
+
+    id: int
+    run_id: int | None
+    event: str
+    channel: str
+    target: str
+    status: str
+    sent_at: datetime | None
+    error: str | None
+
+
+def schedule_with_trail(
+    schedule_id: int,
+) -> tuple[Schedule, list[AuditEvent], list[SentNotification]]:
+    """The schedule, its last DETAIL_AUDIT audit events and its latest notifications, newest
+    first, in one statement: both lists are one UNION ALL joined beside the schedule."""
+    audit = (
+        tenancy.audit_events()
+        .where(AuditEvent.object_type == "schedule", AuditEvent.object_id == schedule_id)
+        .order_by(AuditEvent.id.desc())
+        .limit(DETAIL_AUDIT)
+        .subquery()
+    )
+    sent = recent_notifications(tenancy.current_tenant().id, schedule_id).subquery()
+    # The audit events first: their columns' types read both parts (a NULL has none); the
+    # notifications' own columns come after, NULL in the events' rows.
+    trail = union_all(
+        select(
+            literal("audit").label("kind"),
+            audit.c.id,
+            audit.c.created_at.label("at"),
+            *(audit.c[name] for name in AUDIT_COLUMNS),
+            *(null().label(name) for name in NOTIFICATION_COLUMNS),
+        ),
+        select(
+            literal("notification"),
+            sent.c.id,
+            sent.c.sent_at,
+            *(null() for _ in AUDIT_COLUMNS),
+            *(sent.c[name] for name in NOTIFICATION_COLUMNS),
+        ),
+    ).subquery()
+    rows = tenancy.get_schedule_with_or_404(schedule_id, trail)
+    schedule = rows[0][0]
+    events, notifications = [], []
+    for row in rows:
+        if row.kind == "audit":
+            columns = {name: row._mapping[trail.c[name]] for name in AUDIT_COLUMNS}
+            # Never added to the database session: shown, not saved.
+            events.append(AuditEvent(id=row.id, created_at=row.at, **columns))
+        elif row.kind == "notification":
+            columns = {name: row._mapping[trail.c[name]] for name in NOTIFICATION_COLUMNS}
+            notifications.append(SentNotification(id=row.id, sent_at=row.at, **columns))
+    events.sort(key=lambda event: event.id, reverse=True)
+    notifications.sort(key=lambda item: item.id, reverse=True)
+    return schedule, events, notifications
+
+
+# What the schedule's audit trail and notifications show (besides id and time).
+AUDIT_COLUMNS = (
+    "tenant_id",
+    "actor_id",
+    "actor_label",
+    "action",
+    "object_type",
+    "object_id",
+    "object_label",
+    "before",
+    "after",
+)
+NOTIFICATION_COLUMNS = ("run_id", "event", "channel", "target", "status", "error")
+
+
+def schedule_runs(schedule_id: int) -> tuple[list[Row[Any]], list[Row[Any]]]:
+    """The schedule's latest DETAIL_RUNS + 1 runs, newest first, and its queued one-off runs
+    (at most DETAIL_RUNS) by start time, as history rows, in one statement (UNION ALL)."""
+    runs = tenancy.runs().where(Run.schedule_id == schedule_id)
+    latest = history_query(runs).order_by(Run.id.desc()).limit(DETAIL_RUNS + 1).subquery()
+    waiting_ones = (
+        history_query(runs.where(*ONE_OFF))
+        .order_by(Run.available_at, Run.id)
+        .limit(DETAIL_RUNS)
+        .subquery()
+    )
+    # Each part in its own subquery: SQLite allows no LIMIT on a member of a UNION.
+    rows = db.session.execute(
+        union_all(
+            select(literal(True).label("latest"), *latest.c),
+            select(literal(False), *waiting_ones.c),
+        )
+    ).all()
+    newest = sorted((row for row in rows if row.latest), key=lambda row: row.id, reverse=True)
+    one_offs = sorted(
+        (row for row in rows if not row.latest), key=lambda row: (row.available_at, row.id)
+    )
+    return newest, one_offs
 
 
 def back_to(schedule: Schedule | None = None) -> str:
@@ -402,7 +495,7 @@ def action_done(message: str, schedule: Schedule) -> Response:
     page, or its row of the list); a plain post returns where it came from."""
     if from_detail():
         return done(
-            message, back_to(schedule), "schedules/_detail.html", **detail_context(schedule)
+            message, back_to(schedule), "schedules/_detail.html", **detail_context(schedule.id)
         )
     return done(message, back_to(schedule), "schedules/_row.html", **row_context(schedule))
 
@@ -610,15 +703,19 @@ def upcoming_page(start: datetime, end: datetime, cursor: Cursor | None) -> tupl
     return fires[:UPCOMING_PAGE], len(fires) > UPCOMING_PAGE
 
 
+# A queued one-off run ("Run once later"): the first attempt of a manual run that waits for a
+# later time (a retry's wait is not one).
+ONE_OFF = (Run.status == "queued", Run.trigger == "manual", Run.attempt == 0)
+
+
 def one_off_runs(query: Select[Any], limit: int) -> list[tuple[Run, Schedule]]:
-    """Queued one-off runs ("Run once later") of `query` (over Run), each with its schedule
-    (still the tenant's), by start time: first attempts of manual runs that wait for a later
-    time (a retry's wait is not one)."""
+    """Queued one-off runs (ONE_OFF) of `query` (over Run), each with its schedule (still the
+    tenant's), by start time."""
     same_schedule = and_(Schedule.id == Run.schedule_id, Schedule.tenant_id == Run.tenant_id)
     rows = (
         query.add_columns(Schedule)
         .join(Schedule, same_schedule)
-        .where(Run.status == "queued", Run.trigger == "manual", Run.attempt == 0)
+        .where(*ONE_OFF)
         .order_by(Run.available_at, Run.schedule_id, Run.id)
         .limit(limit)
     )

@@ -11,9 +11,11 @@ page reads that tenant's data through the same helpers below, and every write an
 
 from __future__ import annotations
 
+from typing import Any
+
 from flask import abort, g, session
 from flask_login import current_user
-from sqlalchemy import Select, select
+from sqlalchemy import Row, Select, Subquery, select, true
 from sqlalchemy.sql.base import ExecutableOption
 
 from webapp.extensions import db
@@ -163,6 +165,17 @@ def audit_events() -> Select[AuditEvent]:
 def get_schedule_or_404(schedule_id: int) -> Schedule:
     schedule: Schedule = db.first_or_404(schedules().where(Schedule.id == schedule_id))
     return schedule
+
+
+def get_schedule_with_or_404(schedule_id: int, side: Subquery) -> list[Row[Any]]:
+    """One of the current tenant's schedules with each row of `side` beside it (a subquery of
+    what its page shows, itself scoped to the tenant), in one statement, or 404. The rows are
+    (schedule, *side's columns); one row of NULLs beside the schedule when `side` is empty."""
+    query = schedules().where(Schedule.id == schedule_id).add_columns(*side.c)
+    rows = list(db.session.execute(query.outerjoin(side, true())))
+    if not rows:
+        abort(404)
+    return rows
 
 
 def get_run_or_404(run_id: int, *options: ExecutableOption) -> Run:
