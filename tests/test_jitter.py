@@ -20,11 +20,12 @@ from sqlalchemy.exc import IntegrityError
 from tests.api_helpers import NEW, Api, problem_fields
 from tests.conftest import World
 from tests.panel_helpers import Panel
-from tests.scheduler_helpers import add_schedule, all_runs, catalog, settings
+from tests.scheduler_helpers import add_schedule, add_worker, all_runs, catalog, settings
 from webapp import cron
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule, Tenant
 from webapp.scheduler.jitter import available_at, effective_jitter, jitter_limit, jitter_offset
+from webapp.scheduler.leases import lease_once, reap_once
 from webapp.scheduler.tick import tick
 from webapp.services.audit import Actor
 from webapp.services.schedules import ScheduleInput, create_schedule, run_now
@@ -35,6 +36,8 @@ RULE_5_MIN = (
     "must be 0 to 150 s for this schedule: at most half its shortest interval between fires, "
     "and 3600 s at most"
 )
+
+TTL = timedelta(seconds=60)
 
 
 def run_tick(now: datetime = FIRE) -> None:
@@ -291,6 +294,22 @@ def test_the_run_page_shows_the_jitter_beside_the_fire_time(app: Flask, world: W
     page = Panel(app, world.alice).get(f"/runs/{run.id}").get_data(as_text=True)
     assert f"jitter +{delay} s" in page
     assert "Available at" in page
+
+
+def test_a_jittered_run_taken_back_unstarted_shows_the_same_jitter(
+    app: Flask, world: World
+) -> None:
+    schedule = add_schedule(world.alpha.id, "taken-back", FIRE, jitter_seconds=3600)
+    run_tick()
+    (run,) = runs_of(schedule.id)
+    delay = int((run.available_at - FIRE).total_seconds())
+    assert delay > 0
+    later = run.available_at + timedelta(seconds=5)
+    (leased,) = lease_once(db.session(), add_worker(), later, TTL, 1)
+    assert leased.id == run.id
+    assert reap_once(db.session(), later + TTL + timedelta(seconds=1)) == 1  # never started
+    page = Panel(app, world.alice).get(f"/runs/{run.id}").get_data(as_text=True)
+    assert f"jitter +{delay} s" in page  # not the time it was taken back at
 
 
 def test_the_api_refuses_a_jitter_out_of_bounds_with_problem_details(

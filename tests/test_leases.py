@@ -195,9 +195,10 @@ def test_shutdown_returns_unfinished_runs_without_spending_an_attempt(
     worker = worker_id()
     run = add_run(world.alpha.id, NOW, job="demo.sleep", args={"seconds": 1})
     lease(worker)
-    assert release_leases(db.session(), worker, [run.id], NOW) == 1
+    assert release_leases(db.session(), worker, [run.id]) == 1
     (released,) = all_runs()
     assert (released.status, released.attempt, released.worker_id) == ("queued", 0, None)
+    assert released.available_at == NOW  # its place in the queue is kept
 
 
 def test_an_outcome_is_dropped_once_another_worker_holds_the_run(

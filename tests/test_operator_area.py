@@ -329,6 +329,7 @@ def test_a_stale_workers_run_is_released_to_the_queue_without_spending_an_attemp
     workers = fleet(world)
     panel = Panel(app, olga)
     for run in (workers.stale_live_lease, workers.stale_run):  # live lease or not: stale owner
+        available = get_run(run.id).available_at
         url = f"/operator/workers/{workers.stale.id}/runs/{run.id}/release"
         response = panel.post(url)
         assert response.status_code == 200, response.get_data(as_text=True)
@@ -342,6 +343,7 @@ def test_a_stale_workers_run_is_released_to_the_queue_without_spending_an_attemp
             None,
         )
         assert released.attempt == 0  # the lost attempt does not count
+        assert released.available_at == available  # nor does it lose its place in the queue
     rows = audit_rows("operator.released_lease")
     assert [(r.tenant_id, r.actor_id, r.actor_label, r.object_id) for r in rows] == [
         (world.alpha.id, olga.id, OPERATOR, workers.stale_live_lease.id),

@@ -26,7 +26,6 @@ from celery import Celery
 from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError
 
-from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import Run
 from webapp.scheduler.execution import job_timeout
@@ -209,7 +208,7 @@ class CeleryJobPool(JobPool):
                 self.held.pop(held.run.id, None)
         ids = [held.run.id for held in unsent]
         try:
-            release_leases(db.session(), self.worker_id, ids, utcnow())
+            release_leases(db.session(), self.worker_id, ids)
         except DBAPIError:
             db.session.rollback()
             # Still ours: sent when the broker is back, or given back by the worker's renewal

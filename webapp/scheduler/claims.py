@@ -679,7 +679,6 @@ def release_run(
             status="queued",
             worker_id=None,
             locked_until=None,
-            available_at=now,
             attempt=Run.attempt - 1,
         )
         .returning(Run.id)

@@ -175,7 +175,8 @@ def reap_statement() -> Any:
             status=case((stop_requested, "cancelled"), (retry, "queued"), else_="failed"),
             worker_id=case((retry, None), else_=Run.worker_id),
             locked_until=None,
-            available_at=case((retry, now), else_=Run.available_at),
+            # A run never started keeps its place in the queue (and its jitter shown).
+            available_at=case((and_(retry, ~never_started), now), else_=Run.available_at),
             finished_at=case((retry, Run.finished_at), else_=now),
             cancelled_at=case((stop_requested, now), else_=Run.cancelled_at),
             attempt=case((never_started, Run.attempt - 1), else_=Run.attempt),
@@ -224,8 +225,9 @@ def reap_once(session: Session, now: datetime, settings: Mapping[str, Any] | Non
     return len(reaped)
 
 
-def release_leases(session: Session, worker_id: int, run_ids: list[int], now: datetime) -> int:
-    """On shutdown: unfinished runs go back to the queue, and the attempt does not count."""
+def release_leases(session: Session, worker_id: int, run_ids: list[int]) -> int:
+    """On shutdown: unfinished runs go back to the queue, in their place (available_at kept),
+    and the attempt does not count."""
     if not run_ids:
         return 0
     with write_transaction(session):
@@ -237,7 +239,6 @@ def release_leases(session: Session, worker_id: int, run_ids: list[int], now: da
                     status="queued",
                     worker_id=None,
                     locked_until=None,
-                    available_at=now,
                     attempt=Run.attempt - 1,
                 )
                 .returning(Run.id)

@@ -294,7 +294,7 @@ class WorkerProcess:
         self.pool.ask_to_stop([run_id for run_id, asked in renewed.items() if asked])
         stale = self.pool.take_waiting(leased_before=started - self.renewal_interval)
         try:
-            release_leases(session, self.worker_id, [run.run.id for run in stale], now)
+            release_leases(session, self.worker_id, [run.run.id for run in stale])
         except DBAPIError:
             self.pool.put_back(stale)
             raise
@@ -458,7 +458,7 @@ class WorkerProcess:
                 self.wake.clear()
             self.flush(force=True)
             running = pool.held_ids()
-            release_leases(db.session(), self.worker_id, not_started + running, utcnow())
+            release_leases(db.session(), self.worker_id, not_started + running)
             pool.release(running)
             self.deregister()
         except DBAPIError as error:
