@@ -74,8 +74,11 @@ def statuses() -> dict[int, str | None]:
 
 
 def worker_id_in(log: Path) -> int:
-    """The database id of the worker writing this log."""
-    match = re.search(r"action=worker_started worker_id=(\d+)", log.read_text())
+    """The database id of the worker writing this log, once it has registered (a loaded
+    machine may take seconds to start it)."""
+    pattern = r"action=worker_started worker_id=(\d+)"
+    wait_for(lambda: re.search(pattern, log.read_text()), 60, f"the worker of {log.name} to start")
+    match = re.search(pattern, log.read_text())
     assert match is not None, log.read_text()
     return int(match.group(1))
 
@@ -152,10 +155,10 @@ def test_a_worker_frozen_past_its_lease_starts_nothing_it_no_longer_owns(
     probes.mkdir()
     add_probes(world.alpha.id, probes, 4000, seconds=0, check_owner=True)
     frozen = workers.start("--concurrency", "2", **worker_settings())
+    frozen_id = worker_id_in(tmp_path / "worker-0.log")
     workers.start("--concurrency", "2", **worker_settings())
     other_log = tmp_path / "worker-1.log"
     wait_for(lambda: count_succeeded() >= 50, 60, "the workers to run some probes")
-    frozen_id = worker_id_in(tmp_path / "worker-0.log")
     freezes: list[tuple[float, float]] = []
     holding = 0
     while holding < 4:
