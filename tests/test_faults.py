@@ -196,10 +196,11 @@ def test_a_tick_longer_than_the_lock_ttl_does_not_let_its_workers_leases_expire(
 def test_kill_9_during_runs_hands_them_to_another_worker_as_their_next_attempt(
     app: Flask, world: World, workers: Workers
 ) -> None:
-    """Worker A runs 3 sleeps of 8 s on its 3 threads (the oldest runs); B starts and takes the
+    """Worker A runs 3 sleeps of 20 s on its 3 threads (the oldest runs); B starts and takes the
     3 short sleeps queued after them (A has no free thread); A is killed mid-run. B's reaper
     takes A's runs back once their lease expires (TTL 2 s) and runs them as attempt 2; B's own
-    runs end at attempt 1."""
+    runs end at attempt 1. The long sleeps outlast B's start-up on a loaded machine (15 s seen
+    in CI; with 8 s sleeps A ran the short ones itself before B was up)."""
 
     def running_on(worker_id: int | None) -> set[int]:
         return set(
@@ -208,7 +209,7 @@ def test_kill_9_during_runs_hands_them_to_another_worker_as_their_next_attempt(
             )
         )
 
-    long_runs = add_sleeps(world.alpha.id, 8, 3)
+    long_runs = add_sleeps(world.alpha.id, 20, 3)
     short_runs = add_sleeps(world.alpha.id, 1, 3)  # written now: SQLite has no live writer yet
     settings = {"SCHEDULER_LOCK_TTL": "2"}
     first = workers.start("--concurrency", "3", **settings)
