@@ -268,12 +268,15 @@ def seed_schedules(
     )
 
 
-def start_worker(url: str, concurrency: int | None, log: IO[bytes]) -> subprocess.Popen[bytes]:
+def start_worker(
+    url: str, concurrency: int | None, log: IO[bytes], ahead: float = 0.0
+) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "flask", "--app", "webapp", "scheduler", "worker"]
     if concurrency:
         command += ["--concurrency", str(concurrency)]
+    env = worker_env(url, SCHEDULER_FIRE_AHEAD=str(ahead))
     return subprocess.Popen(
-        command, cwd=PROJECT_ROOT, env=worker_env(url), stdout=log, stderr=subprocess.STDOUT
+        command, cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
     )
 
 
@@ -293,9 +296,11 @@ def herd_round(
     statements: bool,
     problems: list[str],
     jitter: int | None = None,
+    ahead: float = 0.0,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Workers first (their start-up is no part of the figures), then the schedules, due at
-    T = `lead` seconds after the workers are all registered."""
+    T = `lead` seconds after the workers are all registered (plus `ahead`, the workers'
+    SCHEDULER_FIRE_AHEAD: the CPU and statements are then counted from T - ahead)."""
     database = server.create_database()
     conninfo = server.conninfo(database)
     url = server.url(database)
@@ -304,10 +309,11 @@ def herd_round(
     postmaster = postmaster_pid(server)
     monitor = Monitor(conninfo)
     label = f"{count} workers" + (f", jitter {jitter} s" if jitter else "")
+    label += f", fire-ahead {ahead:g} s" if ahead else ""
     with tempfile.TemporaryDirectory(prefix="bench-herd-") as logs:
         files = [open(os.path.join(logs, f"worker-{i}.log"), "wb") for i in range(count)]
         started = time.monotonic()
-        workers = [start_worker(url, concurrency, log) for log in files]
+        workers = [start_worker(url, concurrency, log, ahead) for log in files]
         try:
             deadline = time.monotonic() + 300
             while monitor.one("SELECT count(*) FROM workers")[0] < count:
@@ -316,11 +322,11 @@ def herd_round(
                     raise RuntimeError("the workers did not register within 300 s")
                 time.sleep(0.1)
             startup = time.monotonic() - started
-            fire = (datetime.now(UTC) + timedelta(seconds=lead)).replace(microsecond=0)
+            fire = (datetime.now(UTC) + timedelta(seconds=lead + ahead)).replace(microsecond=0)
             monitor.transactions += 2  # the INSERT and the ANALYZE
             seed_schedules(monitor.connection, n, tenants, fire, 0.0, jitter)
             monitor.connection.execute("ANALYZE schedules")
-            margin = (fire - datetime.now(UTC)).total_seconds()
+            margin = (fire - datetime.now(UTC)).total_seconds() - ahead
             if margin < 1.0:  # a worker sees the new T at its next poll (<= 1 s)
                 print(
                     f"  {label}: the schedules were stored {abs(margin):.1f} s "
@@ -381,6 +387,7 @@ def herd_round(
     row = {
         "workers": count,
         "jitter": jitter or 0,
+        "fire_ahead": ahead,
         "concurrency": concurrency or "default",
         "schedules": n,
         "tenants": tenants,
@@ -399,7 +406,7 @@ def herd_round(
         "peak_ready": peak_ready,
         "machine_busy_s": cpu_machine,
         "others_cpu_s": max(0.0, cpu_machine - cpu_workers - cpu_server),
-        "cpu_capacity_s": (os.cpu_count() or 1) * wall,
+        "cpu_capacity_s": (os.cpu_count() or 1) * (wall + ahead),  # counted from T - ahead
         "load_before": load_before,
         "load_after": load_after,
     }
@@ -601,6 +608,7 @@ def day_rounds(
 HERD_COLUMNS = (
     "workers",
     "jitter",
+    "fire_ahead",
     "schedules",
     "first_queued_s",
     "queued_s",
@@ -621,6 +629,7 @@ HERD_COLUMNS = (
 CPU_COLUMNS = (
     "workers",
     "jitter",
+    "fire_ahead",
     "startup_s",
     "setup_margin_s",
     "finished_s",
@@ -654,6 +663,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="10,000 schedules, 100 tenants")
     parser.add_argument("--no-day", action="store_true", help="skip part 2")
     parser.add_argument(
+        "--fire-ahead",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="each herd also with the workers' SCHEDULER_FIRE_AHEAD set, beside the herd without",
+    )
+    parser.add_argument(
         "--jitter",
         type=int,
         default=None,
@@ -672,8 +688,12 @@ def main(argv: list[str] | None = None) -> int:
     with postgres_server() as server:
         version = server.version()
         statements = enable_statements(server)
-        jitters = [None, options.jitter] if options.jitter else [None]
-        for count, jitter in [(count, jitter) for count in counts for jitter in jitters]:
+        variants: list[tuple[int | None, float]] = [(None, 0.0)]
+        if options.jitter:
+            variants.append((options.jitter, 0.0))
+        if options.fire_ahead:
+            variants.append((None, options.fire_ahead))
+        for count, (jitter, ahead) in [(c, variant) for c in counts for variant in variants]:
             row, top = herd_round(
                 server,
                 count,
@@ -684,10 +704,12 @@ def main(argv: list[str] | None = None) -> int:
                 statements,
                 problems,
                 jitter,
+                ahead,
             )
             rows.append(row)
             print_table(
-                f"Herd, {count} workers, jitter {jitter or 0} s: {options.schedules:,} schedules, "
+                f"Herd, {count} workers, jitter {jitter or 0} s, fire-ahead {ahead:g} s: "
+                f"{options.schedules:,} schedules, "
                 f"{options.tenants:,} tenants (seconds from the fire time T)",
                 [row],
                 HERD_COLUMNS,

@@ -105,7 +105,7 @@ class Ticker:
         with self.app.app_context():
             session = self.db.session()
             now = claims.database_now(session)
-            query = claims.due_schedules_query(now, self.settings.batch_size).with_for_update(
+            query = claims.due_schedules_query(now, now, self.settings.batch_size).with_for_update(
                 of=claims.Schedule, skip_locked=True
             )
             compiled = query.compile(dialect=postgresql.psycopg.dialect())

@@ -81,6 +81,8 @@ class Settings(BaseSettings):
     SESSION_COOKIE_SECURE: OptionalFlag = None
     SCHEDULER_BATCH_SIZE: Int = 300
     SCHEDULER_POLL_INTERVAL: Number = 1.0
+    # Seconds before its fire time that a fire is queued (0: at its time). Up to an hour.
+    SCHEDULER_FIRE_AHEAD: Annotated[float, from_text(float), Field(ge=0, le=3600)] = 0.0
     SCHEDULER_LOCK_TTL: Int = 60
     SCHEDULER_SHUTDOWN_GRACE: Number = 30.0
     SCHEDULER_CONCURRENCY: Int = 4

@@ -97,54 +97,73 @@ def database_now(session: Session) -> datetime:
     return utcnow()
 
 
-def due_schedules_query(now: Any, limit: Any) -> Select[Any]:
+def due_schedules_query(now: Any, horizon: Any, limit: Any) -> Select[Any]:
+    """Active schedules due by `horizon`: `now` plus the fire-ahead (SCHEDULER_FIRE_AHEAD).
+    A schedule with the overlap policy `skip` is never fired ahead: whether an earlier run is
+    still going is only known at its fire time."""
     return (
         select(*DUE_COLUMNS)
-        .where(Schedule.active, Schedule.next_run_at <= now)
+        .where(
+            Schedule.active,
+            Schedule.next_run_at <= horizon,
+            or_(Schedule.next_run_at <= now, Schedule.overlap_policy != "skip"),
+        )
         .order_by(Schedule.next_run_at)
         .limit(limit)
     )
 
 
 # Built once: an idle tick is mostly this statement, and building it cost more than running it.
-DUE = due_schedules_query(bindparam("now", type_=UTCDateTime), bindparam("limit", type_=Integer))
+DUE = due_schedules_query(
+    bindparam("now", type_=UTCDateTime),
+    bindparam("horizon", type_=UTCDateTime),
+    bindparam("limit", type_=Integer),
+)
 DUE_SKIP_LOCKED = DUE.with_for_update(of=Schedule, skip_locked=True)
 # The same, reading PostgreSQL's clock in the claim itself (one round trip less per tick).
 # statement_timestamp() is stable within the statement, so the index still bounds the scan.
 DUE_BY_DATABASE_CLOCK = (
-    due_schedules_query(func.statement_timestamp(), bindparam("limit", type_=Integer))
+    due_schedules_query(
+        func.statement_timestamp(),
+        func.statement_timestamp() + bindparam("ahead", type_=Interval),
+        bindparam("limit", type_=Integer),
+    )
     .add_columns(func.statement_timestamp(type_=UTCDateTime).label("claimed_at"))
     .with_for_update(of=Schedule, skip_locked=True)
 )
 
 
 def claim_due_postgresql(
-    session: Session, now: datetime | None, limit: int
+    session: Session, now: datetime | None, limit: int, ahead: timedelta
 ) -> tuple[datetime | None, Sequence[Row[Any]]]:
     connection = session.connection()
     if now is None:
-        rows = connection.execute(DUE_BY_DATABASE_CLOCK, {"limit": limit}).all()
+        rows = connection.execute(DUE_BY_DATABASE_CLOCK, {"ahead": ahead, "limit": limit}).all()
         return (rows[0].claimed_at if rows else None), rows
-    return now, connection.execute(DUE_SKIP_LOCKED, {"now": now, "limit": limit}).all()
+    bounds = {"now": now, "horizon": now + ahead, "limit": limit}
+    return now, connection.execute(DUE_SKIP_LOCKED, bounds).all()
 
 
 def claim_due_sqlite(
-    session: Session, now: datetime | None, limit: int
+    session: Session, now: datetime | None, limit: int, ahead: timedelta
 ) -> tuple[datetime | None, Sequence[Row[Any]]]:
     now = now or utcnow()
-    return now, session.connection().execute(DUE, {"now": now, "limit": limit}).all()
+    bounds = {"now": now, "horizon": now + ahead, "limit": limit}
+    return now, session.connection().execute(DUE, bounds).all()
 
 
 def claim_due_schedules(
-    session: Session, now: datetime | None, limit: int
+    session: Session, now: datetime | None, limit: int, ahead: timedelta = timedelta(0)
 ) -> tuple[datetime | None, Sequence[Row[Any]]]:
-    """Locks up to `limit` due active schedules, oldest first, for the caller's transaction.
+    """Locks up to `limit` active schedules due by now + `ahead`, oldest first, for the
+    caller's transaction.
 
-    Returns the instant they were due at with them: `now`, or when it is None the database's
-    clock on PostgreSQL (a worker with a skewed clock cannot fire early), the host's on SQLite.
+    Returns the instant they were claimed at with them: `now`, or when it is None the
+    database's clock on PostgreSQL (a worker with a skewed clock cannot fire early), the host's
+    on SQLite.
     """
     claim = claim_due_postgresql if is_postgresql(session) else claim_due_sqlite
-    return claim(session, now, limit)
+    return claim(session, now, limit, ahead)
 
 
 def schedules_with_unfinished_runs(session: Session, schedule_ids: Iterable[int]) -> set[int]:

@@ -40,6 +40,7 @@ from webapp.models import (
     Tenant,
 )
 from webapp.scheduler import claims
+from webapp.scheduler.fire_ahead import withdraw_fires_ahead
 
 SUBJECT_LIMIT = 300  # the column's width
 
@@ -127,6 +128,8 @@ def record_finished_runs(
                 active = False
                 changes.update(active=False, inactive_reason=pause_reason(count, attempt.run_id))
                 events.append(NotifyEvent("paused", row.id, attempt.run_id))
+        if changes:  # paused: a run queued ahead of its fire time must not start either
+            withdraw_fires_ahead(session, [row.id], now)
         session.execute(
             update(Schedule)
             .where(Schedule.id == row.id)

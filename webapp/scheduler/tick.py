@@ -22,7 +22,7 @@ from webapp.database import write_transaction
 from webapp.models import Schedule
 from webapp.scheduler import claims
 from webapp.scheduler.jitter import available_at, effective_jitter
-from webapp.scheduler.misfire import MisfireSettings, PlannedRun, plan_fires
+from webapp.scheduler.misfire import FirePlan, MisfireSettings, PlannedRun, plan_fires
 
 log = logging.getLogger("webapp.scheduler")
 
@@ -37,6 +37,7 @@ class TickResult:
     skipped: int = 0
     failed: int = 0
     already_recorded: int = 0
+    first_start: datetime | None = None  # the earliest available_at of the runs queued
 
     def add(self, other: TickResult) -> None:
         self.claimed += other.claimed
@@ -44,6 +45,11 @@ class TickResult:
         self.skipped += other.skipped
         self.failed += other.failed
         self.already_recorded += other.already_recorded
+        self.first_start = earliest(self.first_start, other.first_start)
+
+
+def earliest(*moments: datetime | None) -> datetime | None:
+    return min((moment for moment in moments if moment is not None), default=None)
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,8 @@ class TickSettings:
     recovery_window: timedelta
     max_catchup: int
     args_limits: tuple[int, int] = field(default_factory=lambda: args_limits({}))
+    # SCHEDULER_FIRE_AHEAD: a fire is queued this long before its time (its run waits for it).
+    fire_ahead: timedelta = timedelta(0)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> TickSettings:
@@ -62,6 +70,7 @@ class TickSettings:
             recovery_window=timedelta(seconds=float(config["SCHEDULER_RECOVERY_WINDOW"])),
             max_catchup=int(config["SCHEDULER_MAX_CATCHUP"]),
             args_limits=args_limits(config),
+            fire_ahead=timedelta(seconds=float(config["SCHEDULER_FIRE_AHEAD"])),
         )
 
     @property
@@ -138,7 +147,9 @@ def tick_once(
     """One batch: claims up to `batch_size` due schedules and commits their runs and advance."""
     result = TickResult()
     with write_transaction(session):
-        claimed_at, due = claims.claim_due_schedules(session, now, settings.batch_size)
+        claimed_at, due = claims.claim_due_schedules(
+            session, now, settings.batch_size, settings.fire_ahead
+        )
         if claimed_at is None or not due:
             return result
         now = claimed_at
@@ -166,13 +177,16 @@ def tick_once(
                     },
                 )
                 continue
-            plan = plan_fires(
-                spec,
-                first_due=schedule.next_run_at,
-                now=now,
-                policy=schedule.misfire_policy,
-                settings=settings.misfire,
-            )
+            if schedule.next_run_at > now:
+                plan = plan_ahead(spec, schedule.next_run_at)
+            else:
+                plan = plan_fires(
+                    spec,
+                    first_due=schedule.next_run_at,
+                    now=now,
+                    policy=schedule.misfire_policy,
+                    settings=settings.misfire,
+                )
             running = schedule.id in busy
             jitter = effective_jitter(
                 schedule.jitter_seconds,
@@ -203,6 +217,17 @@ def tick_once(
     return result
 
 
+def plan_ahead(spec: cron.CronSpec, fire: datetime) -> FirePlan:
+    """A fire claimed before its time (SCHEDULER_FIRE_AHEAD): its run, queued now, waits for
+    its fire time like any other (available_at). One fire per claim: a later one inside the
+    window is claimed by the next tick."""
+    return FirePlan(
+        runs=[PlannedRun(fire, "schedule", "queued")],
+        next_run_at=spec.next_fire_after(fire),
+        last_fire=fire,
+    )
+
+
 def count_run(result: TickResult, row: dict[str, Any], recorded: bool) -> None:
     fields = {"schedule_id": row["schedule_id"], "scheduled_for": row["scheduled_for"].isoformat()}
     if not recorded:
@@ -210,6 +235,7 @@ def count_run(result: TickResult, row: dict[str, Any], recorded: bool) -> None:
         log.info("fire_already_recorded", extra={"action": "fire_already_recorded", **fields})
     elif row["status"] == "queued":
         result.queued += 1
+        result.first_start = earliest(result.first_start, row["available_at"])
         log.info("schedule_fired", extra={"action": "schedule_fired", **fields})
     elif row["status"] == "skipped":
         result.skipped += 1

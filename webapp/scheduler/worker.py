@@ -121,6 +121,7 @@ class WorkerProcess:
         self.reap_not_before = 0.0
         self.last_tick = 0.0
         self.next_fire: datetime | None = None
+        self.next_start: datetime | None = None  # of a run the last tick queued ahead
         self.overdue_grace = overdue_grace(self.config)
         self.max_running = default_max_running(self.config)
         self.watch_interval = max(WATCH_INTERVAL, self.poll_interval)
@@ -255,6 +256,8 @@ class WorkerProcess:
         self.flush()
         notified = self.notified.is_set()
         self.notified.clear()
+        if self.next_start is not None and self.next_start <= utcnow():
+            self.next_start = None  # its runs may start: this round's lease takes them
         worked = self.lease()
         now_monotonic = time.monotonic()
         fire_due = self.next_fire is not None and self.next_fire <= utcnow()
@@ -263,7 +266,10 @@ class WorkerProcess:
                 session, current_catalog(), self.settings, between_batches=self.renew_if_due
             )
             self.last_tick = now_monotonic
-            self.next_fire = claims.earliest_next_run(session)
+            earliest = claims.earliest_next_run(session)
+            # A fire is claimed SCHEDULER_FIRE_AHEAD before its time; its run starts at it.
+            self.next_fire = earliest and earliest - self.settings.fire_ahead
+            self.next_start = fired.first_start
             session.commit()
             if fired.queued:
                 worked = self.lease() or worked
@@ -389,8 +395,9 @@ class WorkerProcess:
             self.poll_interval - (now - self.last_tick),
             self.renewal_interval - (now - self.last_renewal),
         ]
-        if self.next_fire is not None:
-            limits.append((self.next_fire - utcnow()).total_seconds())
+        for moment in (self.next_fire, self.next_start):
+            if moment is not None:
+                limits.append((moment - utcnow()).total_seconds())
         for deadline in (self.pool.flush_deadline(), self.pool.next_deadline()):
             if deadline is not None:
                 limits.append(deadline - now)

@@ -28,6 +28,7 @@ from webapp.database import write_transaction
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule, Tenant
 from webapp.scheduler import claims
+from webapp.scheduler.fire_ahead import withdraw_fires_ahead
 from webapp.scheduler.jitter import effective_jitter
 from webapp.scheduler.tick import OVERLAP_REASON
 from webapp.scheduler.wakeup import notify_workers, wake_workers_column
@@ -82,6 +83,16 @@ def restart_cadence(schedule: Schedule, asked: ScheduleIn, now: datetime) -> dic
     if reactivated:
         changes["inactive_reason"] = None
     return changes
+
+
+def take_back_fires_ahead(
+    session: Session, schedule: Schedule, now: datetime | None = None
+) -> None:
+    """Before any change of a schedule: a run queued ahead of its fire time
+    (SCHEDULER_FIRE_AHEAD) holds the schedule as it was; it is withdrawn and the fire left due
+    again."""
+    if withdraw_fires_ahead(session, [schedule.id], now):
+        session.expire(schedule, ["next_run_at"])
 
 
 def slugify(name: str) -> str:
@@ -188,6 +199,7 @@ def update_schedule(
         if key != schedule.key and key_taken(tenant, key):
             raise ScheduleError({"key": f"a schedule with key '{key}' already exists"})
         before = schedule_snapshot(schedule)
+        take_back_fires_ahead(session, schedule, now)
         values = {**asked.model_dump(), "key": key, **restart_cadence(schedule, asked, now)}
         for name, value in values.items():
             setattr(schedule, name, value)
@@ -213,6 +225,7 @@ def delete_schedule(
             session,
             audit_row(actor, "schedule.deleted", schedule, before=schedule_snapshot(schedule)),
         )
+        withdraw_fires_ahead(session, [schedule.id])
         db.session.delete(schedule)
 
 
@@ -220,6 +233,7 @@ def pause_schedule(schedule: Schedule, actor: Actor) -> None:
     with write_transaction(db.session) as session:
         if not schedule.active:
             return
+        take_back_fires_ahead(session, schedule)
         schedule.active = False
         record(
             session,

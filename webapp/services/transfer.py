@@ -16,6 +16,7 @@ from sqlalchemy import insert, select, update
 from webapp.database import write_transaction
 from webapp.extensions import db
 from webapp.models import AuditEvent, Schedule, Tenant
+from webapp.scheduler.fire_ahead import withdraw_fires_ahead
 from webapp.services.audit import (
     AUDITED_FIELDS,
     Actor,
@@ -135,6 +136,8 @@ def import_schedules(tenant: Tenant, text: str, actor: Actor, now: datetime) -> 
                     audit_row(actor, "schedule.created", {**row, "id": schedule_id}, after=snapshot)
                 )
         if changes:
+            # Runs queued ahead of their fire time hold the schedules as they were.
+            withdraw_fires_ahead(session, [row["id"] for row in changes], now)
             # Bulk UPDATE by primary key: SQLAlchemy groups the rows by the columns they set.
             session.execute(update(Schedule), changes)
         if audits:
