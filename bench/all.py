@@ -154,7 +154,8 @@ def figures_table() -> str:
         if row["part"] == "herd":
             lines.append(
                 f"| Herd, {row['schedules']:,} schedules of {row['tenants']:,} tenants due at "
-                f"once, {row['workers']} workers | all queued {row['queued_s']:.1f} s, all "
+                f"once, {row['workers']} workers, fire-ahead {row.get('fire_ahead', 0):g} s, "
+                f"jitter {row.get('jitter', 0)} s | all queued {row['queued_s']:.1f} s, all "
                 f"finished {row['finished_s']:.1f} s after T; start lag p50/p95/p99 "
                 f"{row['start_lag_p50']:.1f}/{row['start_lag_p95']:.1f}/"
                 f"{row['start_lag_p99']:.1f} s; {row['runs_per_s']:,.0f} runs/s, "

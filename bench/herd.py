@@ -20,6 +20,10 @@ idle tick (bench.idle_tick's Ticker: the real tick, nothing due) and the time th
 to fire a small due batch (1,000 schedules made due, spread over the table), in interleaved
 rounds; the ratios show whether either grows with the table.
 
+With `--fire-ahead SECONDS` (30 unless 0) each herd runs again on a fresh database with the
+workers' SCHEDULER_FIRE_AHEAD set: the tick queues the runs before T, the jobs start at T; its
+CPU and statements are counted from T - SECONDS, its times still from T.
+
 With `--jitter SECONDS` each herd runs twice on fresh databases, without jitter (the baseline)
 and with every schedule's jitter_seconds set: the same figures, plus the delay beyond each run's
 planned start (started_at - available_at), the deepest ready queue seen (queued runs whose
@@ -34,7 +38,7 @@ batch fired entirely and nothing else. A wrong result exits 1; a missed target p
 
     python -m bench.herd [--schedules 100000] [--tenants 1000] [--workers 4,8] [--lead 20]
                          [--large 1000000] [--small 100000] [--quick] [--no-day]
-                         [--jitter SECONDS]
+                         [--jitter SECONDS] [--fire-ahead SECONDS]
 """
 
 from __future__ import annotations
@@ -665,9 +669,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--fire-ahead",
         type=float,
-        default=None,
+        default=30.0,
         metavar="SECONDS",
-        help="each herd also with the workers' SCHEDULER_FIRE_AHEAD set, beside the herd without",
+        help="each herd also with the workers' SCHEDULER_FIRE_AHEAD set, beside the herd "
+        "without (0: without only)",
     )
     parser.add_argument(
         "--jitter",
