@@ -28,7 +28,7 @@ from sqlalchemy import (
     select,
     union_all,
 )
-from sqlalchemy.orm import load_only
+from sqlalchemy.orm import aliased, load_only
 from werkzeug.exceptions import BadRequest
 from werkzeug.wrappers import Response
 
@@ -123,6 +123,32 @@ def last_runs(schedule_ids: list[int]) -> dict[int, Run]:
     badge = load_only(Run.id, Run.schedule_id, Run.status, Run.started_at, Run.finished_at)
     runs = db.session.scalars(tenancy.runs().where(Run.id.in_(latest)).options(badge))
     return {run.schedule_id: run for run in runs if run.schedule_id is not None}
+
+
+def with_last_runs(query: Select[Any], limit: int) -> list[tuple[Schedule, Run | None]]:
+    """The first `limit` schedules of `query` by name and id, each with its latest run (the
+    status badge's columns; None if it never ran), in one statement: the latest run's id is a
+    subquery per listed schedule (one index probe each, after the LIMIT), joined to its run."""
+    latest = (
+        select(func.max(Run.id))
+        .where(Run.schedule_id == Schedule.id, Run.tenant_id == Schedule.tenant_id)
+        .scalar_subquery()
+    )
+    page = (
+        query.add_columns(latest.label("last_run_id"))
+        .order_by(Schedule.name, Schedule.id)
+        .limit(limit)
+        .subquery()
+    )
+    listed = aliased(Schedule, page)
+    badge = load_only(Run.id, Run.schedule_id, Run.status, Run.started_at, Run.finished_at)
+    rows = db.session.execute(
+        select(listed, Run)
+        .outerjoin(Run, Run.id == page.c.last_run_id)
+        .order_by(page.c.name, page.c.id)
+        .options(badge)
+    )
+    return [(schedule, run) for schedule, run in rows]
 
 
 ROW_ACTIONS = ("detail", "edit", "run", "pause", "resume", "delete")
@@ -276,10 +302,8 @@ def list_context() -> dict[str, Any]:
                 and_(Schedule.name == after_name, Schedule.id > after),
             )
         )
-    rows = list(
-        db.session.scalars(query.order_by(Schedule.name, Schedule.id).limit(LIST_LIMIT + 1))
-    )
-    schedules = rows[:LIST_LIMIT]
+    rows = with_last_runs(query, LIST_LIMIT + 1)
+    schedules = [schedule for schedule, _ in rows[:LIST_LIMIT]]
     filters = {"q": q, "job": job, "status": status}
     first_page = {key: value for key, value in filters.items() if value}
     next_page = None
@@ -296,7 +320,7 @@ def list_context() -> dict[str, Any]:
         "first_page": first_page,
         "next_page": next_page,
         "later_page": after is not None,
-        "last_runs": last_runs([s.id for s in schedules]),
+        "last_runs": {schedule.id: run for schedule, run in rows if run is not None},
         "titles": job_titles(),
         "jobs": current_catalog().jobs(scope="tenant"),
         "filters": filters,
