@@ -8,7 +8,7 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Select, select
+from sqlalchemy import BindParameter, Select, select
 
 from webapp.database import write_transaction
 from webapp.extensions import db
@@ -104,7 +104,9 @@ def rotate_secret(tenant: Tenant, actor: Actor) -> None:
         audit(tenant, actor, "tenant.webhook_secret_rotated", None, {"webhook_secret": "rotated"})
 
 
-def recent_notifications(tenant_id: int, schedule_id: int) -> Select[Notification]:
+def recent_notifications(
+    tenant_id: int | BindParameter[int], schedule_id: int | BindParameter[int]
+) -> Select[Notification]:
     """The schedule's latest notifications, newest first (a query: the schedule's page reads
     them in the statement that loads the schedule)."""
     return (

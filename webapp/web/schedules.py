@@ -2,16 +2,33 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
+from urllib.parse import urlencode
 from zoneinfo import ZoneInfo
 
 from flask import Blueprint, abort, current_app, request, url_for
 from flask_login import login_required
-from markupsafe import Markup
-from sqlalchemy import Row, Select, and_, func, literal, null, or_, select, union_all
-from sqlalchemy.orm import load_only
+from flask_wtf.csrf import generate_csrf
+from markupsafe import Markup, escape
+from sqlalchemy import (
+    BindParameter,
+    CompoundSelect,
+    Row,
+    Select,
+    and_,
+    bindparam,
+    func,
+    literal,
+    null,
+    or_,
+    select,
+    union_all,
+)
+from sqlalchemy.orm import aliased, load_only
 from werkzeug.exceptions import BadRequest
 from werkzeug.wrappers import Response
 
@@ -50,12 +67,17 @@ from webapp.web.auth import is_own_path
 from webapp.web.charts import days_figures
 from webapp.web.common import actor, done, htmx_redirect, page_or_partial
 from webapp.web.formatting import (
+    describe_cron,
     dom_id_of,
     id_url,
+    id_url_parts,
     is_htmx,
+    local_time,
+    moment,
     moment_settings,
     relative_time,
     shown_zone,
+    status_badge,
 )
 from webapp.web.forms import (
     FIELD_LABELS,
@@ -103,6 +125,32 @@ def last_runs(schedule_ids: list[int]) -> dict[int, Run]:
     return {run.schedule_id: run for run in runs if run.schedule_id is not None}
 
 
+def with_last_runs(query: Select[Any], limit: int) -> list[tuple[Schedule, Run | None]]:
+    """The first `limit` schedules of `query` by name and id, each with its latest run (the
+    status badge's columns; None if it never ran), in one statement: the latest run's id is a
+    subquery per listed schedule (one index probe each, after the LIMIT), joined to its run."""
+    latest = (
+        select(func.max(Run.id))
+        .where(Run.schedule_id == Schedule.id, Run.tenant_id == Schedule.tenant_id)
+        .scalar_subquery()
+    )
+    page = (
+        query.add_columns(latest.label("last_run_id"))
+        .order_by(Schedule.name, Schedule.id)
+        .limit(limit)
+        .subquery()
+    )
+    listed = aliased(Schedule, page)
+    badge = load_only(Run.id, Run.schedule_id, Run.status, Run.started_at, Run.finished_at)
+    rows = db.session.execute(
+        select(listed, Run)
+        .outerjoin(Run, Run.id == page.c.last_run_id)
+        .order_by(page.c.name, page.c.id)
+        .options(badge)
+    )
+    return [(schedule, run) for schedule, run in rows]
+
+
 ROW_ACTIONS = ("detail", "edit", "run", "pause", "resume", "delete")
 
 
@@ -127,6 +175,103 @@ def overdue_badge(schedule: Schedule) -> Markup:
     ).format(
         dom_id_of("schedule", schedule.id, "overdue"), relative_time(schedule.next_run_at, now)
     )
+
+
+@bp.app_template_global()
+def active_badge(schedule: Schedule) -> Markup:
+    """A schedule's state badge; a paused one's title says why, when a worker paused it."""
+    if schedule.active:
+        return Markup('<span class="badge badge-active">active</span>')
+    reason = schedule.inactive_reason
+    title = f' title="{escape(reason)}"' if reason else ""
+    return Markup(f'<span class="badge badge-paused"{title}>paused</span>')
+
+
+@bp.app_template_global()
+def schedule_rows(
+    schedules: Iterable[Schedule],
+    last_runs: Mapping[int, Run],
+    tenant: Any,
+    titles: Mapping[str, str],
+) -> Markup:
+    """The rows of the schedule list (templates/schedules/_rows.html; _row.html swaps one in
+    after pause and resume), as one piece of HTML.
+
+    Built here rather than by a macro, as formatting.run_rows builds the history's: a row has
+    six cells and four forms, and each expression of a template costs about as much as the
+    value it prints. What rows share (the URLs around the id, the CSRF field, the list's URL)
+    is made once. Every value from the database is escaped."""
+    time_zone = tenant.time_zone
+    writer = tenancy.can_write()
+    urls = [(action, id_url_parts(f"schedules.{action}", "schedule_id")) for action in ROW_ACTIONS]
+    back = url_for("schedules.index")
+    hidden = (
+        f'<input type="hidden" name="csrf_token" value="{escape(generate_csrf())}">'
+        if writer
+        else ""
+    )
+    back_field = f'<input type="hidden" name="next" value="{escape(back)}">'
+    resume_query = escape("?" + urlencode({"next": back}))
+    html = []
+    for schedule in schedules:
+        row_id = dom_id_of("schedule", schedule.id)
+        url = {action: f"{before}{schedule.id}{after}" for action, (before, after) in urls}
+        name = escape(schedule.name)
+        job = escape(titles.get(schedule.job, schedule.job))
+        next_run = (
+            moment(schedule.next_run_at, time_zone)
+            if schedule.active
+            else '<span class="muted">paused</span>'
+        )
+        last_run = last_runs.get(schedule.id)
+        last = status_badge(last_run) if last_run else '<span class="muted">never ran</span>'
+        cells = [
+            f'<tr id="{row_id}" class="{"" if schedule.active else "is-paused"}">\n'
+            f'  <td>\n    <a class="strong" href="{url["detail"]}">{name}</a>\n'
+            f'    <div class="muted small">{job}</div>\n  </td>\n'
+            f'  <td><code class="cron">{escape(schedule.cron)}</code><div class="muted small">'
+            f"{escape(describe_cron(schedule.cron, schedule.time_zone))}</div></td>\n"
+            f'  <td class="small">{escape(schedule.time_zone)}</td>\n'
+            f'  <td class="small" data-label="Next run">{next_run}</td>\n'
+            f'  <td id="{row_id}-last-run" data-label="Last run">{last}</td>\n'
+            f"  <td>{active_badge(schedule)} {overdue_badge(schedule)}</td>\n"
+        ]
+        if writer:
+            if schedule.active:
+                pause = (
+                    f'    <form method="post" action="{url["pause"]}"\n'
+                    f'          hx-post="{url["pause"]}" hx-target="#{row_id}" '
+                    'hx-swap="outerHTML">\n'
+                    f"      {hidden}{back_field}\n"
+                    '      <button type="submit" name="pause" class="button small secondary">'
+                    "Pause</button>\n    </form>\n"
+                )
+            else:
+                # htmx asks in the row; without JavaScript the question is a page that comes
+                # back here.
+                resume = f"{url['resume']}{resume_query}"
+                pause = (
+                    f'    <a class="button small secondary" href="{resume}"\n'
+                    f'       hx-get="{resume}" hx-target="#{row_id}-actions">Resume</a>\n'
+                )
+            cells.append(
+                f'  <td class="actions-cell" id="{row_id}-actions"><div class="actions">\n'
+                f'    <form method="post" action="{url["run"]}"\n'
+                f'          hx-post="{url["run"]}" hx-target="#{row_id}-last-run">\n'
+                f"      {hidden}{back_field}\n"
+                '      <button type="submit" name="run_now" class="button small">Run now'
+                "</button>\n    </form>\n"
+                f"{pause}"
+                f'    <a class="button small secondary" href="{url["edit"]}">Edit</a>\n'
+                f'    <form method="post" action="{url["delete"]}"\n'
+                f'          hx-post="{url["delete"]}" hx-target="#{row_id}" hx-swap="delete"\n'
+                f'          hx-confirm="Delete the schedule “{name}”? Its run history stays.">\n'
+                f'      {hidden}<button type="submit" name="delete" class="button small danger">'
+                "Delete</button>\n    </form>\n  </div></td>\n"
+            )
+        cells.append("</tr>\n")
+        html.append("".join(cells))
+    return Markup("".join(html))
 
 
 def job_titles() -> dict[str, str]:
@@ -157,10 +302,8 @@ def list_context() -> dict[str, Any]:
                 and_(Schedule.name == after_name, Schedule.id > after),
             )
         )
-    rows = list(
-        db.session.scalars(query.order_by(Schedule.name, Schedule.id).limit(LIST_LIMIT + 1))
-    )
-    schedules = rows[:LIST_LIMIT]
+    rows = with_last_runs(query, LIST_LIMIT + 1)
+    schedules = [schedule for schedule, _ in rows[:LIST_LIMIT]]
     filters = {"q": q, "job": job, "status": status}
     first_page = {key: value for key, value in filters.items() if value}
     next_page = None
@@ -177,7 +320,7 @@ def list_context() -> dict[str, Any]:
         "first_page": first_page,
         "next_page": next_page,
         "later_page": after is not None,
-        "last_runs": last_runs([s.id for s in schedules]),
+        "last_runs": {schedule.id: run for schedule, run in rows if run is not None},
         "titles": job_titles(),
         "jobs": current_catalog().jobs(scope="tenant"),
         "filters": filters,
@@ -387,19 +530,20 @@ class SentNotification:
     error: str | None
 
 
-def schedule_with_trail(
-    schedule_id: int,
-) -> tuple[Schedule, list[AuditEvent], list[SentNotification]]:
-    """The schedule, its last DETAIL_AUDIT audit events and its latest notifications, newest
-    first, in one statement: both lists are one UNION ALL joined beside the schedule."""
+@functools.cache
+def trail_statement() -> Select[Any]:
+    """The schedule, its last DETAIL_AUDIT audit events and its latest notifications, in one
+    statement: both lists are one UNION ALL joined beside the schedule. Built once (see
+    tenancy.TENANT_ID): its subqueries' columns cost more to build than the statement to run."""
+    schedule_id: BindParameter[int] = bindparam("schedule_id")
     audit = (
-        tenancy.audit_events()
+        tenancy.audit_events(tenancy.TENANT_ID)
         .where(AuditEvent.object_type == "schedule", AuditEvent.object_id == schedule_id)
         .order_by(AuditEvent.id.desc())
         .limit(DETAIL_AUDIT)
         .subquery()
     )
-    sent = recent_notifications(tenancy.current_tenant().id, schedule_id).subquery()
+    sent = recent_notifications(tenancy.TENANT_ID, schedule_id).subquery()
     # The audit events first: their columns' types read both parts (a NULL has none); the
     # notifications' own columns come after, NULL in the events' rows.
     trail = union_all(
@@ -417,17 +561,25 @@ def schedule_with_trail(
             *(null() for _ in AUDIT_COLUMNS),
             *(sent.c[name] for name in NOTIFICATION_COLUMNS),
         ),
-    ).subquery()
-    rows = tenancy.get_schedule_with_or_404(schedule_id, trail)
+    ).subquery("trail")
+    return tenancy.schedule_with(trail)
+
+
+def schedule_with_trail(
+    schedule_id: int,
+) -> tuple[Schedule, list[AuditEvent], list[SentNotification]]:
+    """The schedule, its last DETAIL_AUDIT audit events and its latest notifications, newest
+    first (trail_statement), or 404."""
+    rows = tenancy.get_schedule_with_or_404(schedule_id, trail_statement())
     schedule = rows[0][0]
     events, notifications = [], []
     for row in rows:
         if row.kind == "audit":
-            columns = {name: row._mapping[trail.c[name]] for name in AUDIT_COLUMNS}
+            columns = {name: getattr(row, name) for name in AUDIT_COLUMNS}
             # Never added to the database session: shown, not saved.
             events.append(AuditEvent(id=row.id, created_at=row.at, **columns))
         elif row.kind == "notification":
-            columns = {name: row._mapping[trail.c[name]] for name in NOTIFICATION_COLUMNS}
+            columns = {name: getattr(row, name) for name in NOTIFICATION_COLUMNS}
             notifications.append(SentNotification(id=row.id, sent_at=row.at, **columns))
     events.sort(key=lambda event: event.id, reverse=True)
     notifications.sort(key=lambda item: item.id, reverse=True)
@@ -449,10 +601,12 @@ AUDIT_COLUMNS = (
 NOTIFICATION_COLUMNS = ("run_id", "event", "channel", "target", "status", "error")
 
 
-def schedule_runs(schedule_id: int) -> tuple[list[Row[Any]], list[Row[Any]]]:
-    """The schedule's latest DETAIL_RUNS + 1 runs, newest first, and its queued one-off runs
-    (at most DETAIL_RUNS) by start time, as history rows, in one statement (UNION ALL)."""
-    runs = tenancy.runs().where(Run.schedule_id == schedule_id)
+@functools.cache
+def runs_statement() -> CompoundSelect[Any]:
+    """The schedule's latest DETAIL_RUNS + 1 runs and its queued one-off runs (at most
+    DETAIL_RUNS), as history rows, in one statement (UNION ALL); built once, as
+    trail_statement."""
+    runs = tenancy.runs(tenancy.TENANT_ID).where(Run.schedule_id == bindparam("schedule_id"))
     latest = history_query(runs).order_by(Run.id.desc()).limit(DETAIL_RUNS + 1).subquery()
     waiting_ones = (
         history_query(runs.where(*ONE_OFF))
@@ -461,12 +615,16 @@ def schedule_runs(schedule_id: int) -> tuple[list[Row[Any]], list[Row[Any]]]:
         .subquery()
     )
     # Each part in its own subquery: SQLite allows no LIMIT on a member of a UNION.
-    rows = db.session.execute(
-        union_all(
-            select(literal(True).label("latest"), *latest.c),
-            select(literal(False), *waiting_ones.c),
-        )
-    ).all()
+    return union_all(
+        select(literal(True).label("latest"), *latest.c),
+        select(literal(False), *waiting_ones.c),
+    )
+
+
+def schedule_runs(schedule_id: int) -> tuple[list[Row[Any]], list[Row[Any]]]:
+    """The schedule's latest DETAIL_RUNS + 1 runs, newest first, and its queued one-off runs
+    by start time (runs_statement)."""
+    rows = db.session.execute(runs_statement(), tenancy.bound(schedule_id=schedule_id)).all()
     newest = sorted((row for row in rows if row.latest), key=lambda row: row.id, reverse=True)
     one_offs = sorted(
         (row for row in rows if not row.latest), key=lambda row: (row.available_at, row.id)
@@ -736,6 +894,63 @@ def one_off_fires(start: datetime, end: datetime, cursor: Cursor | None, limit: 
         )
     rows = one_off_runs(query, limit)
     return [Fire(run.available_at, schedule, None, run.id) for run, schedule in rows]
+
+
+@bp.app_template_global()
+def upcoming_rows(fires: Iterable[Fire], tenant: Any, titles: Mapping[str, str]) -> Markup:
+    """The rows of one day of Next runs (templates/schedules/_upcoming_days.html), as one
+    piece of HTML, as schedule_rows makes the list's: a page has 100. Every value from the
+    database is escaped."""
+    zone = shown_zone(tenant.time_zone)
+    detail = id_url_parts("schedules.detail", "schedule_id")
+    run_url = id_url_parts("runs.detail", "run_id")
+    cancel_url = id_url_parts("runs.cancel", "run_id")
+    cancel_fields = ""
+    if tenancy.can_write():
+        cancel_fields = (
+            f'<input type="hidden" name="csrf_token" value="{escape(generate_csrf())}">'
+            '<input type="hidden" name="place" value="upcoming"><input type="hidden" '
+            f'name="next" value="{escape(url_for("schedules.upcoming"))}">'
+        )
+    html = []
+    for fire in fires:
+        schedule = fire.schedule
+        local = (
+            f'<div class="muted small">{escape(local_time(fire.at, schedule.time_zone))}</div>'
+            if schedule.time_zone != zone
+            else ""
+        )
+        note = f'<span class="dst-note">{escape(fire.note)}</span>' if fire.note else ""
+        row_attribute = one_off = ""
+        if fire.run_id:
+            run_id = int(fire.run_id)
+            row_id = dom_id_of("run", run_id, "upcoming")
+            row_attribute = f' id="{row_id}"'
+            one_off = (
+                '<span class="trigger trigger-manual">one-off</span> '
+                f'<a href="{run_url[0]}{run_id}{run_url[1]}">#{run_id}</a>\n'
+            )
+            if cancel_fields:
+                cancel = f"{cancel_url[0]}{run_id}{cancel_url[1]}"
+                one_off += (
+                    f'          <form method="post" action="{cancel}" class="inline"\n'
+                    f'                hx-post="{cancel}" hx-target="#{row_id}" '
+                    'hx-swap="outerHTML"\n'
+                    f'                hx-confirm="Cancel run #{run_id}? It will not start.">\n'
+                    f"            {cancel_fields}\n"
+                    '            <button type="submit" name="cancel" class="button secondary '
+                    'small">Cancel</button>\n          </form>'
+                )
+        html.append(
+            f"      <tr{row_attribute}>\n"
+            f'        <td class="nowrap">{moment(fire.at, tenant.time_zone, with_date=False)}'
+            "</td>\n"
+            f'        <td><a href="{detail[0]}{schedule.id}{detail[1]}">{escape(schedule.name)}'
+            f"</a>\n          {local}</td>\n"
+            f'        <td class="small">{escape(titles.get(schedule.job, schedule.job))}</td>\n'
+            f'        <td class="small">{note}{one_off}</td>\n      </tr>\n'
+        )
+    return Markup("".join(html))
 
 
 @bp.get("/upcoming")

@@ -15,7 +15,7 @@ from typing import Any
 
 from flask import abort, g, session
 from flask_login import current_user
-from sqlalchemy import Row, Select, Subquery, select, true
+from sqlalchemy import BindParameter, Row, Select, Subquery, bindparam, select, true
 from sqlalchemy.sql.base import ExecutableOption
 
 from webapp.extensions import db
@@ -147,19 +147,35 @@ def switch_tenant(tenant_id: int) -> Tenant:
     return membership.tenant
 
 
-def schedules() -> Select[Schedule]:
-    """The current tenant's schedules (tenant scope only: system schedules are the operator's)."""
+# A statement that a page builds once (building one with subqueries costs more than running
+# it) is scoped by this parameter, and executed with `bound()`: never another tenant's id.
+TENANT_ID: BindParameter[int] = bindparam("tenant_id")
+
+
+def bound(**values: Any) -> dict[str, Any]:
+    """The parameters of a statement built once with TENANT_ID: the current tenant's id and
+    `values`."""
+    return {"tenant_id": current_tenant().id, **values}
+
+
+def _tenant_id(tenant_id: Any) -> Any:
+    return current_tenant().id if tenant_id is None else tenant_id
+
+
+def schedules(tenant_id: Any = None) -> Select[Schedule]:
+    """The current tenant's schedules (tenant scope only: system schedules are the operator's).
+    `tenant_id`: TENANT_ID, for a statement built once (see `bound`)."""
     return select(Schedule).where(
-        Schedule.tenant_id == current_tenant().id, Schedule.scope == "tenant"
+        Schedule.tenant_id == _tenant_id(tenant_id), Schedule.scope == "tenant"
     )
 
 
-def runs() -> Select[Run]:
-    return select(Run).where(Run.tenant_id == current_tenant().id)
+def runs(tenant_id: Any = None) -> Select[Run]:
+    return select(Run).where(Run.tenant_id == _tenant_id(tenant_id))
 
 
-def audit_events() -> Select[AuditEvent]:
-    return select(AuditEvent).where(AuditEvent.tenant_id == current_tenant().id)
+def audit_events(tenant_id: Any = None) -> Select[AuditEvent]:
+    return select(AuditEvent).where(AuditEvent.tenant_id == _tenant_id(tenant_id))
 
 
 def get_schedule_or_404(schedule_id: int) -> Schedule:
@@ -167,12 +183,22 @@ def get_schedule_or_404(schedule_id: int) -> Schedule:
     return schedule
 
 
-def get_schedule_with_or_404(schedule_id: int, side: Subquery) -> list[Row[Any]]:
-    """One of the current tenant's schedules with each row of `side` beside it (a subquery of
-    what its page shows, itself scoped to the tenant), in one statement, or 404. The rows are
-    (schedule, *side's columns); one row of NULLs beside the schedule when `side` is empty."""
-    query = schedules().where(Schedule.id == schedule_id).add_columns(*side.c)
-    rows = list(db.session.execute(query.outerjoin(side, true())))
+def schedule_with(side: Subquery) -> Select[Any]:
+    """One of the tenant's schedules (parameter `schedule_id`) with each row of `side` beside
+    it (a subquery of what its page shows, itself scoped by TENANT_ID): built once, run by
+    get_schedule_with_or_404. The rows are (schedule, *side's columns); one row of NULLs
+    beside the schedule when `side` is empty."""
+    return (
+        schedules(TENANT_ID)
+        .where(Schedule.id == bindparam("schedule_id"))
+        .add_columns(*side.c)
+        .outerjoin(side, true())
+    )
+
+
+def get_schedule_with_or_404(schedule_id: int, statement: Select[Any]) -> list[Row[Any]]:
+    """The rows of `statement` (from schedule_with) for the current tenant's schedule, or 404."""
+    rows = list(db.session.execute(statement, bound(schedule_id=schedule_id)))
     if not rows:
         abort(404)
     return rows
