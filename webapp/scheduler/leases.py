@@ -40,7 +40,7 @@ class LeasedRun:
     idempotency_key: str
     attempt: int
     max_attempts: int
-    started_at: datetime | None  # None until the start mark (claims.mark_started)
+    started_at: datetime | None  # None until the start mark (the lease's or claims.mark_started)
 
 
 def lease_once(
