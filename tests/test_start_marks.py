@@ -27,6 +27,7 @@ from webapp.scheduler.claims import LOST_ERROR, REQUEUE_ERROR
 from webapp.scheduler.leases import (
     NOT_STARTED_ERROR,
     lease_once,
+    lease_with_starts,
     reap_once,
     renew_leases,
     start_runs,
@@ -52,6 +53,25 @@ def test_a_lease_leaves_the_start_unwritten_until_the_start_mark(app: Flask, wor
     assert (leased_row.status, leased_row.attempt, leased_row.started_at) == ("running", 1, None)
     assert start_runs(db.session(), worker, [run.id], NOW + SECOND) == {run.id}
     assert get_run(run.id).started_at == NOW + SECOND
+
+
+def test_a_lease_marks_started_only_the_runs_its_free_slots_take_at_once(
+    app: Flask, world: World
+) -> None:
+    """The lease itself writes the start of the first runs (by id) the free slots take; if the
+    worker is lost, those count their attempt and the others go back without spending one."""
+    worker = add_worker()
+    runs = [add_run(world.alpha.id, NOW - (3 - n) * SECOND, max_attempts=3) for n in range(3)]
+    lease = lease_with_starts(db.session(), worker, NOW, TTL, 3, [], 1)
+    assert [run.id for run in lease.runs] == [run.id for run in runs]
+    assert lease.started == {runs[0].id}
+    assert [get_run(run.id).started_at for run in runs] == [NOW, None, None]
+    reap_once(db.session(), NOW + TTL + SECOND)
+    assert [(get_run(run.id).status, get_run(run.id).attempt) for run in runs] == [
+        ("queued", 1),
+        ("queued", 0),
+        ("queued", 0),
+    ]
 
 
 def test_the_start_mark_writes_only_runs_whose_lease_this_worker_holds_and_has_not_passed(

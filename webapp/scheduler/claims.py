@@ -534,13 +534,21 @@ def lease_statement(skip_locked: bool, database_clock: bool = False) -> Any:
     )
     tenant_slug = select(Tenant.slug).where(Tenant.id == Run.tenant_id).scalar_subquery()
     schedule_key = select(Schedule.key).where(Schedule.id == Run.schedule_id).scalar_subquery()
+    leased = lease_query(now, bindparam("limit", type_=Integer), skip_locked)
+    # The start marks of the first `start_now` runs leased (by id), which the worker's free
+    # slots start at once: written here rather than by start_statement, a round trip later in
+    # the same transaction (a Run now waits for it). Its conditions hold by construction: the
+    # run is this worker's, its lease just begun. The others stay leased, not started.
+    start_now = leased.order_by(leased.selected_columns[0]).limit(
+        bindparam("start_now", 0, type_=Integer)
+    )
     return (
         update(Run)
-        .where(Run.id.in_(lease_query(now, bindparam("limit", type_=Integer), skip_locked)))
+        .where(Run.id.in_(leased))
         .values(
             status="running",
             worker_id=bindparam("worker_id", type_=Integer),
-            started_at=None,  # leased, not started: see start_statement
+            started_at=case((Run.id.in_(start_now), now), else_=None),
             locked_until=locked_until,
             attempt=Run.attempt + 1,
             finished_at=None,
@@ -570,11 +578,13 @@ def lease_runs(
     lock_ttl: timedelta,
     limit: int,
     max_running: int | None = None,
+    start_now: int = 0,
 ) -> Sequence[Row[Any]]:
     """Marks up to `limit` available queued runs as running for this worker, in one statement
     (on PostgreSQL after the statement that finds this lease's window of tenants and locks its
     capped ones), fairly between tenants and never beyond a tenant's cap (`max_running`: the
-    default cap, SCHEDULER_MAX_RUNNING).
+    default cap, SCHEDULER_MAX_RUNNING); the first `start_now` of them (by id) marked started
+    too (`started_at`, see start_statement).
 
     `now=None`: the database's clock on PostgreSQL, the host's on SQLite.
     """
@@ -582,6 +592,7 @@ def lease_runs(
         "limit": limit,
         "worker_id": worker_id,
         "max_running": max_running,
+        "start_now": start_now,
     }
     connection = session.connection()
     if is_postgresql(session) and now is None:

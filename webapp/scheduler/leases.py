@@ -40,7 +40,7 @@ class LeasedRun:
     idempotency_key: str
     attempt: int
     max_attempts: int
-    started_at: datetime | None  # None until the start mark (claims.mark_started)
+    started_at: datetime | None  # None until the start mark (the lease's or claims.mark_started)
 
 
 def lease_once(
@@ -83,19 +83,19 @@ def lease_with_starts(
     max_running: int | None = None,
 ) -> Lease:
     """A worker's lease and the start marks of the runs its free slots take next, in one
-    transaction (one commit for both): `waiting`, runs it leased before, and the first
-    `start_new` (by id) of the up to `limit` runs leased now. Only runs marked may start
-    (claims.mark_started). Fair and capped as lease_once."""
+    transaction (one commit for both): `waiting`, runs it leased before (claims.mark_started),
+    and the first `start_new` (by id) of the up to `limit` runs leased now (marked by the lease
+    statement itself: no round trip more). Only runs marked may start. Fair and capped as
+    lease_once."""
     with write_transaction(session):
         rows = (
-            claims.lease_runs(session, worker_id, now, lock_ttl, limit, max_running)
+            claims.lease_runs(session, worker_id, now, lock_ttl, limit, max_running, start_new)
             if limit > 0
             else []
         )
         leased = leased_runs(rows, worker_id)
-        to_mark = waiting + [run.id for run in leased[:start_new]]
-        started = claims.mark_started(session, worker_id, to_mark, now)
-    return Lease(leased, started)
+        started = claims.mark_started(session, worker_id, waiting, now)
+    return Lease(leased, started | {run.id for run in leased if run.started_at is not None})
 
 
 def leased_runs(rows: Sequence[Any], worker_id: int) -> list[LeasedRun]:

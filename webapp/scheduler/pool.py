@@ -13,8 +13,9 @@ A slot starts only a run whose deadline has not passed: a worker that was frozen
 renew, starts nothing it may no longer own. Such a run waits for the next renewal, which either
 extends it (nobody took it: it may start) or finds it lost (it is dropped, never started).
 
-Start marks: a slot starts only a run whose start is written (`runs.started_at`, one statement
-per round for the runs the free slots take next, see `to_start`), so that a run leased here and
+Start marks: a slot starts only a run whose start is written (`runs.started_at`, each round
+for the runs the free slots take next, see `to_start`: by the lease statement for those it
+leases, by one statement for those leased before), so that a run leased here and
 never started goes back to the queue without spending an attempt if this worker is lost (the
 reaper tells them apart by the mark). The statement is fenced too: a run it does not mark is no
 longer ours, and is dropped, never started.
