@@ -515,13 +515,24 @@ def lease_statement(skip_locked: bool, database_clock: bool = False) -> Any:
     )
     tenant_slug = select(Tenant.slug).where(Tenant.id == Run.tenant_id).scalar_subquery()
     schedule_key = select(Schedule.key).where(Schedule.id == Run.schedule_id).scalar_subquery()
+    leased = (
+        lease_query(now, bindparam("limit", type_=Integer), skip_locked)
+        .cte("lease_ids")
+        .prefix_with("MATERIALIZED")
+    )
+    # The first :start_new leased (by id) get their start mark here (see start_statement):
+    # a second UPDATE of the same rows in the same transaction would write each row, and
+    # every index entry of it, twice. Just leased, their lease holds: the mark's fence is met.
+    start_now = (
+        select(leased.c.id).order_by(leased.c.id).limit(bindparam("start_new", 0, type_=Integer))
+    )
     return (
         update(Run)
-        .where(Run.id.in_(lease_query(now, bindparam("limit", type_=Integer), skip_locked)))
+        .where(Run.id.in_(select(leased.c.id)))
         .values(
             status="running",
             worker_id=bindparam("worker_id", type_=Integer),
-            started_at=None,  # leased, not started: see start_statement
+            started_at=case((Run.id.in_(start_now), now), else_=null()),
             locked_until=locked_until,
             attempt=Run.attempt + 1,
             finished_at=None,
@@ -551,11 +562,13 @@ def lease_runs(
     lock_ttl: timedelta,
     limit: int,
     max_running: int | None = None,
+    start_new: int = 0,
 ) -> Sequence[Row[Any]]:
     """Marks up to `limit` available queued runs as running for this worker, in one statement
     (on PostgreSQL after the statement that finds this lease's window of tenants and locks its
     capped ones), fairly between tenants and never beyond a tenant's cap (`max_running`: the
-    default cap, SCHEDULER_MAX_RUNNING).
+    default cap, SCHEDULER_MAX_RUNNING). The first `start_new` of them (by id) are marked
+    started too (their `started_at` returned set), as mark_started would.
 
     `now=None`: the database's clock on PostgreSQL, the host's on SQLite.
     """
@@ -563,6 +576,7 @@ def lease_runs(
         "limit": limit,
         "worker_id": worker_id,
         "max_running": max_running,
+        "start_new": start_new,
     }
     connection = session.connection()
     if is_postgresql(session) and now is None:
