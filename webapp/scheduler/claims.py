@@ -628,10 +628,17 @@ def start_statement(database_clock: bool) -> Any:
         if database_clock
         else bindparam("now", type_=UTCDateTime)
     )
+    # PostgreSQL's (the database's clock) takes the ids as one array: an expanding IN renders
+    # a placeholder per id on every call, in the worker's main thread.
+    ids = (
+        Run.id == any_(bindparam("ids", type_=ARRAY(Integer)))
+        if database_clock
+        else Run.id.in_(bindparam("ids", expanding=True))
+    )
     return (
         update(Run)
         .where(
-            Run.id.in_(bindparam("ids", expanding=True)),
+            ids,
             Run.worker_id == bindparam("owner", type_=Integer),
             Run.status == "running",
             Run.locked_until > now,
