@@ -617,6 +617,15 @@ def extend_leases(
     return {run_id: asked is not None for run_id, asked in session.execute(statement)}
 
 
+def among_ids(column: Any, postgresql: bool) -> Any:
+    """`column` among the list parameter :ids, for a statement built once: on PostgreSQL as one
+    array parameter, since an expanding IN renders a placeholder per id on every call (in the
+    worker's main thread, for batches of hundreds); SQLite has no arrays."""
+    if postgresql:
+        return column == any_(bindparam("ids", type_=ARRAY(Integer)))
+    return column.in_(bindparam("ids", expanding=True))
+
+
 def start_statement(database_clock: bool) -> Any:
     """The start mark, built once per dialect: `started_at` on the runs a worker's slots are
     about to start, each only while this worker holds its lease and the lease has not passed.
@@ -628,17 +637,10 @@ def start_statement(database_clock: bool) -> Any:
         if database_clock
         else bindparam("now", type_=UTCDateTime)
     )
-    # PostgreSQL's (the database's clock) takes the ids as one array: an expanding IN renders
-    # a placeholder per id on every call, in the worker's main thread.
-    ids = (
-        Run.id == any_(bindparam("ids", type_=ARRAY(Integer)))
-        if database_clock
-        else Run.id.in_(bindparam("ids", expanding=True))
-    )
     return (
         update(Run)
         .where(
-            ids,
+            among_ids(Run.id, postgresql=database_clock),  # the database's clock: PostgreSQL's
             Run.worker_id == bindparam("owner", type_=Integer),
             Run.status == "running",
             Run.locked_until > now,

@@ -26,8 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from flask import current_app
-from sqlalchemy import Integer, any_, bindparam, select, update
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -78,16 +77,10 @@ def pause_reason(failures: int, run_id: int) -> str:
 def recovery_statement(postgresql: bool) -> Any:
     """Resets the failure count of the schedules among :ids that were failing; returns those.
     Built once per dialect: it runs with every outcome batch, and building it (an ORM bulk
-    UPDATE, a placeholder per id) cost the worker more than running it. PostgreSQL takes the
-    ids as one array."""
-    ids = (
-        Schedule.id == any_(bindparam("ids", type_=ARRAY(Integer)))
-        if postgresql
-        else Schedule.id.in_(bindparam("ids", expanding=True))
-    )
+    UPDATE, a placeholder per id) cost the worker more than running it."""
     return (
         update(Schedule)
-        .where(ids, Schedule.consecutive_failures > 0)
+        .where(claims.among_ids(Schedule.id, postgresql), Schedule.consecutive_failures > 0)
         .values(consecutive_failures=0)
         .returning(Schedule.id)
     )
