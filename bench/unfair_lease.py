@@ -57,8 +57,10 @@ def lease_runs(
     lock_ttl: timedelta,
     limit: int,
     max_running: int | None = None,
+    start_new: int = 0,
 ) -> Sequence[Row[Any]]:
-    """claims.lease_runs as it was (PostgreSQL only; no cap)."""
+    """claims.lease_runs as it was (PostgreSQL only; no cap; it marks no start: the caller's
+    claims.mark_started does)."""
     parameters: dict[str, Any] = {"limit": limit, "worker_id": worker_id}
     if now is None:
         parameters["lock_ttl"] = lock_ttl

@@ -534,21 +534,24 @@ def lease_statement(skip_locked: bool, database_clock: bool = False) -> Any:
     )
     tenant_slug = select(Tenant.slug).where(Tenant.id == Run.tenant_id).scalar_subquery()
     schedule_key = select(Schedule.key).where(Schedule.id == Run.schedule_id).scalar_subquery()
-    leased = lease_query(now, bindparam("limit", type_=Integer), skip_locked)
-    # The start marks of the first `start_now` runs leased (by id), which the worker's free
-    # slots start at once: written here rather than by start_statement, a round trip later in
-    # the same transaction (a Run now waits for it). Its conditions hold by construction: the
-    # run is this worker's, its lease just begun. The others stay leased, not started.
-    start_now = leased.order_by(leased.selected_columns[0]).limit(
-        bindparam("start_now", 0, type_=Integer)
+    leased = (
+        lease_query(now, bindparam("limit", type_=Integer), skip_locked)
+        .cte("lease_ids")
+        .prefix_with("MATERIALIZED")
+    )
+    # The first :start_new leased (by id) get their start mark here (see start_statement):
+    # a second UPDATE of the same rows in the same transaction would write each row, and
+    # every index entry of it, twice. Just leased, their lease holds: the mark's fence is met.
+    start_now = (
+        select(leased.c.id).order_by(leased.c.id).limit(bindparam("start_new", 0, type_=Integer))
     )
     return (
         update(Run)
-        .where(Run.id.in_(leased))
+        .where(Run.id.in_(select(leased.c.id)))
         .values(
             status="running",
             worker_id=bindparam("worker_id", type_=Integer),
-            started_at=case((Run.id.in_(start_now), now), else_=None),
+            started_at=case((Run.id.in_(start_now), now), else_=null()),
             locked_until=locked_until,
             attempt=Run.attempt + 1,
             finished_at=None,
@@ -578,13 +581,13 @@ def lease_runs(
     lock_ttl: timedelta,
     limit: int,
     max_running: int | None = None,
-    start_now: int = 0,
+    start_new: int = 0,
 ) -> Sequence[Row[Any]]:
     """Marks up to `limit` available queued runs as running for this worker, in one statement
     (on PostgreSQL after the statement that finds this lease's window of tenants and locks its
     capped ones), fairly between tenants and never beyond a tenant's cap (`max_running`: the
-    default cap, SCHEDULER_MAX_RUNNING); the first `start_now` of them (by id) marked started
-    too (`started_at`, see start_statement).
+    default cap, SCHEDULER_MAX_RUNNING). The first `start_new` of them (by id) are marked
+    started too (their `started_at` returned set), as mark_started would.
 
     `now=None`: the database's clock on PostgreSQL, the host's on SQLite.
     """
@@ -592,7 +595,7 @@ def lease_runs(
         "limit": limit,
         "worker_id": worker_id,
         "max_running": max_running,
-        "start_now": start_now,
+        "start_new": start_new,
     }
     connection = session.connection()
     if is_postgresql(session) and now is None:
@@ -633,6 +636,15 @@ def extend_leases(
     return {run_id: asked is not None for run_id, asked in session.execute(statement)}
 
 
+def among_ids(column: Any, postgresql: bool) -> Any:
+    """`column` among the list parameter :ids, for a statement built once: on PostgreSQL as one
+    array parameter, since an expanding IN renders a placeholder per id on every call (in the
+    worker's main thread, for batches of hundreds); SQLite has no arrays."""
+    if postgresql:
+        return column == any_(bindparam("ids", type_=ARRAY(Integer)))
+    return column.in_(bindparam("ids", expanding=True))
+
+
 def start_statement(database_clock: bool) -> Any:
     """The start mark, built once per dialect: `started_at` on the runs a worker's slots are
     about to start, each only while this worker holds its lease and the lease has not passed.
@@ -647,7 +659,7 @@ def start_statement(database_clock: bool) -> Any:
     return (
         update(Run)
         .where(
-            Run.id.in_(bindparam("ids", expanding=True)),
+            among_ids(Run.id, postgresql=database_clock),  # the database's clock: PostgreSQL's
             Run.worker_id == bindparam("owner", type_=Integer),
             Run.status == "running",
             Run.locked_until > now,

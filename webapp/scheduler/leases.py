@@ -83,19 +83,24 @@ def lease_with_starts(
     max_running: int | None = None,
 ) -> Lease:
     """A worker's lease and the start marks of the runs its free slots take next, in one
-    transaction (one commit for both): `waiting`, runs it leased before (claims.mark_started),
-    and the first `start_new` (by id) of the up to `limit` runs leased now (marked by the lease
-    statement itself: no round trip more). Only runs marked may start. Fair and capped as
+    transaction (one commit for both): `waiting`, runs it leased before, and the first
+    `start_new` (by id) of the up to `limit` runs leased now (marked by the lease statement
+    itself). Only runs marked may start (claims.mark_started). Fair and capped as
     lease_once."""
     with write_transaction(session):
         rows = (
-            claims.lease_runs(session, worker_id, now, lock_ttl, limit, max_running, start_new)
+            claims.lease_runs(
+                session, worker_id, now, lock_ttl, limit, max_running, start_new=start_new
+            )
             if limit > 0
             else []
         )
         leased = leased_runs(rows, worker_id)
-        started = claims.mark_started(session, worker_id, waiting, now)
-    return Lease(leased, started | {run.id for run in leased if run.started_at is not None})
+        marked = {run.id for run in leased if run.started_at is not None}
+        # A lease that marks nothing (bench.unfair_lease's) leaves its runs to mark_started.
+        unmarked = [run.id for run in leased[:start_new] if run.id not in marked]
+        started = claims.mark_started(session, worker_id, waiting + unmarked, now)
+    return Lease(leased, started | marked)
 
 
 def leased_runs(rows: Sequence[Any], worker_id: int) -> list[LeasedRun]:
