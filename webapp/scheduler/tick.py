@@ -45,10 +45,10 @@ class TickResult:
         self.skipped += other.skipped
         self.failed += other.failed
         self.already_recorded += other.already_recorded
-        self.first_start = earliest(self.first_start, other.first_start)
+        self.first_start = earliest_of(self.first_start, other.first_start)
 
 
-def earliest(*moments: datetime | None) -> datetime | None:
+def earliest_of(*moments: datetime | None) -> datetime | None:
     return min((moment for moment in moments if moment is not None), default=None)
 
 
@@ -235,7 +235,7 @@ def count_run(result: TickResult, row: dict[str, Any], recorded: bool) -> None:
         log.info("fire_already_recorded", extra={"action": "fire_already_recorded", **fields})
     elif row["status"] == "queued":
         result.queued += 1
-        result.first_start = earliest(result.first_start, row["available_at"])
+        result.first_start = earliest_of(result.first_start, row["available_at"])
         log.info("schedule_fired", extra={"action": "schedule_fired", **fields})
     elif row["status"] == "skipped":
         result.skipped += 1

@@ -49,7 +49,7 @@ from webapp.scheduler.logs import bind_process_fields
 from webapp.scheduler.outbox import send_notifications
 from webapp.scheduler.pool import JobPool, ThreadJobPool
 from webapp.scheduler.process_pool import ProcessJobPool
-from webapp.scheduler.tick import TickSettings, tick
+from webapp.scheduler.tick import TickSettings, earliest_of, tick
 from webapp.scheduler.wakeup import CHANNEL
 from webapp.scheduler.watchdog import watch_overdue
 
@@ -121,7 +121,7 @@ class WorkerProcess:
         self.reap_not_before = 0.0
         self.last_tick = 0.0
         self.next_fire: datetime | None = None
-        self.next_start: datetime | None = None  # of a run the last tick queued ahead
+        self.next_start: datetime | None = None  # of the first run its ticks queued ahead
         self.overdue_grace = overdue_grace(self.config)
         self.max_running = default_max_running(self.config)
         self.watch_interval = max(WATCH_INTERVAL, self.poll_interval)
@@ -266,10 +266,11 @@ class WorkerProcess:
                 session, current_catalog(), self.settings, between_batches=self.renew_if_due
             )
             self.last_tick = now_monotonic
-            earliest = claims.earliest_next_run(session)
+            first_due = claims.earliest_next_run(session)
             # A fire is claimed SCHEDULER_FIRE_AHEAD before its time; its run starts at it.
-            self.next_fire = earliest and earliest - self.settings.fire_ahead
-            self.next_start = fired.first_start
+            self.next_fire = first_due and first_due - self.settings.fire_ahead
+            # Kept until it comes: the ticks after it queue nothing more (a herd queued ahead).
+            self.next_start = earliest_of(self.next_start, fired.first_start)
             session.commit()
             if fired.queued:
                 worked = self.lease() or worked
