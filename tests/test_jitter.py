@@ -258,6 +258,9 @@ def test_the_form_saves_the_jitter_and_the_pages_show_it(app: Flask, world: Worl
         select(AuditEvent).where(AuditEvent.action == "schedule.updated")
     ).one()
     assert (event.before, event.after) == ({"jitter_seconds": 90}, {"jitter_seconds": None})
+    # Neither the schedule nor its tenant has a jitter: the page says so, not "up to 0 s".
+    detail = alice.get(f"/schedules/{schedule.id}").get_data(as_text=True)
+    assert "none (no tenant default)" in detail and "up to 0 s" not in detail
 
 
 def test_the_preview_says_how_late_a_run_may_start(app: Flask, world: World) -> None:

@@ -3,6 +3,7 @@ tenant) gets 404 and never alpha's data; every write needs the CSRF token."""
 
 from __future__ import annotations
 
+import html
 import re
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -447,6 +448,13 @@ def test_the_audit_log_uses_the_form_labels_and_values(
     ]
     assert {row[1] for row in created} == {NOTHING}
     assert created[2][2] == "Echo a message (demo.echo)"
+    # Empty optional fields say what they mean, never JSON's [] or null.
+    assert [tuple(map(html.unescape, row)) for row in created[-4:]] == [
+        ("Notify emails", NOTHING, "none: the tenant's default recipients"),
+        ("Notify webhook URL", NOTHING, "none: the tenant's default webhook"),
+        ("Pause after N failed runs", NOTHING, "never"),
+        ("Jitter (seconds)", NOTHING, "the tenant's default"),
+    ]
 
 
 def test_run_now_queues_a_manual_run_and_shows_its_status_in_place(

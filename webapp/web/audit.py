@@ -167,11 +167,22 @@ def audit_changes(event: AuditEvent, job: str | None, time_zone: str) -> list[Ch
     return rows
 
 
+# What an empty optional field means, in the form's words (not JSON's `null` and `[]`).
+EMPTY_FIELDS = {
+    "notify_emails": "none: the tenant's default recipients",
+    "notify_webhook_url": "none: the tenant's default webhook",
+    "pause_after_failures": "never",
+    "jitter_seconds": "the tenant's default",
+}
+
+
 def field_value(name: str, value: Any, time_zone: str) -> Markup:
     """A schedule field's value as the form shows it: choices by their titles, the job by
-    its title, the cron expression with its description."""
+    its title, the cron expression with its description, an empty field by what it means."""
     text: Any = value
-    if name == "active":
+    if value is None or value == []:
+        text = EMPTY_FIELDS.get(name, "none")
+    elif name == "active":
         text = "Active" if value else "Paused"
     elif name == "misfire_policy":
         text = MISFIRE_CHOICES.get(value, value)
