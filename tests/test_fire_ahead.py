@@ -4,12 +4,14 @@ taken back by any change of its schedule before that time; on both databases."""
 from __future__ import annotations
 
 import json
+import threading
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 from flask import Flask
-from sqlalchemy import select
+from sqlalchemy import event, select
+from sqlalchemy.orm import Session
 
 from tests.conftest import World
 from tests.scheduler_helpers import (
@@ -21,13 +23,13 @@ from tests.scheduler_helpers import (
     execute_leased,
     settings,
 )
-from tests.worker_support import Workers, wait_for
+from tests.worker_support import Workers, postgresql_only, wait_for
 from webapp.config import ConfigError, load_settings
 from webapp.database import utcnow, write_transaction
 from webapp.extensions import db
 from webapp.models import Run, Schedule
 from webapp.scheduler.leases import lease_once
-from webapp.scheduler.tick import TickResult, tick
+from webapp.scheduler.tick import TickResult, tick, tick_once
 from webapp.services.audit import Actor
 from webapp.services.schedules import (
     delete_schedule,
@@ -198,6 +200,46 @@ def test_a_started_run_is_never_taken_back(app: Flask, world: World) -> None:
     db.session.commit()
     pause_schedule(schedule, Actor.for_user(world.alice))
     assert [(at, status) for at, status, _ in fires(schedule.id)] == [(fire, "running")]
+
+
+@postgresql_only
+def test_a_pause_while_a_tick_queues_the_fire_waits_for_it_and_takes_the_run_back(
+    app: Flask, world: World
+) -> None:
+    """The tick has claimed the schedule and inserted its run ahead, not yet committed: the
+    pause must wait for that commit and withdraw the run, not miss it and leave it queued."""
+    fire = next_hour()
+    schedule = hourly(world, fire)
+    engine, jobs, tick_settings = db.engine, catalog(), settings(fire_ahead=AHEAD)  # no app here
+    inserted, release = threading.Event(), threading.Event()
+    ticked: list[TickResult] = []
+
+    def tick_holding_its_commit() -> None:
+        with Session(engine) as session:
+
+            @event.listens_for(session, "before_commit")
+            def hold(_: Session) -> None:
+                inserted.set()
+                release.wait(30)
+
+            ticked.append(tick_once(session, jobs, tick_settings, fire - AHEAD))
+
+    def pause() -> None:
+        with app.app_context():
+            pause_schedule(db.session.get_one(Schedule, schedule.id), Actor.for_user(world.alice))
+
+    ticking = threading.Thread(target=tick_holding_its_commit)
+    ticking.start()
+    assert inserted.wait(30)
+    pausing = threading.Thread(target=pause)
+    pausing.start()
+    pausing.join(1.5)  # long enough to have missed the run, were it not waiting
+    release.set()
+    ticking.join(30)
+    pausing.join(30)
+    assert [result.queued for result in ticked] == [1]
+    assert fires(schedule.id) == []
+    assert next_run_at(schedule.id) == fire
 
 
 @pytest.mark.parametrize(

@@ -133,6 +133,20 @@ DUE_BY_DATABASE_CLOCK = (
 )
 
 
+def lock_schedules(session: Session, schedule_ids: Sequence[int]) -> None:
+    """Holds these schedules' rows until the caller commits, first waiting for a tick that
+    claimed any of them and is still queuing its runs, so that the caller's next statement sees
+    those runs. In id order, so that two callers never deadlock. On SQLite the caller's
+    `BEGIN IMMEDIATE` already keeps every tick out."""
+    if schedule_ids and is_postgresql(session):
+        session.execute(
+            select(Schedule.id)
+            .where(Schedule.id.in_(schedule_ids))
+            .order_by(Schedule.id)
+            .with_for_update()
+        )
+
+
 def claim_due_postgresql(
     session: Session, now: datetime | None, limit: int, ahead: timedelta
 ) -> tuple[datetime | None, Sequence[Row[Any]]]:

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from webapp.database import utcnow
 from webapp.models import Run, Schedule
+from webapp.scheduler.claims import lock_schedules
 
 
 def withdraw_fires_ahead(
@@ -27,12 +28,15 @@ def withdraw_fires_ahead(
     """Deletes the queued runs of these schedules whose fire time is still to come, sets each
     schedule's next_run_at back to its earliest withdrawn fire time, and returns those times.
 
-    Under the caller's transaction. A run a worker is leasing meanwhile is no longer queued
-    once the lease commits (PostgreSQL re-checks the row after waiting for its lock), so it is
-    never deleted after it started."""
+    Under the caller's transaction. The schedules are locked first: a tick that claimed one of
+    them may be queuing its next fire right now, and that run must be seen (and withdrawn), not
+    left queued for a schedule this change pauses or edits. A run a worker is leasing meanwhile
+    is no longer queued once the lease commits (PostgreSQL re-checks the row after waiting for
+    its lock), so it is never deleted after it started."""
     ids = sorted(set(schedule_ids))
     if not ids:
         return {}
+    lock_schedules(session, ids)
     withdrawn = session.execute(
         delete(Run)
         .where(
