@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import signal
+import socket
+import sqlite3
 import stat
 import subprocess
 import sys
+import time
+import urllib.request
+from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -109,6 +116,79 @@ def test_the_readme_commands_work_in_the_checkout_that_make_run_set_up(tmp_path:
         ["make", "-f", str(PROJECT / "Makefile"), "instance/config.py"], {**os.environ}, tmp_path
     )
     assert again.returncode == 0 and config.read_text() == before
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def serving_worker(database: Path, port: int, served: subprocess.Popen[bytes]) -> int:
+    """The pid of the worker that `flask serve` started, once the panel answers and the
+    worker has registered."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert served.poll() is None, "flask serve exited"
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as answer:
+                healthy = answer.status == 200
+            with closing(sqlite3.connect(database)) as connection:
+                running = "SELECT pid FROM workers WHERE stopped_at IS NULL"
+                row = connection.execute(running).fetchone()
+        except OSError:
+            healthy, row = False, None
+        if healthy and row is not None:
+            return int(row[0])
+        time.sleep(0.2)
+    raise AssertionError("flask serve did not start its panel and worker within 60 s")
+
+
+@pytest.mark.parametrize("signal_number", [signal.SIGTERM, signal.SIGHUP], ids=["TERM", "HUP"])
+def test_stopping_flask_serve_with_a_signal_stops_its_worker_too(
+    sqlite_template: str, tmp_path: Path, signal_number: int
+) -> None:
+    # `make run`'s panel stopped by kill, a supervisor or a closed terminal: its worker must not
+    # go on firing schedules alone.
+    database = tmp_path / "serve.db"
+    shutil.copy(sqlite_template, database)
+    port = free_port()
+    env = bare_environment(tmp_path, SECRET_KEY="k", DATABASE_URL=f"sqlite:///{database}")
+    log = tmp_path / "serve.log"
+    with log.open("w") as output:
+        served = subprocess.Popen(
+            [*FLASK, "serve", "--port", str(port)],
+            env=env,
+            cwd=PROJECT,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+    worker_pid = None
+    try:
+        worker_pid = serving_worker(database, port, served)
+        served.send_signal(signal_number)
+        assert served.wait(timeout=60) == 0, log.read_text()
+        worker_alive = alive(worker_pid)
+    finally:
+        if served.poll() is None:
+            served.kill()
+            served.wait()
+        if worker_pid is not None and alive(worker_pid):
+            os.kill(worker_pid, signal.SIGKILL)  # never left behind, whatever the outcome
+    assert not worker_alive
+    with closing(sqlite3.connect(database)) as connection:
+        (stopped_at,) = connection.execute(
+            "SELECT stopped_at FROM workers WHERE pid = ?", (worker_pid,)
+        ).fetchone()
+    assert stopped_at is not None  # it deregistered: a clean stop, not a killed process
 
 
 def options(help_text: str) -> str:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+from types import FrameType
 
 import click
 from flask import current_app
@@ -20,6 +22,10 @@ def serve_command(host: str, port: int) -> None:
 
     For production, run the app under a WSGI server and `scheduler-worker` processes instead.
     """
+    # SIGTERM (kill, a supervisor) and SIGHUP would end this process without its `finally`,
+    # leaving the worker firing schedules on its own: both stop the two, as Ctrl-C does.
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGHUP, stop)
     worker = subprocess.Popen(
         [sys.executable, "-m", "flask", "--app", "webapp", "scheduler", "worker"]
     )
@@ -33,3 +39,7 @@ def serve_command(host: str, port: int) -> None:
     finally:
         worker.terminate()
         worker.wait(timeout=60)
+
+
+def stop(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt  # what Ctrl-C raises: the server closes, then the worker stops
