@@ -4,6 +4,7 @@ audit rows, Next runs, real workers, and the panel's Cancel button in Chromium."
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -148,6 +149,26 @@ def test_a_queued_one_off_shows_in_next_runs_and_its_cancel_takes_it_off(
     detail = panel.get(f"/schedules/{schedule.id}").get_data(as_text=True)
     assert f'id="run-{next_week.id}-one-off"' in detail
     assert f'id="run-{run.id}-one-off"' not in detail
+
+
+def test_one_offs_at_a_page_boundary_of_next_runs_show_on_the_next_page(
+    app: Flask, world: World
+) -> None:
+    # Every minute: the first page's 100 fires end at the 100th minute, where two one-offs of
+    # the same schedule wait too. They come after that fire, so on the page after it.
+    schedule = echo_schedule(world, cron="* * * * *", time_zone="UTC")
+    boundary = utcnow().replace(second=0, microsecond=0) + timedelta(minutes=100)
+    alice = Actor.for_user(world.alice)
+    one_offs = [run_now(schedule, alice, utcnow(), boundary).id for _ in range(2)]
+    panel = Panel(app, world.alice)
+    pages = [panel.get("/upcoming").get_data(as_text=True)]
+    later = re.search(r'<a href="(/upcoming\?[^"]+)" hx-get', pages[0])
+    while later is not None and len(pages) < 10:
+        pages.append(panel.get(later.group(1).replace("&amp;", "&"), htmx=True).get_data(True))
+        later = re.search(r'<a href="(/upcoming\?[^"]+)" hx-get', pages[-1])
+    shown = "".join(pages)
+    # Each once (the first page ends at the boundary unless a minute passed since `boundary`).
+    assert [shown.count(f'id="run-{run_id}-upcoming"') for run_id in one_offs] == [1, 1]
 
 
 # --- Cancel ---------------------------------------------------------------------------------

@@ -695,6 +695,9 @@ def test_fires_are_grouped_by_their_day_in_the_zone_shown() -> None:
         "after=yesterday&after_id=3",
         "after=2026-01-01T00:00&after_id=3",
         "after=2026-01-01T00:00Z&after_id=x",
+        "after_run=5",
+        "after=2026-01-01T00:00Z&after_run=5",
+        "after=2026-01-01T00:00Z&after_id=3&after_run=x",
     ],
 )
 def test_a_bad_next_runs_cursor_is_a_400(app: Flask, world: World, query: str) -> None:

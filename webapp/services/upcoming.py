@@ -21,8 +21,16 @@ class Fire:
     run_id: int | None = None  # a queued one-off run ("Run once later"), not a fire of the cron
 
 
-# A page of Next runs continues after the last fire shown: (fire time, schedule id).
-Cursor = tuple[datetime, int]
+# A page of Next runs continues after the last fire shown: (fire time, schedule id, run id);
+# the run id is 0 for a fire of the cron, which comes before the one-offs of its minute.
+Cursor = tuple[datetime, int, int]
+
+
+def fire_order(fire: Fire) -> Cursor:
+    """Where a fire stands on Next runs: by time, then schedule, the cron's fire before the
+    schedule's one-offs of the same time, and those by id (each has its own place, so a page
+    boundary between any two of them loses neither)."""
+    return fire.at, fire.schedule.id, fire.run_id or 0
 
 
 def upcoming_fires(
@@ -33,8 +41,8 @@ def upcoming_fires(
     after: Cursor | None = None,
     one_offs: Iterable[Fire] = (),
 ) -> tuple[list[Fire], bool]:
-    """Fires with start < t <= end, earliest first (then by schedule id), at most `limit`; and
-    whether more exist. With `after`, only the fires that come after that one in this order.
+    """Fires with start < t <= end in fire_order, at most `limit`; and whether more exist.
+    With `after`, only the fires that come after that one in this order.
     A schedule fires nothing before its next_run_at (the scheduler never fires it earlier), so
     a caller may load schedules by next_run_at and stop early (see the Next runs page).
     `one_offs`: queued one-off runs in the same order, merged in (they pass the same bounds)."""
@@ -48,7 +56,7 @@ def upcoming_fires(
         if after is not None:
             # Fire times are whole minutes: a microsecond earlier includes the cursor's own
             # time, for the schedules after the cursor's one.
-            at, schedule_id = after
+            at, schedule_id, _ = after  # a cron's fire comes before the one-offs of its time
             first = max(start, at - timedelta(microseconds=1) if schedule.id > schedule_id else at)
         if schedule.next_run_at is not None:
             first = max(first, schedule.next_run_at - timedelta(microseconds=1))
@@ -58,9 +66,9 @@ def upcoming_fires(
     queued = (
         fire
         for fire in one_offs
-        if start < fire.at <= end and (after is None or (fire.at, fire.schedule.id) > after)
+        if start < fire.at <= end and (after is None or fire_order(fire) > after)
     )
-    merged = heapq.merge(*per_schedule, queued, key=lambda fire: (fire.at, fire.schedule.id))
+    merged = heapq.merge(*per_schedule, queued, key=fire_order)
     shown = list(islice(merged, limit + 1))
     return shown[:limit], len(shown) > limit
 

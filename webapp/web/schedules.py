@@ -801,21 +801,26 @@ def delete(schedule_id: int) -> Response:
 
 
 def upcoming_cursor() -> Cursor | None:
-    """The `after` (an ISO 8601 time with its offset) and `after_id` (a schedule id) of a later
-    page of Next runs: the last fire time of the page before; or 400."""
+    """The `after` (an ISO 8601 time with its offset), `after_id` (a schedule id) and, when the
+    last fire was a one-off, `after_run` (its run id) of a later page of Next runs: the last
+    fire of the page before; or 400."""
     text = request.args.get("after", "")
     schedule_id = id_arg("after_id")
-    if not text and schedule_id is None:
+    run_id = id_arg("after_run")
+    if not text and schedule_id is None and run_id is None:
         return None
     if not text or schedule_id is None:
-        bad_request("“after” and “after_id” go together: the last fire time of a page.")
+        bad_request(
+            "“after” and “after_id” go together (and “after_run” needs both): "
+            "the last fire time of a page."
+        )
     try:
         at = datetime.fromisoformat(text)
     except ValueError:
         at = None
     if at is None or at.utcoffset() is None:
         bad_request(f"“after={shown(text)}” is not a time with its UTC offset (ISO 8601).")
-    return at.astimezone(UTC), schedule_id
+    return at.astimezone(UTC), schedule_id, run_id or 0
 
 
 # What Next runs needs of a schedule to compute and show its fire times.
@@ -885,11 +890,17 @@ def one_off_fires(start: datetime, end: datetime, cursor: Cursor | None, limit: 
     shows them."""
     query = tenancy.runs().where(Run.available_at > start, Run.available_at <= end)
     if cursor is not None:
-        at, schedule_id = cursor
+        at, schedule_id, run_id = cursor  # in fire_order
         query = query.where(
             or_(
                 Run.available_at > at,
-                and_(Run.available_at == at, Run.schedule_id > schedule_id),
+                and_(
+                    Run.available_at == at,
+                    or_(
+                        Run.schedule_id > schedule_id,
+                        and_(Run.schedule_id == schedule_id, Run.id > run_id),
+                    ),
+                ),
             )
         )
     rows = one_off_runs(query, limit)
@@ -967,6 +978,8 @@ def upcoming() -> Response:
     if more:
         last = fires[-1]
         later = {"after": last.at.isoformat(), "after_id": str(last.schedule.id)}
+        if last.run_id:
+            later["after_run"] = str(last.run_id)
     # A later page appends to the list; its first day may continue the last one shown.
     later_page = "after" in request.args
     return page_or_partial(
