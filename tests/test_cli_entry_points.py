@@ -6,7 +6,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import sqlite3
 import stat
 import subprocess
@@ -21,6 +20,7 @@ import pytest
 from flask import Flask
 
 from tests.conftest import World
+from tests.pg_cluster import free_port
 from tests.scheduler_helpers import add_run
 from webapp.extensions import db
 from webapp.models import Run
@@ -116,12 +116,6 @@ def test_the_readme_commands_work_in_the_checkout_that_make_run_set_up(tmp_path:
         ["make", "-f", str(PROJECT / "Makefile"), "instance/config.py"], {**os.environ}, tmp_path
     )
     assert again.returncode == 0 and config.read_text() == before
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def alive(pid: int) -> bool:

@@ -26,6 +26,7 @@ from sqlalchemy import (
     null,
     or_,
     select,
+    tuple_,
     union_all,
 )
 from sqlalchemy.orm import aliased, load_only
@@ -890,19 +891,8 @@ def one_off_fires(start: datetime, end: datetime, cursor: Cursor | None, limit: 
     shows them."""
     query = tenancy.runs().where(Run.available_at > start, Run.available_at <= end)
     if cursor is not None:
-        at, schedule_id, run_id = cursor  # in fire_order
-        query = query.where(
-            or_(
-                Run.available_at > at,
-                and_(
-                    Run.available_at == at,
-                    or_(
-                        Run.schedule_id > schedule_id,
-                        and_(Run.schedule_id == schedule_id, Run.id > run_id),
-                    ),
-                ),
-            )
-        )
+        # After the cursor in fire_order: a one-off's (time, schedule, run id).
+        query = query.where(tuple_(Run.available_at, Run.schedule_id, Run.id) > cursor)
     rows = one_off_runs(query, limit)
     return [Fire(run.available_at, schedule, None, run.id) for run, schedule in rows]
 
