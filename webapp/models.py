@@ -167,6 +167,12 @@ class Membership(Model):
     tenant: Mapped[Tenant] = relationship()
 
 
+# The predicate of SQLite's partial indexes of active schedules, as SQLAlchemy writes the
+# condition `Schedule.active` there: SQLite uses a partial index only when the query's WHERE
+# holds the predicate as written (`active` alone was never used; migration 0012).
+SQLITE_ACTIVE = "active = 1"
+
+
 class Schedule(Model):
     __tablename__ = "schedules"
     __table_args__ = (
@@ -185,7 +191,7 @@ class Schedule(Model):
             "ix_schedules_due",
             "next_run_at",
             postgresql_where=text("active"),
-            sqlite_where=text("active"),
+            sqlite_where=text(SQLITE_ACTIVE),
         ),
         # The schedules list and the history's schedule filter page through names.
         Index("ix_schedules_tenant_name", "tenant_id", "name", "id"),
@@ -203,7 +209,7 @@ class Schedule(Model):
             "next_run_at",
             "id",
             postgresql_where=text("active"),
-            sqlite_where=text("active"),
+            sqlite_where=text(SQLITE_ACTIVE),
         ),
         CheckConstraint(one_of("scope", SCOPES), name="scope"),
         CheckConstraint(

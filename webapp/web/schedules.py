@@ -845,7 +845,7 @@ def upcoming_page(start: datetime, end: datetime, cursor: Cursor | None) -> tupl
     # (A schedule without next_run_at never falls due: the scheduler will not fire it.)
     active = (
         tenancy.schedules()
-        .where(Schedule.active.is_(True), Schedule.next_run_at.is_not(None))
+        .where(Schedule.active, Schedule.next_run_at.is_not(None))
         .options(load_only(*UPCOMING_COLUMNS))
         .order_by(Schedule.next_run_at, Schedule.id)
     )
