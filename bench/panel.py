@@ -13,6 +13,11 @@ are the same at phone width (the layout changes with CSS only; the benchmark che
 phone's User-Agent gets the same bytes and that no element id appears twice, as a table plus
 a card list would).
 
+Two more pages of this benchmark only stand for the floor that every panel page stands on: the
+login and the layout with nothing in them, and the lean page's own query and rows inside them
+(the current tenant's). Figures only; `vs_floor_p95` divides each page's p95 ratio by the
+second one's: what a page costs beyond the lean rows behind a login.
+
     python -m bench.panel [--runs 1000000] [--schedules 10000] [--requests 100] [--quick]
 """
 
@@ -160,6 +165,11 @@ def seed(server: Server, runs: int, schedules: int) -> tuple[str, dict[str, Any]
     return database, ids
 
 
+# The benchmark's own floor pages (install_floor_pages).
+FLOOR_LABELS = ("floor: login and layout, no data", "floor: login, layout and the lean rows")
+FLOOR_URLS = ("/_bench/floor/empty", "/_bench/floor/lean")
+
+
 def pages(ids: dict[str, Any], tenant: str) -> list[tuple[str, str, bool]]:
     """(label, URL, htmx) of the pages measured, for `tenant` ('big' or 'small')."""
     low = ids[f"{tenant}_min_run"]
@@ -191,11 +201,13 @@ def pages(ids: dict[str, Any], tenant: str) -> list[tuple[str, str, bool]]:
             "/schedules/form/preview?cron=*/15+9-17+*+*+1-5&time_zone=Europe/Berlin",
             True,
         ),
+        *((label, url, False) for label, url in zip(FLOOR_LABELS, FLOOR_URLS, strict=True)),
     ]
 
 
-# Pages held to the targets (the cron preview is a fragment without data: figures only).
-UNTARGETED = {"cron preview fragment"}
+# Pages held to the targets (the cron preview is a fragment without data, the floor pages are
+# the benchmark's own: figures only).
+UNTARGETED = {"cron preview fragment", *FLOOR_LABELS}
 MAX_RATIO = 1.5  # page p95 / lean page p95, measured interleaved
 MAX_STATEMENTS = 4  # the session's one (user, membership, tenant) + 3 for the page's data
 PHONE = (
@@ -254,6 +266,59 @@ def install_lean_page(app: Flask, tenant_id: int) -> None:
         return template.render(runs=rows[:50], next_before=next_before)
 
     app.add_url_rule(LEAN_URL, "bench_lean", lean)
+
+
+# What every panel page pays before its own data: the login (the session's statement), the
+# layout (navigation, tenant, times toggle, three forms), and around them the same per-request
+# work as the lean page. Measured as two more pages of this benchmark only, each with the same
+# alternating lean requests: the layout with nothing in it, and the lean page's own query and
+# rows inside it. Figures only: they say how much of 1.5x is left for what a page shows.
+FLOOR_TEMPLATE = (
+    '{% extends "base.html" %}{% block content %}'
+    + LEAN_TEMPLATE.split("<body>")[1].split("</body>")[0]
+    + "{% endblock %}"
+)
+
+
+def install_floor_pages(app: Flask) -> None:
+    """Registers the floor pages on `app` (this benchmark's app only): logged in as every panel
+    page is, the current tenant's rows read as the lean page reads them."""
+    from flask import render_template
+    from flask_login import login_required
+
+    from webapp.extensions import db
+    from webapp.models import Run, Schedule
+    from webapp.web import tenancy
+
+    empty = app.jinja_env.from_string('{% extends "base.html" %}{% block content %}{% endblock %}')
+    rows_page = app.jinja_env.from_string(FLOOR_TEMPLATE)
+
+    @login_required
+    def floor_empty() -> str:
+        return render_template(empty)
+
+    @login_required
+    def floor_lean() -> str:
+        query = (
+            select(
+                Run.id,
+                Schedule.name,
+                Run.trigger,
+                Run.scheduled_for,
+                Run.started_at,
+                Run.finished_at,
+                Run.attempt,
+                Run.status,
+            )
+            .outerjoin(Schedule, Schedule.id == Run.schedule_id)
+            .where(Run.tenant_id == tenancy.current_tenant().id)
+        )
+        rows = db.session.execute(query.order_by(Run.id.desc()).limit(51)).all()
+        next_before = rows[49].id if len(rows) > 50 else None
+        return render_template(rows_page, runs=rows[:50], next_before=next_before)
+
+    app.add_url_rule(FLOOR_URLS[0], "bench_floor_empty", floor_empty)
+    app.add_url_rule(FLOOR_URLS[1], "bench_floor_lean", floor_lean)
 
 
 class Client:
@@ -355,6 +420,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         app = make_app(server.url(database), WTF_CSRF_ENABLED=False)
         install_lean_page(app, ids["big"])
+        install_floor_pages(app)
         big = Client(app, ids["user"], ids["big"])
         small = Client(app, ids["user"], ids["small"])
         lean = measure(big, LEAN_URL, False, options.requests, lean=False)
@@ -398,13 +464,19 @@ def main(argv: list[str] | None = None) -> int:
             from webapp.extensions import db
 
             db.engine.dispose()
+    # Each page against the lean rows behind the login and the layout (both ratios to the lean
+    # page of their own minutes): what the page costs beyond the floor every page stands on.
+    floor = next(row for row in rows if row["page"] == FLOOR_LABELS[1])
+    for row in rows:
+        row["vs_floor_p95"] = row["ratio_p95"] / floor["ratio_p95"]
     info = machine(version)
     write_results("panel", rows, info)
     print_table(
         f"Panel latency: {options.runs:,} runs, {options.schedules:,} schedules (test client; "
         f"lean page alone p50 {lean['p50_ms']:.2f} ms, p95 {lean['p95_ms']:.2f} ms, "
         f"{lean['bytes'] / 1024:.1f} KB; {info['nproc']} CPUs, PostgreSQL {version}; "
-        "ratios to the lean page measured interleaved with each page; KB at any width)",
+        "ratios to the lean page measured interleaved with each page; vs_floor_p95: the ratio "
+        "over the floor's, the lean rows behind the login and the layout; KB at any width)",
         rows,
         (
             "page",
@@ -414,6 +486,7 @@ def main(argv: list[str] | None = None) -> int:
             "lean_p95_ms",
             "ratio_p50",
             "ratio_p95",
+            "vs_floor_p95",
             "statements",
             "statements_small_tenant",
             "kb",
