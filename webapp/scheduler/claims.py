@@ -922,7 +922,9 @@ def clear_recovered_schedules(
     query = (
         select(Schedule.id, Schedule.tenant_id, Schedule.overdue_since)
         .where(Schedule.overdue_since.is_not(None), not_(still_overdue))
-        .order_by(Schedule.id)
+        # In ix_schedules_overdue's order (flagged schedules only): by id, SQLite walked
+        # every schedule in the table's order rather than sort the few flagged ones.
+        .order_by(Schedule.overdue_since, Schedule.id)
         .limit(limit)
     )
     if is_postgresql(session):
