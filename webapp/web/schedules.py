@@ -29,7 +29,7 @@ from sqlalchemy import (
     tuple_,
     union_all,
 )
-from sqlalchemy.orm import aliased, load_only
+from sqlalchemy.orm import load_only
 from werkzeug.exceptions import BadRequest
 from werkzeug.wrappers import Response
 
@@ -109,6 +109,18 @@ DETAIL_AUDIT = 20
 STATUS_FILTERS = ("active", "paused")
 UPCOMING_HOURS = 24
 UPCOMING_PAGE = 100  # fire times per page of Next runs
+# The columns of a schedule that its row in the list shows or needs (schedule_rows).
+LIST_COLUMNS = (
+    "id",
+    "tenant_id",
+    "name",
+    "job",
+    "cron",
+    "time_zone",
+    "active",
+    "inactive_reason",
+    "next_run_at",
+)
 
 
 def last_runs(schedule_ids: list[int]) -> dict[int, Run]:
@@ -126,30 +138,46 @@ def last_runs(schedule_ids: list[int]) -> dict[int, Run]:
     return {run.schedule_id: run for run in runs if run.schedule_id is not None}
 
 
-def with_last_runs(query: Select[Any], limit: int) -> list[tuple[Schedule, Run | None]]:
-    """The first `limit` schedules of `query` by name and id, each with its latest run (the
-    status badge's columns; None if it never ran), in one statement: the latest run's id is a
-    subquery per listed schedule (one index probe each, after the LIMIT), joined to its run."""
+@dataclass(frozen=True)
+class LastRun:
+    """The latest run of a listed schedule: what its status badge shows (formatting.status_badge
+    takes a model or anything with these attributes)."""
+
+    id: int
+    status: str
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+def with_last_runs(query: Select[Any], limit: int) -> tuple[list[Row[Any]], dict[int, LastRun]]:
+    """The first `limit` schedules of `query` by name and id, as rows of LIST_COLUMNS, and the
+    latest run of each that ran, by schedule id, in one statement: the latest run's id is a
+    subquery per listed schedule (one index probe each, after the LIMIT), joined to its run.
+    Rows, not models: loading each schedule whole (its arguments decoded from JSON, its
+    notification settings) and its run as objects cost more than rendering the row."""
     latest = (
         select(func.max(Run.id))
         .where(Run.schedule_id == Schedule.id, Run.tenant_id == Schedule.tenant_id)
         .scalar_subquery()
     )
     page = (
-        query.add_columns(latest.label("last_run_id"))
+        query.with_only_columns(*(getattr(Schedule, column) for column in LIST_COLUMNS))
+        .add_columns(latest.label("last_run_id"))
         .order_by(Schedule.name, Schedule.id)
         .limit(limit)
         .subquery()
     )
-    listed = aliased(Schedule, page)
-    badge = load_only(Run.id, Run.schedule_id, Run.status, Run.started_at, Run.finished_at)
     rows = db.session.execute(
-        select(listed, Run)
+        select(page, Run.status, Run.started_at, Run.finished_at)
         .outerjoin(Run, Run.id == page.c.last_run_id)
         .order_by(page.c.name, page.c.id)
-        .options(badge)
-    )
-    return [(schedule, run) for schedule, run in rows]
+    ).all()
+    last_runs = {
+        row.id: LastRun(row.last_run_id, row.status, row.started_at, row.finished_at)
+        for row in rows
+        if row.last_run_id is not None
+    }
+    return list(rows), last_runs
 
 
 ROW_ACTIONS = ("detail", "edit", "run", "pause", "resume", "delete")
@@ -190,8 +218,8 @@ def active_badge(schedule: Schedule) -> Markup:
 
 @bp.app_template_global()
 def schedule_rows(
-    schedules: Iterable[Schedule],
-    last_runs: Mapping[int, Run],
+    schedules: Iterable[Any],
+    last_runs: Mapping[int, Any],
     tenant: Any,
     titles: Mapping[str, str],
 ) -> Markup:
@@ -303,8 +331,8 @@ def list_context() -> dict[str, Any]:
                 and_(Schedule.name == after_name, Schedule.id > after),
             )
         )
-    rows = with_last_runs(query, LIST_LIMIT + 1)
-    schedules = [schedule for schedule, _ in rows[:LIST_LIMIT]]
+    rows, last_runs = with_last_runs(query, LIST_LIMIT + 1)
+    schedules = rows[:LIST_LIMIT]
     filters = {"q": q, "job": job, "status": status}
     first_page = {key: value for key, value in filters.items() if value}
     next_page = None
@@ -321,7 +349,7 @@ def list_context() -> dict[str, Any]:
         "first_page": first_page,
         "next_page": next_page,
         "later_page": after is not None,
-        "last_runs": {schedule.id: run for schedule, run in rows if run is not None},
+        "last_runs": last_runs,
         "titles": job_titles(),
         "jobs": current_catalog().jobs(scope="tenant"),
         "filters": filters,
