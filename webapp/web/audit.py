@@ -10,6 +10,7 @@ from typing import Any
 from flask import Blueprint
 from flask_login import login_required
 from markupsafe import Markup, escape
+from sqlalchemy import Select, and_
 from werkzeug.wrappers import Response
 
 from webapp.catalog import UnknownJobError
@@ -39,31 +40,32 @@ PAGE_SIZE = 50
 def index() -> Response:
     """The tenant's audit events, newest first, keyset-paginated by id."""
     before = id_arg("before")
-    query = tenancy.audit_events()
+    query = with_schedule_jobs(tenancy.audit_events())
     if before is not None:
         query = query.where(AuditEvent.id < before)
-    rows = list(db.session.scalars(query.order_by(AuditEvent.id.desc()).limit(PAGE_SIZE + 1)))
-    next_before = rows[PAGE_SIZE - 1].id if len(rows) > PAGE_SIZE else None
-    events = rows[:PAGE_SIZE]
+    rows = db.session.execute(query.order_by(AuditEvent.id.desc()).limit(PAGE_SIZE + 1)).all()
+    next_before = rows[PAGE_SIZE - 1][0].id if len(rows) > PAGE_SIZE else None
+    rows = rows[:PAGE_SIZE]
     return page_or_partial(
         "audit/index.html",
         "audit/_rows.html" if before is not None else "audit/_log.html",
-        events=events,
-        audit_jobs=schedule_jobs({e.object_id for e in events if e.object_type == "schedule"}),
+        events=[event for event, _ in rows],
+        audit_jobs={event.object_id: job for event, job in rows if job is not None},
         next_before=next_before,
         tenant=tenancy.current_tenant(),
     )
 
 
-def schedule_jobs(schedule_ids: set[int | None]) -> dict[int, str]:
-    """The current job of each schedule still there: it names the parameters of an event
-    that changed only the arguments."""
-    ids = [i for i in schedule_ids if i is not None]
-    if not ids:
-        return {}
-    query = tenancy.schedules().where(Schedule.id.in_(ids))
-    rows = db.session.execute(query.with_only_columns(Schedule.id, Schedule.job))
-    return {schedule_id: job for schedule_id, job in rows}
+def with_schedule_jobs(query: Select[Any]) -> Select[Any]:
+    """`query` (a tenancy.audit_events() query) with the current job of each event's schedule,
+    if it is still there (None otherwise): it names the parameters of an event that changed
+    only the arguments. Joined in the same statement, while the schedule is the tenant's."""
+    same_schedule = and_(
+        AuditEvent.object_type == "schedule",
+        Schedule.id == AuditEvent.object_id,
+        Schedule.tenant_id == AuditEvent.tenant_id,
+    )
+    return query.add_columns(Schedule.job).outerjoin(Schedule, same_schedule)
 
 
 # Fields of audit events that are not fields of the form (run now, resume, backfill).
