@@ -234,36 +234,39 @@ LEAN_TEMPLATE = """<!doctype html>
 LEAN_URL = "/_bench/lean"
 
 
-def install_lean_page(app: Flask, tenant_id: int) -> None:
-    """Registers the lean page on `app` (this benchmark's app only): one keyset query of the
-    history's 50 rows as row tuples, a bare template, no login."""
+def lean_rows(tenant_id: int, before: int | None) -> dict[str, Any]:
+    """The lean page's query: the history's 50 rows of a tenant as row tuples, one keyset
+    statement, and the id that the next page starts before (the template's context)."""
     from webapp.extensions import db
     from webapp.models import Run, Schedule
 
-    template = app.jinja_env.from_string(LEAN_TEMPLATE)
-    columns = (
-        Run.id,
-        Schedule.name,
-        Run.trigger,
-        Run.scheduled_for,
-        Run.started_at,
-        Run.finished_at,
-        Run.attempt,
-        Run.status,
+    query = (
+        select(
+            Run.id,
+            Schedule.name,
+            Run.trigger,
+            Run.scheduled_for,
+            Run.started_at,
+            Run.finished_at,
+            Run.attempt,
+            Run.status,
+        )
+        .outerjoin(Schedule, Schedule.id == Run.schedule_id)
+        .where(Run.tenant_id == tenant_id)
     )
+    if before is not None:
+        query = query.where(Run.id < before)
+    rows = db.session.execute(query.order_by(Run.id.desc()).limit(51)).all()
+    return {"runs": rows[:50], "next_before": rows[49].id if len(rows) > 50 else None}
+
+
+def install_lean_page(app: Flask, tenant_id: int) -> None:
+    """Registers the lean page on `app` (this benchmark's app only): lean_rows rendered by a
+    bare template, no login."""
+    template = app.jinja_env.from_string(LEAN_TEMPLATE)
 
     def lean() -> str:
-        query = (
-            select(*columns)
-            .outerjoin(Schedule, Schedule.id == Run.schedule_id)
-            .where(Run.tenant_id == tenant_id)
-        )
-        before = request.args.get("before", type=int)
-        if before is not None:
-            query = query.where(Run.id < before)
-        rows = db.session.execute(query.order_by(Run.id.desc()).limit(51)).all()
-        next_before = rows[49].id if len(rows) > 50 else None
-        return template.render(runs=rows[:50], next_before=next_before)
+        return template.render(**lean_rows(tenant_id, request.args.get("before", type=int)))
 
     app.add_url_rule(LEAN_URL, "bench_lean", lean)
 
@@ -286,8 +289,6 @@ def install_floor_pages(app: Flask) -> None:
     from flask import render_template
     from flask_login import login_required
 
-    from webapp.extensions import db
-    from webapp.models import Run, Schedule
     from webapp.web import tenancy
 
     empty = app.jinja_env.from_string('{% extends "base.html" %}{% block content %}{% endblock %}')
@@ -299,23 +300,7 @@ def install_floor_pages(app: Flask) -> None:
 
     @login_required
     def floor_lean() -> str:
-        query = (
-            select(
-                Run.id,
-                Schedule.name,
-                Run.trigger,
-                Run.scheduled_for,
-                Run.started_at,
-                Run.finished_at,
-                Run.attempt,
-                Run.status,
-            )
-            .outerjoin(Schedule, Schedule.id == Run.schedule_id)
-            .where(Run.tenant_id == tenancy.current_tenant().id)
-        )
-        rows = db.session.execute(query.order_by(Run.id.desc()).limit(51)).all()
-        next_before = rows[49].id if len(rows) > 50 else None
-        return render_template(rows_page, runs=rows[:50], next_before=next_before)
+        return render_template(rows_page, **lean_rows(tenancy.current_tenant().id, None))
 
     app.add_url_rule(FLOOR_URLS[0], "bench_floor_empty", floor_empty)
     app.add_url_rule(FLOOR_URLS[1], "bench_floor_lean", floor_lean)
