@@ -9,6 +9,7 @@ import hmac
 import html
 import json
 import re
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -30,6 +31,7 @@ from webapp.scheduler import claims
 from webapp.scheduler.leases import lease_once, reap_once, start_runs
 from webapp.scheduler.notify import record_overdue
 from webapp.scheduler.outbox import BACKOFF, MAX_ATTEMPTS, NO_SMTP_HOST, send_notifications
+from webapp.scheduler.worker import NOTIFICATIONS_THREAD
 from webapp.services.audit import Actor
 from webapp.services.transfer import ImportProblems, export_schedules, import_schedules
 
@@ -661,3 +663,20 @@ def test_a_real_worker_emails_the_failure_of_a_schedule(
     assert received.recipients == ["ops@example.com"]
     assert "failed" in received.message["Subject"]
     wait_for(lambda: outbox() and outbox()[0].status == "sent", 30, "the row marked sent")
+
+
+def test_a_burst_worker_stops_sending_notifications_when_it_returns(
+    app: Flask, world: World
+) -> None:
+    # In a process the thread would die with it; a worker run in-process (an embedding app, a
+    # test) must not leave it sending as a worker that has deregistered.
+    result = app.test_cli_runner().invoke(args=["scheduler", "worker", "--burst"])
+    assert result.exit_code == 0, result.output
+    # Named since this fix; before it, only the function it runs told the thread apart.
+    senders = [
+        thread
+        for thread in threading.enumerate()
+        if thread.name == NOTIFICATIONS_THREAD
+        or getattr(getattr(thread, "_target", None), "__name__", "") == "send_notifications_loop"
+    ]
+    assert senders == []

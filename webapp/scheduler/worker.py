@@ -57,6 +57,8 @@ log = logging.getLogger("webapp.worker")
 
 MAX_BACKOFF = 30.0
 WATCH_INTERVAL = 30.0  # the overdue watchdog's period (at least the poll interval)
+# The name of the thread that sends the outbox (send_notifications_loop).
+NOTIFICATIONS_THREAD = "scheduler-notifications"
 POOLS: dict[str, type[JobPool]] = {"thread": ThreadJobPool, "process": ProcessJobPool}
 
 
@@ -418,12 +420,20 @@ class WorkerProcess:
             )
             self.pool.worker_id = self.worker_id
             self.pool.start()
-            threading.Thread(target=self.send_notifications_loop, daemon=True).start()
+            notifications = threading.Thread(
+                target=self.send_notifications_loop, name=NOTIFICATIONS_THREAD, daemon=True
+            )
+            notifications.start()
             self.start_listening()
             try:
                 self.loop()
             finally:
+                # A --burst worker's loop ends without a signal: the threads beside it (the
+                # notifications, the listener) stop with it, as they do on SIGTERM, rather than
+                # go on sending as a worker that has deregistered.
+                self.stop_requested.set()
                 self.shut_down()
+                notifications.join(self.poll_interval)  # it wakes at once unless it is sending
 
     def loop(self) -> None:
         delay = min(1.0, self.max_backoff)
