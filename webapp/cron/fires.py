@@ -117,6 +117,8 @@ class CronSpec(CronFields):
         """
         fire = as_utc(fire_utc, "fire_utc")
         local = fire.astimezone(self.zone)
+        if day_offset(self.tz, local.date()) is not None:
+            return None  # an ordinary day: no wall time repeats, none is skipped
         wall = local.replace(tzinfo=None, fold=0)
         offset_first, offset_second = wall_offsets(self.zone, wall)
         if offset_first > offset_second:

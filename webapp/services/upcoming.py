@@ -7,16 +7,34 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from itertools import groupby, islice
+from typing import Protocol
 from zoneinfo import ZoneInfo
 
 from webapp import cron
-from webapp.models import Schedule
+
+
+class Timetable(Protocol):
+    """What computing and showing a schedule's fire times reads of it: a Schedule, or a row of
+    these columns (Next runs loads rows, not models)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def job(self) -> str: ...
+    @property
+    def cron(self) -> str: ...
+    @property
+    def time_zone(self) -> str: ...
+    @property
+    def next_run_at(self) -> datetime | None: ...
 
 
 @dataclass(frozen=True)
 class Fire:
     at: datetime  # UTC
-    schedule: Schedule
+    schedule: Timetable
     note: str | None  # the DST rule that moved it, if any
     run_id: int | None = None  # a queued one-off run ("Run once later"), not a fire of the cron
 
@@ -34,7 +52,7 @@ def fire_order(fire: Fire) -> Cursor:
 
 
 def upcoming_fires(
-    schedules: Iterable[Schedule],
+    schedules: Iterable[Timetable],
     start: datetime,
     end: datetime,
     limit: int = 500,
@@ -74,7 +92,7 @@ def upcoming_fires(
 
 
 def fires_of(
-    schedule: Schedule, spec: cron.CronSpec, start: datetime, end: datetime
+    schedule: Timetable, spec: cron.CronSpec, start: datetime, end: datetime
 ) -> Iterator[Fire]:
     """The schedule's fires with start < t <= end, computed one at a time as they are asked for."""
     for at in spec.iter_fire_times(start):

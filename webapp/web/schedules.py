@@ -873,14 +873,14 @@ def upcoming_page(start: datetime, end: datetime, cursor: Cursor | None) -> tupl
     # (A schedule without next_run_at never falls due: the scheduler will not fire it.)
     active = (
         tenancy.schedules()
+        .with_only_columns(*UPCOMING_COLUMNS)  # rows: no schedule is loaded as a model
         .where(Schedule.active, Schedule.next_run_at.is_not(None))
-        .options(load_only(*UPCOMING_COLUMNS))
         .order_by(Schedule.next_run_at, Schedule.id)
     )
     size = UPCOMING_PAGE + 1
     queued = one_off_fires(start, end, cursor, UPCOMING_PAGE + 1)
     while True:
-        schedules = list(db.session.scalars(active.limit(size)))
+        schedules = db.session.execute(active.limit(size)).all()
         fires, _ = upcoming_fires(schedules, start, end, UPCOMING_PAGE + 1, cursor, queued)
         if len(schedules) < size:
             break  # every active schedule is loaded
@@ -900,29 +900,22 @@ def upcoming_page(start: datetime, end: datetime, cursor: Cursor | None) -> tupl
 ONE_OFF = (Run.status == "queued", Run.trigger == "manual", Run.attempt == 0)
 
 
-def one_off_runs(query: Select[Any], limit: int) -> list[tuple[Run, Schedule]]:
-    """Queued one-off runs (ONE_OFF) of `query` (over Run), each with its schedule (still the
-    tenant's), by start time."""
+def one_off_fires(start: datetime, end: datetime, cursor: Cursor | None, limit: int) -> list[Fire]:
+    """The tenant's queued one-off runs (ONE_OFF) due in (start, end] (after `cursor`), each
+    with its schedule (still the tenant's) as a row of UPCOMING_COLUMNS, by start time."""
+    query = tenancy.runs().where(Run.available_at > start, Run.available_at <= end)
+    if cursor is not None:
+        # After the cursor in fire_order: a one-off's (time, schedule, run id).
+        query = query.where(tuple_(Run.available_at, Run.schedule_id, Run.id) > cursor)
     same_schedule = and_(Schedule.id == Run.schedule_id, Schedule.tenant_id == Run.tenant_id)
-    rows = (
-        query.add_columns(Schedule)
+    rows = db.session.execute(
+        query.with_only_columns(Run.id.label("run_id"), Run.available_at, *UPCOMING_COLUMNS)
         .join(Schedule, same_schedule)
         .where(*ONE_OFF)
         .order_by(Run.available_at, Run.schedule_id, Run.id)
         .limit(limit)
     )
-    return [(row[0], row[1]) for row in db.session.execute(rows)]
-
-
-def one_off_fires(start: datetime, end: datetime, cursor: Cursor | None, limit: int) -> list[Any]:
-    """The tenant's queued one-off runs due in (start, end] (after `cursor`), as Next runs
-    shows them."""
-    query = tenancy.runs().where(Run.available_at > start, Run.available_at <= end)
-    if cursor is not None:
-        # After the cursor in fire_order: a one-off's (time, schedule, run id).
-        query = query.where(tuple_(Run.available_at, Run.schedule_id, Run.id) > cursor)
-    rows = one_off_runs(query, limit)
-    return [Fire(run.available_at, schedule, None, run.id) for run, schedule in rows]
+    return [Fire(row.available_at, row, None, row.run_id) for row in rows]
 
 
 @bp.app_template_global()
