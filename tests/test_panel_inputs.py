@@ -415,6 +415,22 @@ def test_the_schedule_filter_lists_a_bounded_number_of_schedules(
     assert alice.get("/runs?schedule_q=a%00b").status_code == 400
 
 
+def test_find_a_schedule_takes_wildcards_and_the_escape_character_literally(
+    app: Flask, world: World
+) -> None:
+    add_schedules(world, ["50% off", "a_b", "axb", "x/y", "x/%y"])
+    alice = Panel(app, world.alice)
+
+    def found(text: str) -> list[str]:
+        return options(alice.get(f"/runs/schedule-options?schedule_q={text}", htmx=True).text)
+
+    assert found("a_b") == ["a_b"]  # "_" is not any one character
+    assert found("50%25") == ["50% off"]  # nor "%" any characters
+    assert found("x/y") == ["x/y"]
+    assert found("x/%25") == ["x/%y"]
+    assert found("X/") == ["x/%y", "x/y"]  # whatever the case
+
+
 def test_the_schedule_filter_never_offers_another_tenants_schedule(
     app: Flask, world: World
 ) -> None:
@@ -423,3 +439,13 @@ def test_the_schedule_filter_never_offers_another_tenants_schedule(
     assert "alpha only" not in charlie.get("/runs?schedule_q=alpha").get_data(as_text=True)
     fragment = charlie.get("/runs/schedule-options?schedule_q=alpha", htmx=True)
     assert "alpha only" not in fragment.get_data(as_text=True)
+    # Choosing it by id finds nothing, on the page, its older rows and the filter alike.
+    alpha_only = db.session.scalar(select(Schedule.id).where(Schedule.name == "alpha only"))
+    for url in (
+        f"/runs?schedule={alpha_only}",
+        f"/runs?schedule={alpha_only}&before=1000000",
+        f"/runs/schedule-options?schedule={alpha_only}",
+    ):
+        answer = charlie.get(url, htmx=True)
+        assert answer.status_code == 404, url
+        assert "alpha only" not in answer.get_data(as_text=True)

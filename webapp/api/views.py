@@ -46,7 +46,7 @@ from webapp.services import backfill as backfills
 from webapp.services import cancellation
 from webapp.services import schedules as service
 from webapp.services.audit import AUDITED_FIELDS
-from webapp.services.history import filter_runs
+from webapp.services.history import filter_runs, filter_values
 from webapp.services.schema import ScheduleError, field_errors
 
 bp = Blueprint("api", __name__, url_prefix="/api")
@@ -302,13 +302,15 @@ def list_runs() -> Response:
         schedule_id = auth.schedule_or_404(asked.schedule_id).id
     rows = filter_runs(
         auth.runs(),
-        zone,
-        schedule_id=schedule_id,
-        status=asked.status,
-        trigger=asked.trigger,
-        since=asked.since,
-        until=asked.until,
-        before=before,
+        filter_values(
+            zone,
+            schedule_id=schedule_id,
+            status=asked.status,
+            trigger=asked.trigger,
+            since=asked.since,
+            until=asked.until,
+            before=before,
+        ),
     )
     found = list(db.session.scalars(rows.order_by(Run.id.desc()).limit(asked.limit + 1)))
     page = found[: asked.limit]

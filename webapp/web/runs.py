@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any
 
 from flask import Blueprint, abort, current_app, request, url_for
 from flask_login import login_required
-from sqlalchemy import Row, Select, and_, func
+from sqlalchemy import (
+    Executable,
+    Integer,
+    Row,
+    Select,
+    String,
+    Subquery,
+    and_,
+    bindparam,
+    func,
+    literal,
+    null,
+    select,
+    union_all,
+)
 from sqlalchemy.orm import defer, joinedload
 from werkzeug.wrappers import Response
 
@@ -17,7 +32,7 @@ from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import RUN_STATUSES, TRIGGERS, Run, Schedule, User, Worker
 from webapp.services.cancellation import CancelRefused, cancel_run
-from webapp.services.history import filter_runs
+from webapp.services.history import CONDITIONS, filter_values, run_conditions
 from webapp.services.overdue import Waiting, waiting_runs
 from webapp.web import tenancy
 from webapp.web.auth import is_own_path
@@ -54,11 +69,20 @@ HISTORY_COLUMNS = (
 STATUS_PLACES = ("history",)
 
 
+@dataclass(frozen=True)
+class ChosenSchedule:
+    """The schedule that the history is filtered to: its heading and the filter's option."""
+
+    id: int
+    name: str
+
+
 @dataclass
 class RunFilters:
     status: str = ""
     trigger: str = ""
-    schedule: Schedule | None = None
+    schedule_id: int | None = None  # only this schedule's runs (404 unless it is the tenant's)
+    schedule: ChosenSchedule | None = None  # read with the page (read_history)
     since: date | None = None
     until: date | None = None
     before: int | None = None  # keyset: only runs with a smaller id
@@ -67,24 +91,21 @@ class RunFilters:
     @classmethod
     def from_args(cls) -> RunFilters:
         """The filters in the query string; an invalid value answers 400 with a message."""
-        filters = cls(
+        return cls(
             status=choice_arg("status", RUN_STATUSES),
             trigger=choice_arg("trigger", TRIGGERS),
+            schedule_id=id_arg("schedule"),
             since=date_arg("from"),
             until=date_arg("to"),
             before=id_arg("before"),
             schedule_query=schedule_query_arg(),
         )
-        schedule_id = id_arg("schedule")
-        if schedule_id is not None:
-            filters.schedule = tenancy.get_schedule_or_404(schedule_id)
-        return filters
 
-    def apply(self, query: Select[Run], time_zone: str) -> Select[Run]:
-        return filter_runs(
-            query,
+    def values(self, time_zone: str) -> dict[str, Any]:
+        """The run filters' parameters (services.history.filter_values)."""
+        return filter_values(
             time_zone,
-            schedule_id=self.schedule.id if self.schedule is not None else None,
+            schedule_id=self.schedule_id,
             status=self.status,
             trigger=self.trigger,
             since=self.since,
@@ -97,7 +118,7 @@ class RunFilters:
         values: dict[str, Any] = {
             "status": self.status,
             "trigger": self.trigger,
-            "schedule": self.schedule.id if self.schedule else "",
+            "schedule": self.schedule_id if self.schedule_id is not None else "",
             "from": self.since.isoformat() if self.since else "",
             "to": self.until.isoformat() if self.until else "",
         }
@@ -112,34 +133,33 @@ def schedule_query_arg() -> str:
     return text
 
 
-def schedule_options(filters: RunFilters) -> tuple[list[tuple[int, str]], bool]:
-    """(id, name) of the schedules the filter offers, by name, and whether more match.
-
-    Only two columns of at most SCHEDULE_OPTIONS + 1 rows: a tenant with 10,000 schedules
-    gets the first ones by name and "Find a schedule" narrows the list, rather than a page of
-    10,000 options. The chosen schedule is always an option (the template adds it)."""
-    query = tenancy.schedules().with_only_columns(Schedule.id, Schedule.name)
-    if filters.schedule_query:
-        query = query.where(
-            func.lower(Schedule.name).contains(filters.schedule_query.lower(), autoescape=True)
-        )
-    rows = db.session.execute(
-        query.order_by(Schedule.name, Schedule.id).limit(SCHEDULE_OPTIONS + 1)
-    ).all()
-    options = [(row.id, row.name) for row in rows[:SCHEDULE_OPTIONS]]
-    return options, len(rows) > SCHEDULE_OPTIONS
+def schedule_options(find: bool) -> Select[int, str]:
+    """(id, name) of the schedules the filter offers, by name: at most SCHEDULE_OPTIONS + 1
+    (the last only tells that more match). A tenant with 10,000 schedules gets the first ones
+    by name and "Find a schedule" (`find`: the parameter schedule_query, like_pattern) narrows
+    the list, rather than a page of 10,000 options. The chosen schedule is always an option
+    (the template adds it)."""
+    query = tenancy.schedules(tenancy.TENANT_ID).with_only_columns(Schedule.id, Schedule.name)
+    if find:
+        text = bindparam("schedule_query", type_=String)
+        query = query.where(func.lower(Schedule.name).contains(text, escape=LIKE_ESCAPE))
+    return query.order_by(Schedule.name, Schedule.id).limit(SCHEDULE_OPTIONS + 1)
 
 
-def history_rows(query: Select[Run], limit: int) -> list[Row[Any]]:
-    """At most `limit` runs of `query` (a tenancy.runs() query), newest first, as tuples of
-    HISTORY_COLUMNS: only the columns a row shows (not the output, error or arguments, which
-    may be large) and its schedule's name, joined in the same statement while the schedule is
-    still the tenant's."""
-    return list(db.session.execute(history_query(query).order_by(Run.id.desc()).limit(limit)))
+LIKE_ESCAPE = "/"
+
+
+def like_pattern(text: str) -> str:
+    """`text` for a LIKE, lower case, its wildcards taken literally (escaped by LIKE_ESCAPE)."""
+    for character in (LIKE_ESCAPE, "%", "_"):
+        text = text.replace(character, LIKE_ESCAPE + character)
+    return text.lower()
 
 
 def history_query(query: Select[Run]) -> Select[*tuple[Any, ...]]:
-    """`query` (a tenancy.runs() query) selecting HISTORY_COLUMNS (see history_rows)."""
+    """`query` (a tenancy.runs() query) selecting HISTORY_COLUMNS: only the columns a row shows
+    (not the output, error or arguments, which may be large) and its schedule's name, joined
+    in the same statement while the schedule is still the tenant's."""
     same_schedule = and_(Schedule.id == Run.schedule_id, Schedule.tenant_id == Run.tenant_id)
     return query.with_only_columns(*HISTORY_COLUMNS).outerjoin_from(Run, Schedule, same_schedule)
 
@@ -153,34 +173,109 @@ def waiting(runs: list[Any]) -> dict[int, Waiting]:
     return waiting_runs(db.session(), runs, now, overdue_grace(config), lock_ttl)
 
 
-def history_page(filters: RunFilters) -> tuple[list[Row[Any]], int | None]:
-    """One page, newest first, walking ix_runs_tenant_history or ix_runs_schedule_history
-    backwards from `before`: no OFFSET, no COUNT, the same cost on page 1 and page 10,000."""
-    tenant = tenancy.current_tenant()
-    rows = history_rows(filters.apply(tenancy.runs(), tenant.time_zone), PAGE_SIZE + 1)
-    next_before = rows[PAGE_SIZE - 1].id if len(rows) > PAGE_SIZE else None
-    return rows[:PAGE_SIZE], next_before
+@dataclass(frozen=True)
+class History:
+    runs: list[Row[Any]]  # newest first, at most PAGE_SIZE
+    next_before: int | None  # where "Load older runs" starts, if there are older ones
+    options: list[tuple[int, str]]  # the schedule filter's (schedule_options)
+    more_options: bool  # more schedules match than the filter offers
+
+
+# Which part of read_history's statement a row is of.
+PART_RUN, PART_OPTION, PART_CHOSEN = "run", "option", "chosen"
+
+
+@functools.cache
+def history_statement(
+    filtered: frozenset[str] | None, options: bool, find: bool, chosen: bool
+) -> Executable:
+    """read_history's statement: the page of runs with the run filters named in `filtered`
+    (None: no runs), the schedule filter's options (`find`: narrowed by "Find a schedule"),
+    the chosen schedule. One UNION ALL, each part in a subquery of its own (SQLite allows no
+    LIMIT on a member of a UNION); schedules fill the runs' id and schedule_name columns, and
+    `place` is an option's place by name. Built once per shape, its values bound at execution
+    (see tenancy.TENANT_ID): building it costs more than running it."""
+    names = [column.key for column in HISTORY_COLUMNS]
+    parts: list[Select[Any]] = []
+    if filtered is not None:
+        runs = tenancy.runs(tenancy.TENANT_ID).where(
+            *run_conditions(dict.fromkeys(sorted(filtered)))
+        )
+        page = history_query(runs).order_by(Run.id.desc()).limit(PAGE_SIZE + 1).subquery("page")
+        parts.append(select(literal(PART_RUN).label("part"), *page.c, null().label("place")))
+
+    def schedules_part(part: str, schedules: Subquery, place: Any) -> Select[Any]:
+        columns: list[Any] = [null().label(name) for name in names]
+        columns[names.index("id")] = schedules.c.id
+        columns[names.index("schedule_name")] = schedules.c.name.label("schedule_name")
+        return select(literal(part).label("part"), *columns, place.label("place"))
+
+    if options:
+        offered = schedule_options(find).subquery("offered")
+        place = func.row_number().over(order_by=(offered.c.name, offered.c.id))
+        parts.append(schedules_part(PART_OPTION, offered, place))
+    if chosen:
+        the_schedule = (
+            tenancy.schedules(tenancy.TENANT_ID)
+            .with_only_columns(Schedule.id, Schedule.name)
+            .where(Schedule.id == bindparam("schedule_id", type_=Integer))
+            .subquery("chosen")
+        )
+        parts.append(schedules_part(PART_CHOSEN, the_schedule, null()))
+    return union_all(*parts) if len(parts) > 1 else parts[0]
+
+
+def read_history(filters: RunFilters, runs: bool, options: bool) -> History:
+    """A page of the history (if `runs`), the schedule filter's options (if `options`) and the
+    chosen schedule, in one statement (history_statement); 404 when the chosen schedule is not
+    the tenant's.
+
+    A page walks ix_runs_tenant_history or ix_runs_schedule_history backwards from `before`:
+    no OFFSET, no COUNT, the same cost on page 1 and page 10,000."""
+    values = filters.values(tenancy.current_tenant().time_zone) if runs else {}
+    find = options and bool(filters.schedule_query)
+    if find:
+        values["schedule_query"] = like_pattern(filters.schedule_query)
+    chosen = filters.schedule_id is not None
+    if chosen:
+        values["schedule_id"] = filters.schedule_id
+    statement = history_statement(
+        frozenset(values.keys() & CONDITIONS.keys()) if runs else None, options, find, chosen
+    )
+    rows = db.session.execute(statement, tenancy.bound(**values)).all()
+    if chosen:
+        found = [row for row in rows if row.part == PART_CHOSEN]
+        if not found:
+            abort(404)
+        filters.schedule = ChosenSchedule(found[0].id, found[0].schedule_name)
+    newest = sorted((row for row in rows if row.part == PART_RUN), key=lambda row: -row.id)
+    offered = sorted((row for row in rows if row.part == PART_OPTION), key=lambda row: row.place)
+    return History(
+        runs=newest[:PAGE_SIZE],
+        next_before=newest[PAGE_SIZE - 1].id if len(newest) > PAGE_SIZE else None,
+        options=[(row.id, row.schedule_name) for row in offered[:SCHEDULE_OPTIONS]],
+        more_options=len(offered) > SCHEDULE_OPTIONS,
+    )
 
 
 @bp.get("/runs")
 def index() -> Response:
     """The tenant's run history with filters; htmx loads older pages into the same table."""
     filters = RunFilters.from_args()
-    runs, next_before = history_page(filters)
+    history = read_history(filters, runs=True, options=not is_htmx())
     partial = "runs/_rows.html" if filters.before is not None else "runs/_history.html"
-    options, more_options = schedule_options(filters) if not is_htmx() else ([], False)
     return page_or_partial(
         "runs/index.html",
         partial,
-        runs=runs,
-        waiting=waiting(runs),
-        next_before=next_before,
+        runs=history.runs,
+        waiting=waiting(history.runs),
+        next_before=history.next_before,
         filters=filters,
         # The page's table and the "Load older runs" rows (a fragment of _rows.html alone)
         # must have the same columns: the setting comes from here for both.
         show_schedule=True,
-        schedule_options=options,
-        more_schedule_options=more_options,
+        schedule_options=history.options,
+        more_schedule_options=history.more_options,
         statuses=RUN_STATUSES,
         triggers=TRIGGERS,
         tenant=tenancy.current_tenant(),
@@ -191,13 +286,13 @@ def index() -> Response:
 def schedule_filter() -> Response:
     """The schedule filter's <select>, narrowed by "Find a schedule" as the user types."""
     filters = RunFilters.from_args()
-    options, more_options = schedule_options(filters)
+    history = read_history(filters, runs=False, options=True)
     return page_or_partial(
         "runs/schedule_filter.html",
         "runs/_schedule_filter.html",
         filters=filters,
-        schedule_options=options,
-        more_schedule_options=more_options,
+        schedule_options=history.options,
+        more_schedule_options=history.more_options,
     )
 
 
