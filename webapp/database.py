@@ -1,4 +1,5 @@
-"""Database plumbing shared by every module: UTC timestamps, SQLite pragmas, write transactions."""
+"""Database plumbing shared by every module: UTC timestamps, SQLite pragmas, write transactions,
+searches in text."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import DateTime, event
+from sqlalchemy import ColumnElement, DateTime, String, bindparam, event, func
 from sqlalchemy.engine import Dialect, Engine
 from sqlalchemy.orm import Session, scoped_session
 from sqlalchemy.types import TypeDecorator
@@ -41,6 +42,23 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+LIKE_ESCAPE = "/"
+
+
+def contains_text(column: Any, parameter: str) -> ColumnElement[bool]:
+    """Whether `column` contains, whatever the case, the value of the parameter `parameter`: a
+    like_pattern. A parameter, not a value, so that a statement built once can search."""
+    text = bindparam(parameter, type_=String)
+    return func.lower(column).contains(text, escape=LIKE_ESCAPE)
+
+
+def like_pattern(text: str) -> str:
+    """`text` for contains_text: lower case, its wildcards (% and _) taken literally."""
+    for character in (LIKE_ESCAPE, "%", "_"):
+        text = text.replace(character, LIKE_ESCAPE + character)
+    return text.lower()
 
 
 def install_engine_hooks(engine: Engine) -> None:

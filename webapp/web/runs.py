@@ -14,7 +14,6 @@ from sqlalchemy import (
     Integer,
     Row,
     Select,
-    String,
     Subquery,
     and_,
     bindparam,
@@ -28,7 +27,7 @@ from sqlalchemy.orm import defer, joinedload
 from werkzeug.wrappers import Response
 
 from webapp.config import overdue_grace
-from webapp.database import utcnow
+from webapp.database import contains_text, like_pattern, utcnow
 from webapp.extensions import db
 from webapp.models import RUN_STATUSES, TRIGGERS, Run, Schedule, User, Worker
 from webapp.services.cancellation import CancelRefused, cancel_run
@@ -134,26 +133,15 @@ def schedule_query_arg() -> str:
 
 
 def schedule_options(find: bool) -> Select[int, str]:
-    """(id, name) of the schedules the filter offers, by name: at most SCHEDULE_OPTIONS + 1
-    (the last only tells that more match). A tenant with 10,000 schedules gets the first ones
-    by name and "Find a schedule" (`find`: the parameter schedule_query, like_pattern) narrows
-    the list, rather than a page of 10,000 options. The chosen schedule is always an option
-    (the template adds it)."""
+    """(id, name) of the schedules the filter offers, by name: at most the parameter `options`
+    (SCHEDULE_OPTIONS + 1: the last only tells that more match). A tenant with 10,000
+    schedules gets the first ones by name and "Find a schedule" (`find`: the parameter
+    schedule_query, like_pattern) narrows the list, rather than a page of 10,000 options. The
+    chosen schedule is always an option (the template adds it)."""
     query = tenancy.schedules(tenancy.TENANT_ID).with_only_columns(Schedule.id, Schedule.name)
     if find:
-        text = bindparam("schedule_query", type_=String)
-        query = query.where(func.lower(Schedule.name).contains(text, escape=LIKE_ESCAPE))
-    return query.order_by(Schedule.name, Schedule.id).limit(SCHEDULE_OPTIONS + 1)
-
-
-LIKE_ESCAPE = "/"
-
-
-def like_pattern(text: str) -> str:
-    """`text` for a LIKE, lower case, its wildcards taken literally (escaped by LIKE_ESCAPE)."""
-    for character in (LIKE_ESCAPE, "%", "_"):
-        text = text.replace(character, LIKE_ESCAPE + character)
-    return text.lower()
+        query = query.where(contains_text(Schedule.name, "schedule_query"))
+    return query.order_by(Schedule.name, Schedule.id).limit(bindparam("options", type_=Integer))
 
 
 def history_query(query: Select[Run]) -> Select[*tuple[Any, ...]]:
@@ -201,7 +189,8 @@ def history_statement(
         runs = tenancy.runs(tenancy.TENANT_ID).where(
             *run_conditions(dict.fromkeys(sorted(filtered)))
         )
-        page = history_query(runs).order_by(Run.id.desc()).limit(PAGE_SIZE + 1).subquery("page")
+        size = bindparam("page_size", type_=Integer)
+        page = history_query(runs).order_by(Run.id.desc()).limit(size).subquery("page")
         parts.append(select(literal(PART_RUN).label("part"), *page.c, null().label("place")))
 
     def schedules_part(part: str, schedules: Subquery, place: Any) -> Select[Any]:
@@ -242,7 +231,8 @@ def read_history(filters: RunFilters, runs: bool, options: bool) -> History:
     statement = history_statement(
         frozenset(values.keys() & CONDITIONS.keys()) if runs else None, options, find, chosen
     )
-    rows = db.session.execute(statement, tenancy.bound(**values)).all()
+    limits = {"page_size": PAGE_SIZE + 1, "options": SCHEDULE_OPTIONS + 1}
+    rows = db.session.execute(statement, tenancy.bound(**limits, **values)).all()
     if chosen:
         found = [row for row in rows if row.part == PART_CHOSEN]
         if not found:

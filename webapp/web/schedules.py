@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -16,9 +16,13 @@ from flask_wtf.csrf import generate_csrf
 from markupsafe import Markup, escape
 from sqlalchemy import (
     BindParameter,
+    Boolean,
+    ColumnElement,
     CompoundSelect,
+    Integer,
     Row,
     Select,
+    String,
     and_,
     bindparam,
     func,
@@ -35,7 +39,7 @@ from werkzeug.wrappers import Response
 
 from webapp.catalog.current import current_catalog
 from webapp.config import overdue_grace
-from webapp.database import utcnow
+from webapp.database import contains_text, like_pattern, utcnow
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule
 from webapp.services.backfill import (
@@ -149,35 +153,51 @@ class LastRun:
     finished_at: datetime | None
 
 
-def with_last_runs(query: Select[Any], limit: int) -> tuple[list[Row[Any]], dict[int, LastRun]]:
-    """The first `limit` schedules of `query` by name and id, as rows of LIST_COLUMNS, and the
-    latest run of each that ran, by schedule id, in one statement: the latest run's id is a
-    subquery per listed schedule (one index probe each, after the LIMIT), joined to its run.
-    Rows, not models: loading each schedule whole (its arguments decoded from JSON, its
-    notification settings) and its run as objects cost more than rendering the row."""
+# The list's filters, each a condition on parameters of its name (values: list_context).
+LIST_FILTERS: dict[str, Callable[[], ColumnElement[bool]]] = {
+    "search": lambda: contains_text(Schedule.name, "search"),
+    "job": lambda: Schedule.job == bindparam("job", type_=String),
+    "active": lambda: Schedule.active == bindparam("active", type_=Boolean),
+    # After the previous page's last row (after_name, after): by name, then id.
+    "after": lambda: or_(
+        Schedule.name > bindparam("after_name", type_=String),
+        and_(
+            Schedule.name == bindparam("after_name", type_=String),
+            Schedule.id > bindparam("after", type_=Integer),
+        ),
+    ),
+}
+
+
+@functools.cache
+def list_statement(filters: frozenset[str]) -> Select[Any]:
+    """A page of the list with the LIST_FILTERS named in `filters`: the first `limit` schedules
+    by name and id, as rows of LIST_COLUMNS, and the latest run of each that ran, in
+    one statement: the latest run's id is a subquery per listed schedule (one index probe
+    each, after the LIMIT), joined to its run. Rows, not models: loading each schedule whole
+    (its arguments decoded from JSON, its notification settings) and its run as objects cost
+    more than rendering the row. Built once per set of filters, its values bound at execution
+    (see tenancy.TENANT_ID): building it costs more than running it."""
     latest = (
         select(func.max(Run.id))
         .where(Run.schedule_id == Schedule.id, Run.tenant_id == Schedule.tenant_id)
         .scalar_subquery()
     )
+    conditions = (LIST_FILTERS[name]() for name in sorted(filters))
     page = (
-        query.with_only_columns(*(getattr(Schedule, column) for column in LIST_COLUMNS))
+        tenancy.schedules(tenancy.TENANT_ID)
+        .where(*conditions)
+        .with_only_columns(*(getattr(Schedule, column) for column in LIST_COLUMNS))
         .add_columns(latest.label("last_run_id"))
         .order_by(Schedule.name, Schedule.id)
-        .limit(limit)
+        .limit(bindparam("limit", type_=Integer))
         .subquery()
     )
-    rows = db.session.execute(
+    return (
         select(page, Run.status, Run.started_at, Run.finished_at)
         .outerjoin(Run, Run.id == page.c.last_run_id)
         .order_by(page.c.name, page.c.id)
-    ).all()
-    last_runs = {
-        row.id: LastRun(row.last_run_id, row.status, row.started_at, row.finished_at)
-        for row in rows
-        if row.last_run_id is not None
-    }
-    return list(rows), last_runs
+    )
 
 
 ROW_ACTIONS = ("detail", "edit", "run", "pause", "resume", "delete")
@@ -317,21 +337,22 @@ def list_context() -> dict[str, Any]:
     after_name = request.args.get("after_name")
     if (after is None) != (after_name is None):
         bad_request("“after” and “after_name” go together: the last schedule of a page.")
-    query = tenancy.schedules()
+    values: dict[str, Any] = {}
     if q:
-        query = query.where(func.lower(Schedule.name).contains(q.lower(), autoescape=True))
+        values["search"] = like_pattern(q)
     if job:
-        query = query.where(Schedule.job == job)
+        values["job"] = job
     if status:
-        query = query.where(Schedule.active.is_(status == "active"))
+        values["active"] = status == "active"
     if after is not None:
-        query = query.where(
-            or_(
-                Schedule.name > after_name,
-                and_(Schedule.name == after_name, Schedule.id > after),
-            )
-        )
-    rows, last_runs = with_last_runs(query, LIST_LIMIT + 1)
+        values.update(after=after, after_name=after_name)
+    statement = list_statement(frozenset(values.keys() & LIST_FILTERS.keys()))
+    rows = db.session.execute(statement, tenancy.bound(limit=LIST_LIMIT + 1, **values)).all()
+    last_runs = {
+        row.id: LastRun(row.last_run_id, row.status, row.started_at, row.finished_at)
+        for row in rows
+        if row.last_run_id is not None
+    }
     schedules = rows[:LIST_LIMIT]
     filters = {"q": q, "job": job, "status": status}
     first_page = {key: value for key, value in filters.items() if value}
