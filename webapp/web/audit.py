@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -10,7 +11,7 @@ from typing import Any
 from flask import Blueprint
 from flask_login import login_required
 from markupsafe import Markup, escape
-from sqlalchemy import Select, and_
+from sqlalchemy import Integer, Select, and_, bindparam
 from werkzeug.wrappers import Response
 
 from webapp.catalog import UnknownJobError
@@ -40,10 +41,9 @@ PAGE_SIZE = 50
 def index() -> Response:
     """The tenant's audit events, newest first, keyset-paginated by id."""
     before = id_arg("before")
-    query = with_schedule_jobs(tenancy.audit_events())
-    if before is not None:
-        query = query.where(AuditEvent.id < before)
-    rows = db.session.execute(query.order_by(AuditEvent.id.desc()).limit(PAGE_SIZE + 1)).all()
+    older = {} if before is None else {"before": before}
+    values = tenancy.bound(size=PAGE_SIZE + 1, **older)
+    rows = db.session.execute(page_statement(before is not None), values).all()
     next_before = rows[PAGE_SIZE - 1][0].id if len(rows) > PAGE_SIZE else None
     rows = rows[:PAGE_SIZE]
     return page_or_partial(
@@ -56,16 +56,27 @@ def index() -> Response:
     )
 
 
-def with_schedule_jobs(query: Select[Any]) -> Select[Any]:
-    """`query` (a tenancy.audit_events() query) with the current job of each event's schedule,
-    if it is still there (None otherwise): it names the parameters of an event that changed
-    only the arguments. Joined in the same statement, while the schedule is the tenant's."""
+@functools.cache
+def page_statement(older: bool) -> Select[Any]:
+    """A page of the tenant's events, the `size` newest (`older`: below the id `before`), each
+    with the current job of its schedule if it is still there (None otherwise): it names the
+    parameters of an event that changed only the arguments, joined in the same statement while
+    the schedule is the tenant's. Built once, its values bound at execution (see
+    tenancy.TENANT_ID): building it costs more than running it."""
     same_schedule = and_(
         AuditEvent.object_type == "schedule",
         Schedule.id == AuditEvent.object_id,
         Schedule.tenant_id == AuditEvent.tenant_id,
     )
-    return query.add_columns(Schedule.job).outerjoin(Schedule, same_schedule)
+    query = tenancy.audit_events(tenancy.TENANT_ID)
+    if older:
+        query = query.where(AuditEvent.id < bindparam("before", type_=Integer))
+    return (
+        query.add_columns(Schedule.job)
+        .outerjoin(Schedule, same_schedule)
+        .order_by(AuditEvent.id.desc())
+        .limit(bindparam("size", type_=Integer))
+    )
 
 
 # Fields of audit events that are not fields of the form (run now, resume, backfill).

@@ -39,7 +39,7 @@ from werkzeug.wrappers import Response
 
 from webapp.catalog.current import current_catalog
 from webapp.config import overdue_grace
-from webapp.database import contains_text, like_pattern, utcnow
+from webapp.database import UTCDateTime, contains_text, like_pattern, utcnow
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule
 from webapp.services.backfill import (
@@ -885,23 +885,30 @@ UPCOMING_COLUMNS = (
 )
 
 
+@functools.cache
+def active_schedules() -> Select[*tuple[Any, ...]]:
+    """The tenant's first `size` active schedules by (next_run_at, id), as rows of
+    UPCOMING_COLUMNS (no schedule loaded as a model); built once (see tenancy.TENANT_ID). A
+    schedule without next_run_at never falls due: the scheduler will not fire it."""
+    return (
+        tenancy.schedules(tenancy.TENANT_ID)
+        .with_only_columns(*UPCOMING_COLUMNS)
+        .where(Schedule.active, Schedule.next_run_at.is_not(None))
+        .order_by(Schedule.next_run_at, Schedule.id)
+        .limit(bindparam("size", type_=Integer))
+    )
+
+
 def upcoming_page(start: datetime, end: datetime, cursor: Cursor | None) -> tuple[list[Any], bool]:
     """UPCOMING_PAGE fires of the tenant's active schedules (and whether more exist), loading
     schedules by next_run_at rather than all of them: a schedule fires nothing before its
     next_run_at, so once the page's fires (and the one after) all come before the last loaded
     schedule's (next_run_at, id), no schedule not loaded can take a place on the page. The
     first UPCOMING_PAGE + 1 schedules usually suffice; else four times as many, and so on."""
-    # (A schedule without next_run_at never falls due: the scheduler will not fire it.)
-    active = (
-        tenancy.schedules()
-        .with_only_columns(*UPCOMING_COLUMNS)  # rows: no schedule is loaded as a model
-        .where(Schedule.active, Schedule.next_run_at.is_not(None))
-        .order_by(Schedule.next_run_at, Schedule.id)
-    )
     size = UPCOMING_PAGE + 1
     queued = one_off_fires(start, end, cursor, UPCOMING_PAGE + 1)
     while True:
-        schedules = db.session.execute(active.limit(size)).all()
+        schedules = db.session.execute(active_schedules(), tenancy.bound(size=size)).all()
         fires, _ = upcoming_fires(schedules, start, end, UPCOMING_PAGE + 1, cursor, queued)
         if len(schedules) < size:
             break  # every active schedule is loaded
@@ -921,21 +928,40 @@ def upcoming_page(start: datetime, end: datetime, cursor: Cursor | None) -> tupl
 ONE_OFF = (Run.status == "queued", Run.trigger == "manual", Run.attempt == 0)
 
 
-def one_off_fires(start: datetime, end: datetime, cursor: Cursor | None, limit: int) -> list[Fire]:
-    """The tenant's queued one-off runs (ONE_OFF) due in (start, end] (after `cursor`), each
-    with its schedule (still the tenant's) as a row of UPCOMING_COLUMNS, by start time."""
-    query = tenancy.runs().where(Run.available_at > start, Run.available_at <= end)
-    if cursor is not None:
-        # After the cursor in fire_order: a one-off's (time, schedule, run id).
-        query = query.where(tuple_(Run.available_at, Run.schedule_id, Run.id) > cursor)
+@functools.cache
+def one_offs_statement(after_cursor: bool) -> Select[*tuple[Any, ...]]:
+    """The tenant's first `size` queued one-off runs (ONE_OFF) due in (start, end] (and, with
+    `after_cursor`, after (after_at, after_schedule, after_run) in fire_order: a one-off's
+    (time, schedule, run id)), each with its schedule (still the tenant's) as a row of
+    UPCOMING_COLUMNS, by start time; built once (see tenancy.TENANT_ID)."""
+    query = tenancy.runs(tenancy.TENANT_ID).where(
+        Run.available_at > bindparam("start", type_=UTCDateTime),
+        Run.available_at <= bindparam("end", type_=UTCDateTime),
+        *ONE_OFF,
+    )
+    if after_cursor:
+        after = (
+            bindparam("after_at", type_=UTCDateTime),
+            bindparam("after_schedule", type_=Integer),
+            bindparam("after_run", type_=Integer),
+        )
+        query = query.where(tuple_(Run.available_at, Run.schedule_id, Run.id) > tuple_(*after))
     same_schedule = and_(Schedule.id == Run.schedule_id, Schedule.tenant_id == Run.tenant_id)
-    rows = db.session.execute(
+    return (
         query.with_only_columns(Run.id.label("run_id"), Run.available_at, *UPCOMING_COLUMNS)
         .join(Schedule, same_schedule)
-        .where(*ONE_OFF)
         .order_by(Run.available_at, Run.schedule_id, Run.id)
-        .limit(limit)
+        .limit(bindparam("size", type_=Integer))
     )
+
+
+def one_off_fires(start: datetime, end: datetime, cursor: Cursor | None, limit: int) -> list[Fire]:
+    """The tenant's queued one-off runs due in (start, end] (after `cursor`), as fires of Next
+    runs (one_offs_statement)."""
+    values: dict[str, Any] = {"start": start, "end": end, "size": limit}
+    if cursor is not None:
+        values.update(zip(("after_at", "after_schedule", "after_run"), cursor, strict=True))
+    rows = db.session.execute(one_offs_statement(cursor is not None), tenancy.bound(**values))
     return [Fire(row.available_at, row, None, row.run_id) for row in rows]
 
 
