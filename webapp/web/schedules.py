@@ -712,7 +712,8 @@ def action_done(message: str, schedule: Schedule) -> Response:
 def run(schedule_id: int) -> Response:
     """Run now: queue a manual run and show its status in place; a worker executes it."""
     schedule = tenancy.get_rw_schedule_or_404(schedule_id)
-    name = schedule.name  # read now: the commit expires it (one statement less to answer)
+    # Read now: the commit expires the schedule, and reading it again is a statement.
+    name, target = schedule.name, back_to(schedule)
     try:
         queued = run_now(schedule, actor(), utcnow())
     except ScheduleError as error:
@@ -720,7 +721,7 @@ def run(schedule_id: int) -> Response:
     message = f"Run #{queued.id} of “{name}” queued."
     if from_detail():  # the new run heads the page's history, its badges polling
         return action_done(message, schedule)
-    return done(message, back_to(schedule), "runs/_status.html", run=queued, schedule=schedule)
+    return done(message, target, "runs/_status.html", run=queued)
 
 
 @bp.post("/schedules/<id:schedule_id>/run-later")
