@@ -292,18 +292,23 @@ def detail(run_id: int) -> Response:
     return page_or_partial("runs/detail.html", "runs/_detail.html", **detail_context(run_id))
 
 
-def detail_context(run_id: int) -> dict[str, Any]:
-    """What the run's page shows; Cancel and Stop render it again after the change."""
-    # One statement for the run, its schedule's name, its worker, who pressed Run now and who
-    # cancelled it. Never runs.error_detail: the full traceback is for operators, not tenants.
-    run = tenancy.get_run_or_404(
-        run_id,
+@functools.cache
+def run_page_statement() -> Select[Run]:
+    """The run's page: one statement for the run, its schedule's name, its worker, who pressed
+    Run now and who cancelled it; built once (tenancy.run_by_id). Never runs.error_detail: the
+    full traceback is for operators, not tenants."""
+    return tenancy.run_by_id().options(
         defer(Run.error_detail),
         joinedload(Run.schedule).load_only(Schedule.id, Schedule.tenant_id, Schedule.name),
         joinedload(Run.worker).load_only(Worker.hostname, Worker.pid),
         joinedload(Run.requester).load_only(User.email),
         joinedload(Run.canceller).load_only(User.email),
     )
+
+
+def detail_context(run_id: int) -> dict[str, Any]:
+    """What the run's page shows; Cancel and Stop render it again after the change."""
+    run = tenancy.get_run_or_404(run_id, run_page_statement())
     schedule = run.schedule if run.schedule and run.schedule.tenant_id == run.tenant_id else None
     retry_due = run.status == "queued" and run.attempt > 0 and run.available_at > utcnow()
     return {

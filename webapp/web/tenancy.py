@@ -17,7 +17,6 @@ from typing import Any
 from flask import abort, g, session
 from flask_login import current_user
 from sqlalchemy import BindParameter, Row, Select, Subquery, bindparam, select, true
-from sqlalchemy.sql.base import ExecutableOption
 
 from webapp.extensions import db
 from webapp.models import ApiToken, AuditEvent, Membership, Run, Schedule, Tenant
@@ -214,9 +213,21 @@ def get_schedule_with_or_404(schedule_id: int, statement: Select[Any]) -> list[R
     return rows
 
 
-def get_run_or_404(run_id: int, *options: ExecutableOption) -> Run:
-    """One of the current tenant's runs, loaded with `options` (what the page shows), or 404."""
-    run: Run = db.first_or_404(runs().where(Run.id == run_id).options(*options))
+@functools.cache
+def run_by_id() -> Select[Run]:
+    """One of the tenant's runs, by the parameter `run_id`: built once (TENANT_ID), since a
+    running run's badge asks for it every second. A page adds its loader options to it in a
+    statement of its own, built once too, and runs that with get_run_or_404."""
+    return runs(TENANT_ID).where(Run.id == bindparam("run_id"))
+
+
+def get_run_or_404(run_id: int, statement: Select[Run] | None = None) -> Run:
+    """One of the current tenant's runs, by run_by_id() or a statement made from it (what a
+    page loads with the run), or 404."""
+    chosen = run_by_id() if statement is None else statement
+    run = db.session.scalar(chosen, bound(run_id=run_id))
+    if run is None:
+        abort(404)
     return run
 
 
