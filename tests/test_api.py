@@ -4,6 +4,7 @@ details for bad input; on both databases, through the real service layer."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from flask import Flask
@@ -191,10 +192,14 @@ def test_pause_resume_and_run_at(app: Flask, world: World) -> None:
     at = (datetime.now(UTC) + timedelta(hours=2)).replace(microsecond=0)
     run = api.post(f"{url}/runs", {"at": at.isoformat()}).get_json()
     assert datetime.fromisoformat(run["available_at"]) == at
-    naive = api.post(f"{url}/runs", {"at": "2030-01-01T00:00:00"})
-    assert naive.status_code == 422 and "at" in problem_fields(naive)
+    # Without an offset, a wall-clock time in the schedule's zone: as the panel and the CLI read it.
+    wall = at.astimezone(ZoneInfo("Europe/Berlin")).replace(tzinfo=None) + timedelta(hours=1)
+    run = api.post(f"{url}/runs", {"at": wall.isoformat()}).get_json()
+    assert datetime.fromisoformat(run["available_at"]) == at + timedelta(hours=1)
     far = api.post(f"{url}/runs", {"at": "2999-01-01T00:00:00Z"})
     assert far.status_code == 422 and "at" in problem_fields(far)
+    ancient = api.post(f"{url}/runs", {"at": "0001-01-01T00:00:00"})
+    assert problem_fields(ancient)["at"] == "0001-01-01T00:00:00 is outside the years 1970 to 2999"
 
 
 def test_fires_catalog_and_cron_preview(app: Flask, world: World) -> None:

@@ -43,21 +43,49 @@ def is_module(name: str) -> bool:
     return (PACKAGE / f"{name}.py").exists() or (PACKAGE / name).is_dir()
 
 
-def imported_modules(path: Path) -> set[str]:
-    """Every `webapp...` module that the file imports, at its top or inside a function."""
+def absolute_module(path: Path, node: ast.ImportFrom) -> str:
+    """The module a `from ... import` names, relative imports resolved against the file."""
+    if node.level == 0:
+        return node.module or ""
+    package = module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]  # a module's own package
+    base = package[: len(package) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def imported_modules(path: Path, source: str | None = None) -> set[str]:
+    """Every `webapp...` module that the file (or `source`, as if it were the file) imports, at
+    its top or inside a function, relative imports (`from ..web import tenancy`) included."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    text = path.read_text(encoding="utf-8") if source is None else source
+    for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module == "webapp":  # `from webapp import cron` names a module
-                found.update(
-                    f"webapp.{alias.name}" if is_module(alias.name) else "webapp"
-                    for alias in node.names
-                )
-            else:
-                found.add(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            module = absolute_module(path, node)
+            # `from webapp import cron`, `from .. import web`: the names may be modules
+            found.update(
+                f"{module}.{alias.name}"
+                if is_module(f"{module}.{alias.name}".removeprefix("webapp.").replace(".", "/"))
+                else module
+                for alias in node.names
+            )
     return {name for name in found if name == "webapp" or name.startswith("webapp.")}
+
+
+@pytest.mark.parametrize(
+    ("relative", "module"),
+    [
+        ("from ..web import tenancy", "webapp.web.tenancy"),
+        ("from .. import web", "webapp.web"),
+        ("from . import schedules", "webapp.services.schedules"),
+        ("from .schema import ScheduleIn", "webapp.services.schema"),
+    ],
+)
+def test_relative_imports_count_as_the_modules_they_name(relative: str, module: str) -> None:
+    # As if in a file of services/: a relative import of the web layer must not slip past.
+    assert imported_modules(PACKAGE / "services" / "probe.py", relative) == {module}
 
 
 def test_every_module_belongs_to_a_known_layer() -> None:

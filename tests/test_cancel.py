@@ -94,7 +94,7 @@ def test_run_once_later_from_the_panel_queues_at_the_wall_time_and_refuses_bad_t
     assert "is more than a year (366 days) from now" in refused.get_data(as_text=True)
     garbled = panel.post(url, {"at": "next tuesday", "place": "detail"})
     assert garbled.status_code == 400
-    assert "is not a date and time" in garbled.get_data(as_text=True)
+    assert "is not an ISO 8601 date and time" in garbled.get_data(as_text=True)
     assert len(runs_of(schedule.id)) == 1  # nothing written by the refusals
     assert Panel(app, world.bob).post(url, {"at": berlin_wall_time(later)}).status_code == 403
     assert Panel(app, world.charlie).post(url, {"at": berlin_wall_time(later)}).status_code == 404

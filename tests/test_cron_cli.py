@@ -139,7 +139,7 @@ def test_preview_defaults_to_five_fire_times_after_now() -> None:
         (["0 0 * * *", "--tz", "Mars/Olympus"], "unknown time zone 'Mars/Olympus'"),
         (
             ["0 0 * * *", "--after", "yesterday"],
-            "--after 'yesterday' is not an ISO 8601 date-time, e.g. 2026-03-08T00:00",
+            "--after: 'yesterday' is not an ISO 8601 date and time, e.g. 2026-03-08T09:30",
         ),
         (["0 0 * * *", "--count", "0"], "--count must be a whole number from 1 to 1000"),
         (["0 0 * * *", "--count", "1001"], "--count must be a whole number from 1 to 1000"),
@@ -169,4 +169,5 @@ def test_after_outside_the_supported_years_is_one_line_and_nothing_else() -> Non
     for after in ("0001-01-01T00:00", "9990-01-01T00:00"):
         result = CliRunner().invoke(cron_cli, ["preview", "0 0 * * *", "--after", after])
         assert result.exit_code == 1
-        assert result.output == "Error: --after must be between the years 1970 and 2999\n"
+        expected = f"Error: --after: '{after}' is outside the years 1970 to 2999\n"
+        assert result.output == expected

@@ -284,7 +284,7 @@ def test_tenant_set_max_running_is_audited_and_listed(cli: FlaskCliRunner, world
     ("given", "message"),
     [
         ("0", "--max-running must be a whole number of runs from 1 to 2147483647, or 'default'"),
-        ("-1", "'-1' is not a whole number up to 2147483647 or 'default'"),
+        ("-1", "--max-running must be a whole number of runs from 1 to 2147483647, or 'default'"),
         ("two", "'two' is not a whole number up to 2147483647 or 'default'"),
     ],
 )

@@ -4,6 +4,7 @@ bound below, so only a wake-up can meet it)."""
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from pathlib import Path
@@ -16,11 +17,15 @@ from tests.conftest import World
 from tests.panel_helpers import Panel, echo_schedule
 from tests.scheduler_helpers import get_run
 from tests.worker_support import Workers, wait_for
-from webapp.database import write_transaction
+from webapp.database import utcnow, write_transaction
 from webapp.extensions import db
 from webapp.models import Run, Worker
 from webapp.scheduler.local_wakeup import WakeSocket, wake_directory
 from webapp.scheduler.wakeup import notify_workers
+from webapp.services.audit import Actor
+from webapp.services.defaults import sync_defaults
+from webapp.services.schedules import ScheduleInput, create_schedule
+from webapp.services.transfer import import_schedules
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
@@ -164,3 +169,32 @@ def test_a_commit_that_queues_work_wakes_the_sockets_and_a_rollback_does_not(
     finally:
         listener.close()
     assert sockets() == []
+
+
+def test_every_way_schedules_are_created_or_changed_wakes_the_workers(
+    app: Flask, world: World
+) -> None:
+    """Create, import and the catalog's defaults share one path: each wakes idle workers at
+    once, as an edit does (the import and the default sync once left them to their poll)."""
+    listener = WakeSocket.bind(wake_dir(), "listener")
+    assert listener is not None
+    listener.receiver.settimeout(0.5)
+    item: dict[str, object] = {"key": "nightly", "name": "Nightly", "job": "demo.echo"}
+    item |= {"args": {"message": "hello"}, "cron": "0 3 * * *"}
+    try:
+        assert sync_defaults(utcnow()) == 1  # the system's maintenance.prune_runs
+        assert listener.wait() is True
+        created = import_schedules(world.alpha, json.dumps([item]), Actor.cli(), utcnow())
+        assert (created.created, listener.wait()) == (1, True)
+        edited = {**item, "cron": "0 4 * * *"}
+        changed = import_schedules(world.alpha, json.dumps([edited]), Actor.cli(), utcnow())
+        assert (changed.updated, listener.wait()) == (1, True)
+        same = import_schedules(world.alpha, json.dumps([edited]), Actor.cli(), utcnow())
+        assert (same.unchanged, listener.wait()) == (1, False)  # nothing changed: no wake
+        data = ScheduleInput(
+            name="Hourly", job="demo.echo", args={"message": "hi"}, cron="@hourly", time_zone="UTC"
+        )
+        create_schedule(world.alpha, data, Actor.cli(), utcnow())
+        assert listener.wait() is True
+    finally:
+        listener.close()

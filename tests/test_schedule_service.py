@@ -124,7 +124,9 @@ def test_the_schedule_count_quota_refuses_one_too_many(app: Flask, world: World)
         create_schedule(world.alpha, echo(), alice(world), NOW)
     with pytest.raises(ScheduleError) as caught:
         create_schedule(world.alpha, echo(), alice(world), NOW)
-    assert caught.value.errors == {"quota": "tenant 'alpha' may have at most 2 schedules and has 2"}
+    assert caught.value.errors == {
+        "quota": "tenant 'alpha' may have at most 2 schedules: it has 2 and this adds 1"
+    }
     assert count(Schedule) == 2
 
 

@@ -181,7 +181,7 @@ def test_import_over_the_quota_writes_nothing(
     code, _, err = import_file(cli, write(tmp_path, [item("a"), item("b"), item("c")]))
     assert code == 1
     assert err.splitlines()[0] == (
-        "tenant 'alpha' may have at most 2 schedules: it has 0 and the file adds 3"
+        "tenant 'alpha' may have at most 2 schedules: it has 0 and this adds 3"
     )
     assert count(Schedule) == 0
 

@@ -65,6 +65,14 @@ UNFINISHED_STATUSES: tuple[RunStatus, ...] = ("queued", "running")
 # What a schedule's key may look like (it is the column's width) and the width of its name: checked
 # when a schedule is saved and when a job module declares a default one.
 SCHEDULE_KEY = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
+# The one email rule (a user's login, a notification's recipient): an address a mail server
+# takes: local part, @, a domain of letters, digits and hyphens with at least one dot. Stricter
+# than RFC 5322 on purpose: quoted local parts and IP literals are typos far more often than real
+# addresses.
+EMAIL = re.compile(
+    r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@"
+    r"(?=.{1,253}$)(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}"
+)
 MAX_SCHEDULE_NAME = 200
 # SQLite reuses the id of a deleted newest row unless the table has AUTOINCREMENT: a new schedule
 # would inherit the old one's audit trail, links and log lines. PostgreSQL sequences never reuse.

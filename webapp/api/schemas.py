@@ -9,7 +9,7 @@ from datetime import date, datetime
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from webapp import cron
 from webapp.catalog import JobSpec
@@ -322,10 +322,11 @@ class ResumeIn(Strict):
 
 
 class RunNowIn(Strict):
-    at: AwareDatetime | None = Field(
+    at: datetime | None = Field(
         None,
-        description="When the run may start (RFC 3339 with an offset), not in the past and at "
-        "most a year (366 days) ahead; default: now",
+        description="When the run may start: ISO 8601 with an offset, or without one as a "
+        "wall-clock time in the schedule's zone; not in the past and at most a year (366 days) "
+        "ahead; default: now",
     )
 
 

@@ -7,7 +7,6 @@ details document (`problems`)."""
 
 from __future__ import annotations
 
-from datetime import UTC
 from typing import Any, TypeVar
 
 from flask import Blueprint, Response, json, request, url_for
@@ -15,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy import Select, func
 from werkzeug.exceptions import HTTPException, default_exceptions
 
+from webapp import cron
 from webapp.api import auth, openapi
 from webapp.api.preconditions import etag, idempotent, if_match
 from webapp.api.problems import Problem, from_http_exception
@@ -258,7 +258,10 @@ def run_now(schedule_id: int) -> Response:
     """Run now, or at `at`: queues a manual run; 201 with the run's Location."""
     schedule = auth.writable_schedule_or_404(schedule_id)
     asked = action_body(RunNowIn)
-    at = asked.at.astimezone(UTC) if asked.at else None
+    try:
+        at = cron.local_time_to_utc(asked.at, schedule.time_zone) if asked.at else None
+    except cron.CronError as error:
+        raise ScheduleError({"at": str(error)}) from None
     run = service.run_now(schedule, auth.actor(), utcnow(), at)
     location = url_for("api.get_run", run_id=run.id)
     return answer(RunDetail.of(run, tenant_zone()), 201, location)

@@ -13,6 +13,7 @@ from webapp.cli import reports_errors
 from webapp.config import default_max_running
 from webapp.models import ROLES
 from webapp.services import accounts
+from webapp.services.account_schema import MAX_INTEGER, AccountError
 from webapp.services.audit import Actor
 
 tenant_cli = AppGroup("tenant", help="Create and list tenants.")
@@ -116,6 +117,16 @@ def read_password(from_stdin: bool) -> str | None:
     return None
 
 
+# LimitsIn's fields as `tenant set` names them.
+LIMIT_OPTIONS = {
+    "max_schedules": "--max-schedules",
+    "min_interval_seconds": "--min-interval",
+    "retention_days": "--retention-days",
+    "max_running": "--max-running",
+    "jitter_seconds": "--jitter-seconds",
+}
+
+
 @tenant_cli.command("set")
 @click.argument("slug")
 @click.option("--max-schedules", help="Most schedules the tenant may have; 'default' to clear.")
@@ -147,41 +158,31 @@ def set_tenant(
     """Set a tenant's quotas, run retention, cap on running runs and default jitter (unset
     options keep their value)."""
     tenant = accounts.find_tenant(slug)
-    settings = {
-        "--max-schedules": tenant.max_schedules,
-        "--min-interval": tenant.min_interval_seconds,
-        "--retention-days": tenant.retention_days,
-        "--max-running": tenant.max_running,
-        "--jitter-seconds": tenant.jitter_seconds,
-    }
-    given_options = (
-        ("--max-schedules", max_schedules),
-        ("--min-interval", min_interval),
-        ("--retention-days", retention_days),
-        ("--max-running", max_running),
-        ("--jitter-seconds", jitter_seconds),
+    limits = {field: getattr(tenant, field) for field in LIMIT_OPTIONS}
+    given_options = zip(
+        LIMIT_OPTIONS,
+        (max_schedules, min_interval, retention_days, max_running, jitter_seconds),
+        strict=True,
     )
-    for label, given in given_options:
+    for field, given in given_options:
         if given is None:
             continue
         if given == "default":
-            settings[label] = None
-        elif given.isascii() and given.isdigit() and int(given) <= accounts.MAX_INTEGER:
-            settings[label] = int(given)
-        elif label == "--jitter-seconds" and re.fullmatch(r"-[0-9]{1,10}", given):
-            settings[label] = int(given)  # refused by the service, with the rule
+            limits[field] = None
+        elif re.fullmatch(r"-?[0-9]{1,10}", given):
+            limits[field] = int(given)  # LimitsIn says what is out of bounds
         else:
-            message = f"{given!r} is not a whole number up to {accounts.MAX_INTEGER} or 'default'"
-            raise click.BadParameter(message, param_hint=label)
-    tenant = accounts.set_limits(
-        slug,
-        settings["--max-schedules"],
-        settings["--min-interval"],
-        retention_days=settings["--retention-days"],
-        max_running=settings["--max-running"],
-        jitter_seconds=settings["--jitter-seconds"],
-    )
-    shown = {k: "default" if v is None else v for k, v in settings.items()}
+            message = f"{given!r} is not a whole number up to {MAX_INTEGER} or 'default'"
+            raise click.BadParameter(message, param_hint=LIMIT_OPTIONS[field])
+    try:
+        tenant = accounts.set_limits(slug, limits)
+    except AccountError as error:  # LimitsIn's field -> our option
+        field, message = next(iter(error.errors.items()))
+        raise AccountError(f"{LIMIT_OPTIONS.get(field, field)} {message}, or 'default'") from None
+    shown = {
+        option: "default" if limits[field] is None else limits[field]
+        for field, option in LIMIT_OPTIONS.items()
+    }
     # The jitter only when asked about or set, so that the line stays as scripts know it.
     jitter = (
         f", jitter seconds {shown['--jitter-seconds']}"

@@ -27,19 +27,36 @@ from .describe import describe, step_notes
 from .errors import CronError
 from .fields import ALIASES, MAX_EXPRESSION_LENGTH, MAX_GAP_DAYS
 from .fires import CronSpec, validate
-from .zones import known_time_zones, wall_time_to_utc
+from .zones import (
+    FIRST_YEAR,
+    LAST_YEAR,
+    check_time_zone,
+    known_time_zones,
+    load_zone,
+    local_time_to_utc,
+    parse_local_time,
+    parse_typed_time,
+    wall_time_to_utc,
+)
 
 __all__ = [
     "ALIASES",
+    "FIRST_YEAR",
+    "LAST_YEAR",
     "MAX_EXPRESSION_LENGTH",
     "MAX_GAP_DAYS",
     "ClockChange",
     "CronError",
     "CronSpec",
+    "check_time_zone",
     "clock_changes",
     "describe",
     "known_time_zones",
+    "load_zone",
+    "local_time_to_utc",
     "no_clock_changes",
+    "parse_local_time",
+    "parse_typed_time",
     "step_notes",
     "validate",
     "wall_time_to_utc",

@@ -30,14 +30,65 @@ def known_time_zones() -> frozenset[str]:
     )
 
 
+def check_time_zone(name: object) -> str:
+    """The one time zone rule (a schedule's, a tenant's, the preview's, the CLI's): the name of
+    a zone from known_time_zones(), or CronError saying why not."""
+    if not isinstance(name, str):
+        raise CronError(f"time zone {name!r} must be text")
+    if name not in known_time_zones():
+        raise CronError(f"unknown time zone {name!r}")
+    return name
+
+
 def load_zone(tz: str) -> ZoneInfo:
-    """The zone of a name from known_time_zones(); CronError for any other name."""
-    if tz in known_time_zones():
-        try:
-            return ZoneInfo(tz)
-        except (ZoneInfoNotFoundError, ValueError, OSError):
-            pass
-    raise CronError(f"unknown time zone '{tz}'")
+    """The zone of a name that check_time_zone accepts; CronError for any other name."""
+    try:
+        return ZoneInfo(check_time_zone(tz))
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise CronError(f"unknown time zone {tz!r}") from None
+
+
+# The years a typed time may name (the panel's "Run once later", a backfill's window, the API's
+# `at`, the preview's --after): beyond them a zone's conversion may overflow.
+FIRST_YEAR, LAST_YEAR = 1970, 2999
+
+
+def parse_typed_time(text: str) -> datetime:
+    """The one reading of a time a user types (panel, API, CLI): ISO 8601, with an offset or
+    without one (then a wall-clock time, see local_time_to_utc), within FIRST_YEAR to LAST_YEAR;
+    CronError says what is wrong with the text."""
+    shown = repr(text if len(text) <= 40 else f"{text[:40]}...")
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        example = "e.g. 2026-03-08T09:30"
+        raise CronError(f"{shown} is not an ISO 8601 date and time, {example}") from None
+    return within_years(moment, shown)
+
+
+def within_years(moment: datetime, shown: str) -> datetime:
+    if not FIRST_YEAR <= moment.year <= LAST_YEAR:
+        raise CronError(f"{shown} is outside the years {FIRST_YEAR} to {LAST_YEAR}")
+    return moment
+
+
+def local_time_to_utc(moment: datetime, tz: str) -> datetime:
+    """The instant a typed time names: an aware time converted, a naive one read as a wall-clock
+    time in `tz`. As for fixed-time fires: a wall time skipped by a DST change means the first
+    instant after the gap, one that happens twice its first occurrence. CronError outside
+    FIRST_YEAR to LAST_YEAR or for an unknown zone."""
+    within_years(moment, moment.isoformat())
+    if moment.tzinfo is not None:
+        return as_utc(moment, "moment")
+    utc = wall_time_to_utc(moment, tz)
+    if utc.astimezone(load_zone(tz)).replace(tzinfo=None) != moment:
+        utc += timedelta(microseconds=1)  # the last instant before the gap, plus one
+    return utc
+
+
+def parse_local_time(text: str, tz: str) -> datetime:
+    """parse_typed_time, then local_time_to_utc: a typed time as UTC."""
+    return local_time_to_utc(parse_typed_time(text), tz)
 
 
 def as_utc(moment: datetime, name: str) -> datetime:

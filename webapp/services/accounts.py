@@ -2,69 +2,24 @@
 
 from __future__ import annotations
 
-import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sqlalchemy import delete, select
 from werkzeug.security import generate_password_hash
 
-from webapp import cron
 from webapp.catalog.current import current_catalog
-from webapp.config import RETENTION_DAYS_RANGE
 from webapp.database import utcnow, write_transaction
 from webapp.extensions import db
-from webapp.models import ROLES, Membership, Tenant, User
-from webapp.scheduler.jitter import MAX_JITTER
+from webapp.models import Membership, Tenant, User
 from webapp.services import audit, sessions
+from webapp.services.account_schema import AccountError as AccountError
+from webapp.services.account_schema import LimitsIn, TenantIn, UserIn, email_of
 from webapp.services.audit import Actor
 from webapp.services.defaults import materialise_defaults
 
-SLUG_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
-EMAIL_PATTERN = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
-MIN_PASSWORD_LENGTH = 10
-MAX_INTEGER = 2**31 - 1  # PostgreSQL integer columns
 # scrypt is werkzeug's memory-hard default; naming it pins it against a future default change.
 PASSWORD_METHOD = "scrypt"
-
-
-class AccountError(ValueError):
-    """Bad input for a tenant or user change; the message is shown to the operator as is."""
-
-
-def known_time_zones() -> frozenset[str]:
-    # The cron module's list: the tick checks a stored zone against the same one.
-    return cron.known_time_zones()
-
-
-def check_time_zone(name: object) -> str:
-    """Accepts a real IANA zone name only (not the host's `localtime` or a `posix/` alias)."""
-    if not isinstance(name, str):
-        raise AccountError(f"time zone {name!r} must be text")
-    if name not in known_time_zones():
-        raise AccountError(f"unknown time zone {name!r}")
-    return name
-
-
-def check_slug(slug: str) -> str:
-    if not SLUG_PATTERN.fullmatch(slug):
-        raise AccountError(
-            f"invalid slug {slug!r}: use 1-63 lower-case letters, digits and hyphens, "
-            "starting and ending with a letter or digit"
-        )
-    return slug
-
-
-def normalise_email(email: str) -> str:
-    email = email.strip().lower()
-    if len(email) > 254 or not EMAIL_PATTERN.fullmatch(email) or "\x00" in email:
-        raise AccountError(f"invalid email address {email!r}")
-    return email
-
-
-def check_password(password: str) -> str:
-    if len(password) < MIN_PASSWORD_LENGTH:
-        raise AccountError(f"password too short: use at least {MIN_PASSWORD_LENGTH} characters")
-    return password
 
 
 def find_tenant(slug: str) -> Tenant:
@@ -75,13 +30,8 @@ def find_tenant(slug: str) -> Tenant:
 
 
 def create_tenant(slug: str, name: str, time_zone: str = "UTC") -> Tenant:
-    check_slug(slug)
-    check_time_zone(time_zone)
-    name = name.strip()
-    if not name:
-        raise AccountError("the tenant name must not be empty")
-    if len(name) > 200 or "\x00" in name:
-        raise AccountError("the tenant name must be at most 200 characters, without NUL")
+    asked = TenantIn.check({"slug": slug, "name": name, "time_zone": time_zone})
+    slug, name, time_zone = asked.slug, asked.name, asked.time_zone
     with write_transaction(db.session) as session:
         if session.scalar(select(Tenant.id).where(Tenant.slug == slug)) is not None:
             raise AccountError(f"a tenant with slug {slug!r} already exists")
@@ -107,11 +57,8 @@ def add_user(
     `operator` also makes the user an operator (audited as `set_operator` is); False leaves
     the flag as it is.
     """
-    email = normalise_email(email)
-    if role not in ROLES:
-        raise AccountError(f"invalid role {role!r}: use one of {', '.join(ROLES)}")
-    if password is not None:
-        check_password(password)
+    asked = UserIn.check({"email": email, "role": role, "password": password})
+    email, password = asked.email, asked.password
     with write_transaction(db.session):
         tenant = find_tenant(tenant_slug)
         user = db.session.scalar(select(User).where(User.email == email))
@@ -131,9 +78,9 @@ def add_user(
             )
         )
         if membership is None:
-            db.session.add(Membership(user_id=user.id, tenant_id=tenant.id, role=role))
+            db.session.add(Membership(user_id=user.id, tenant_id=tenant.id, role=asked.role))
         else:
-            membership.role = role
+            membership.role = asked.role
         if operator:
             change_operator(user, True, Actor.cli())
     return UserAdded(user=user, created=created)
@@ -142,7 +89,7 @@ def add_user(
 def set_operator(email: str, operator: bool, actor: Actor) -> User:
     """Grants (or takes away) the operator role: the /operator area and a read-only view of
     every tenant. Audited with tenant_id NULL, since the role spans all tenants."""
-    email = normalise_email(email)
+    email = email_of(email)
     with write_transaction(db.session):
         user = find_user(email)
         change_operator(user, operator, actor)
@@ -168,7 +115,7 @@ def change_operator(user: User, operator: bool, actor: Actor) -> None:
 
 def remove_member(email: str, tenant_slug: str) -> None:
     """Takes a user out of a tenant and ends all the user's sessions (its pages are open)."""
-    email = normalise_email(email)
+    email = email_of(email)
     with write_transaction(db.session):
         tenant = find_tenant(tenant_slug)
         user = find_user(email)
@@ -185,7 +132,7 @@ def remove_member(email: str, tenant_slug: str) -> None:
 def revoke_sessions(email: str) -> int:
     """Ends every session of a user; returns how many there were."""
     with write_transaction(db.session):
-        return sessions.end_all(find_user(normalise_email(email)).id)
+        return sessions.end_all(find_user(email_of(email)).id)
 
 
 def find_user(email: str) -> User:
@@ -199,61 +146,10 @@ def hash_password(password: str) -> str:
     return generate_password_hash(password, method=PASSWORD_METHOD)
 
 
-def check_retention_days(days: int) -> int:
-    low, high = RETENTION_DAYS_RANGE
-    if not low <= days <= high:
-        raise AccountError(f"--retention-days must be from {low} to {high} days, or 'default'")
-    return days
-
-
-def check_max_running(runs: int) -> int:
-    # 0 would never start the tenant's runs: pausing its schedules says that honestly.
-    if not 1 <= runs <= MAX_INTEGER:
-        raise AccountError(
-            f"--max-running must be a whole number of runs from 1 to {MAX_INTEGER}, or 'default'"
-        )
-    return runs
-
-
-def check_jitter_default(seconds: int) -> int:
-    if not 0 <= seconds <= MAX_JITTER:
-        raise AccountError(
-            f"--jitter-seconds must be from 0 to {MAX_JITTER} s, or 'default' (a schedule's "
-            "jitter is also at most half its shortest interval between fires: the tick "
-            "shortens the default for such schedules)"
-        )
-    return seconds
-
-
-def set_limits(
-    slug: str,
-    max_schedules: int | None,
-    min_interval: int | None,
-    *,
-    retention_days: int | None,
-    max_running: int | None = None,
-    jitter_seconds: int | None = None,
-) -> Tenant:
-    """Overrides the operator-wide quotas, run retention and cap on running runs for one
-    tenant, and its default jitter, in one transaction; None restores the default
-    (SCHEDULER_MAX_SCHEDULES, SCHEDULER_MIN_INTERVAL, SCHEDULER_RUN_RETENTION_DAYS,
-    SCHEDULER_MAX_RUNNING; no jitter)."""
-    for label, value in (("--max-schedules", max_schedules), ("--min-interval", min_interval)):
-        if value is not None and not 0 <= value <= MAX_INTEGER:
-            raise AccountError(f"{label} must be between 0 and {MAX_INTEGER}")
-    if retention_days is not None:
-        check_retention_days(retention_days)
-    if max_running is not None:
-        check_max_running(max_running)
-    if jitter_seconds is not None:
-        check_jitter_default(jitter_seconds)
-    after = {
-        "max_schedules": max_schedules,
-        "min_interval_seconds": min_interval,
-        "retention_days": retention_days,
-        "max_running": max_running,
-        "jitter_seconds": jitter_seconds,
-    }
+def set_limits(slug: str, limits: Mapping[str, int | None]) -> Tenant:
+    """Sets a tenant's own limits (LimitsIn's fields: the quotas, run retention, cap on running
+    runs and default jitter) in one transaction; None restores the operator-wide default."""
+    after = LimitsIn.check(dict(limits)).model_dump()
     with write_transaction(db.session):
         tenant = find_tenant(slug)
         before = {name: getattr(tenant, name) for name in after}

@@ -26,14 +26,13 @@ from webapp.scheduler.misfire import PlannedRun
 from webapp.scheduler.tick import run_row
 from webapp.scheduler.wakeup import notify_workers
 from webapp.services.audit import Actor, record_event
-from webapp.services.schedules import runnable_job, wall_time_to_utc
+from webapp.services.schedules import runnable_job
 from webapp.services.schema import ScheduleError
 
 # Runs one request may queue: a larger window is refused (split it into several).
 MAX_BACKFILL_RUNS = 1000
 # Fire times counted at most for the refusal's message; past this it says "more than".
 MAX_COUNTED = 10 * MAX_BACKFILL_RUNS
-FIRST_YEAR, LAST_YEAR = 1970, 2999
 PAUSED_LABEL = "paused: the runs will still run"
 
 
@@ -81,21 +80,11 @@ class BackfillResult:
 
 
 def parse_moment(text: str, time_zone: str, field: str) -> datetime:
-    """An ISO 8601 time as UTC; without an offset, a wall-clock time in the schedule's zone.
-
-    As for fixed-time fires: a wall time skipped by a DST change means the first instant after
-    the gap, one that happens twice its first occurrence. ScheduleError names `field`.
-    """
+    """cron.parse_local_time (the one reading of a typed time); ScheduleError names `field`."""
     try:
-        moment = datetime.fromisoformat(text.strip())
-        if not FIRST_YEAR <= moment.year <= LAST_YEAR:
-            raise OverflowError
-        return wall_time_to_utc(moment, time_zone)
-    except ValueError:
-        message = f"{text!r} is not an ISO 8601 date and time"
-    except OverflowError:
-        message = f"{text!r} is outside the years {FIRST_YEAR} to {LAST_YEAR}"
-    raise ScheduleError({field: message})
+        return cron.parse_local_time(text, time_zone)
+    except cron.CronError as error:
+        raise ScheduleError({field: str(error)}) from None
 
 
 def parse_window(start: str, end: str, time_zone: str) -> Window:

@@ -9,15 +9,16 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from sqlalchemy import insert, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from webapp.catalog import Catalog, CatalogError, DefaultSchedule
 from webapp.catalog.current import current_catalog
 from webapp.database import write_transaction
 from webapp.extensions import db
-from webapp.models import AuditEvent, Schedule, Tenant
-from webapp.services.audit import DEFAULTS, audit_row, schedule_snapshot
+from webapp.models import Schedule, Tenant
+from webapp.services.audit import DEFAULTS
+from webapp.services.schedules import NewSchedule, add_schedules
 from webapp.services.schema import ScheduleError, ScheduleIn, ScheduleRules
 
 
@@ -52,7 +53,7 @@ def materialise_defaults(
     # the operator's own, and refusing it here would refuse to create the tenant.
     rules = ScheduleRules(catalog=catalog, settings=None, now=now)
     in_zone: dict[tuple[str, str], ScheduleIn] = {}  # checked once per zone, not per tenant
-    rows = []
+    new = []
     for default in defaults:
         owners: list[Tenant | None] = list(tenants) if default.scope == "tenant" else [None]
         for tenant in owners:
@@ -62,27 +63,9 @@ def materialise_defaults(
             zone = default.time_zone or (tenant.time_zone if tenant else "UTC")
             if (default.key, zone) not in in_zone:
                 in_zone[default.key, zone] = checked(default, zone, rules)
-            asked = in_zone[default.key, zone]
-            rows.append(
-                {
-                    **asked.model_dump(),
-                    "tenant_id": tenant_id,
-                    "scope": default.scope,
-                    "next_run_at": asked.next_fire_after(now),
-                    "created_at": now,
-                    "updated_at": now,
-                }
-            )
-    if not rows:
-        return 0
-    schedules = session.scalars(
-        insert(Schedule).returning(Schedule, sort_by_parameter_order=True), rows
-    ).all()
-    session.execute(
-        insert(AuditEvent),
-        [audit_row(DEFAULTS, "schedule.created", s, after=schedule_snapshot(s)) for s in schedules],
-    )
-    return len(rows)
+            new.append(NewSchedule(in_zone[default.key, zone], tenant_id, default.scope))
+    # No quota: a default is the operator's own, and refusing it would refuse to create the tenant.
+    return len(add_schedules(session, new, DEFAULTS, now))
 
 
 def checked(default: DefaultSchedule, time_zone: str, rules: ScheduleRules) -> ScheduleIn:

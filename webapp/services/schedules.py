@@ -10,9 +10,9 @@ import functools
 import re
 import unicodedata
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -26,13 +26,12 @@ from webapp.catalog.current import current_catalog
 from webapp.config import args_limits
 from webapp.database import write_transaction
 from webapp.extensions import db
-from webapp.models import AuditEvent, Run, Schedule, Tenant
+from webapp.models import AuditEvent, Run, Schedule, Scope, Tenant
 from webapp.scheduler import claims
 from webapp.scheduler.fire_ahead import withdraw_fires_ahead
 from webapp.scheduler.jitter import effective_jitter
 from webapp.scheduler.tick import OVERLAP_REASON
 from webapp.scheduler.wakeup import notify_workers, wake_workers_column
-from webapp.services.accounts import AccountError, check_time_zone
 from webapp.services.audit import Actor, audit_row, changed_fields, record, schedule_snapshot
 from webapp.services.schema import ScheduleError, ScheduleIn, ScheduleRules, jitter_problem
 
@@ -133,6 +132,8 @@ def count_schedules(tenant: Tenant) -> int:
 
 
 def check_quota(tenant: Tenant, limits: Limits, adding: int) -> None:
+    """The one quota rule (the form, the API, the import): ScheduleError if `adding` more
+    schedules would take the tenant past its maximum."""
     if limits.max_schedules is None or adding <= 0:
         return
     existing = count_schedules(tenant)
@@ -140,9 +141,53 @@ def check_quota(tenant: Tenant, limits: Limits, adding: int) -> None:
         raise ScheduleError(
             {
                 "quota": f"tenant '{tenant.slug}' may have at most {limits.max_schedules} "
-                f"schedules and has {existing}"
+                f"schedules: it has {existing} and this adds {adding}"
             }
         )
+
+
+@dataclass(frozen=True)
+class NewSchedule:
+    """A checked schedule (its key decided) and its owner: a tenant, or none for system scope."""
+
+    asked: ScheduleIn
+    tenant_id: int | None
+    scope: Scope = "tenant"
+
+
+def add_schedules(
+    session: Session,
+    new: Sequence[NewSchedule],
+    actor: Actor,
+    now: datetime,
+    quota: tuple[Tenant, Limits] | None = None,
+) -> list[Schedule]:
+    """The one way schedules come to be (the form, the API, the import, the catalog's
+    defaults), inside the caller's transaction: the tenant's quota when `quota` is given, the
+    rows with their first fire time after `now`, a `schedule.created` audit event each, and the
+    workers woken when the transaction commits."""
+    if not new:
+        return []
+    if quota is not None:
+        check_quota(*quota, adding=len(new))
+    rows = [
+        {
+            **item.asked.model_dump(),
+            "tenant_id": item.tenant_id,
+            "scope": item.scope,
+            "next_run_at": item.asked.next_fire_after(now),
+            "created_by": actor.user_id,
+        }
+        for item in new
+    ]
+    statement = insert(Schedule).returning(Schedule, sort_by_parameter_order=True)
+    schedules = list(session.scalars(statement, rows))
+    events = [
+        audit_row(actor, "schedule.created", s, after=schedule_snapshot(s)) for s in schedules
+    ]
+    session.execute(insert(AuditEvent), events)
+    notify_workers(session)
+    return schedules
 
 
 def create_schedule(
@@ -156,21 +201,8 @@ def create_schedule(
         key = asked.key or free_key(tenant, asked.name)
         if key_taken(tenant, key):
             raise ScheduleError({"key": f"a schedule with key '{key}' already exists"})
-        check_quota(tenant, limits, adding=1)
-        schedule = Schedule(
-            **{**asked.model_dump(), "key": key},
-            tenant_id=tenant.id,
-            scope="tenant",
-            next_run_at=asked.next_fire_after(now),
-            created_by=actor.user_id,
-        )
-        db.session.add(schedule)
-        db.session.flush()
-        record(
-            session,
-            audit_row(actor, "schedule.created", schedule, after=schedule_snapshot(schedule)),
-        )
-        notify_workers(session)
+        new = NewSchedule(asked.model_copy(update={"key": key}), tenant.id)
+        [schedule] = add_schedules(session, [new], actor, now, quota=(tenant, limits))
     return schedule
 
 
@@ -397,18 +429,6 @@ def queue_manual_run_sqlite(session: Session, values: dict[str, Any], event: dic
     return run.id
 
 
-def wall_time_to_utc(moment: datetime, time_zone: str) -> datetime:
-    """A run's start given as a wall-clock time in the schedule's zone (an aware time is merely
-    converted). As for fixed-time fires: a wall time skipped by a DST change means the first
-    instant after the gap, one that happens twice means its first occurrence."""
-    if moment.tzinfo is not None:
-        return moment.astimezone(UTC)
-    utc = cron.wall_time_to_utc(moment, time_zone)
-    if utc.astimezone(ZoneInfo(time_zone)).replace(tzinfo=None) != moment:
-        utc += timedelta(microseconds=1)  # the last instant before the gap, plus one
-    return utc
-
-
 def run_at_problem(at: datetime, now: datetime, time_zone: str) -> str | None:
     """Why a run may not be queued for `at` (shown in the schedule's zone), or None: the one
     rule of the panel's "Run once later", the API's `at` and `schedule run --at`."""
@@ -472,8 +492,8 @@ def preview_cron(
     """The description, the next fire times after ``now`` (or from the start of the local day
     ``start``) and the zone's next clock changes, or ScheduleError naming the field at fault."""
     try:
-        check_time_zone(time_zone)
-    except AccountError as error:
+        cron.check_time_zone(time_zone)
+    except cron.CronError as error:
         raise ScheduleError({"time_zone": str(error)}) from None
     try:
         spec = cron.validate(expression, time_zone)

@@ -11,7 +11,6 @@ import prints one line each.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -39,6 +38,7 @@ from webapp.catalog.webhook import (
     parse_webhook_url,
 )
 from webapp.models import (
+    EMAIL,
     MAX_NOTIFY_EMAILS,
     MAX_SCHEDULE_NAME,
     MAX_URL,
@@ -63,13 +63,6 @@ FIELD_MESSAGES = {
     "int_type": "must be a whole number",
     "list_type": "must be a list",
 }
-# An address a mail server takes: local part, @, a domain of letters, digits and hyphens with at
-# least one dot. Stricter than RFC 5322 on purpose: quoted local parts and IP literals are typos
-# far more often than real recipients.
-EMAIL = re.compile(
-    r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@"
-    r"(?=.{1,253}$)(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}"
-)
 PAUSE_AFTER_RANGE = (1, 1000)
 
 
@@ -259,9 +252,10 @@ class ScheduleIn(BaseModel):
     @field_validator("time_zone")
     @classmethod
     def check_zone(cls, time_zone: str) -> str:
-        if time_zone not in cron.known_time_zones():  # the list the tick checks too
-            problem(f"unknown time zone {time_zone!r}")
-        return time_zone
+        try:
+            return cron.check_time_zone(time_zone)  # the rule the tick checks too
+        except cron.CronError as error:
+            problem(str(error))
 
     @field_validator("cron")
     @classmethod

@@ -17,6 +17,7 @@ from webapp.database import write_transaction
 from webapp.extensions import db
 from webapp.models import AuditEvent, Schedule, Tenant
 from webapp.scheduler.fire_ahead import withdraw_fires_ahead
+from webapp.scheduler.wakeup import notify_workers
 from webapp.services.audit import (
     AUDITED_FIELDS,
     Actor,
@@ -24,7 +25,14 @@ from webapp.services.audit import (
     changed_fields,
     schedule_snapshot,
 )
-from webapp.services.schedules import lock_tenant, restart_cadence, tenant_limits, tenant_rules
+from webapp.services.schedules import (
+    NewSchedule,
+    add_schedules,
+    lock_tenant,
+    restart_cadence,
+    tenant_limits,
+    tenant_rules,
+)
 from webapp.services.schema import ImportItem, ScheduleError, format_error
 
 # The import format: a schedule's fields as the audit trail records them.
@@ -90,14 +98,7 @@ def import_schedules(tenant: Tenant, text: str, actor: Actor, now: datetime) -> 
             schedule.key: schedule
             for schedule in session.scalars(select(Schedule).where(Schedule.tenant_id == tenant.id))
         }
-        new = [asked for asked in cleaned if asked.key not in existing]
-        if limits.max_schedules is not None and len(existing) + len(new) > limits.max_schedules:
-            raise ImportProblems(
-                [
-                    f"tenant '{tenant.slug}' may have at most {limits.max_schedules} schedules: "
-                    f"it has {len(existing)} and the file adds {len(new)}"
-                ]
-            )
+        new = [NewSchedule(asked, tenant.id) for asked in cleaned if asked.key not in existing]
         changes, audits = [], []
         for asked in cleaned:
             schedule = existing.get(asked.key)
@@ -114,34 +115,17 @@ def import_schedules(tenant: Tenant, text: str, actor: Actor, now: datetime) -> 
             audits.append(
                 audit_row(actor, "schedule.updated", {**row, "tenant_id": tenant.id}, old, changed)
             )
-        if new:
-            rows = [
-                {
-                    **asked.model_dump(),
-                    "next_run_at": asked.next_fire_after(now),
-                    "tenant_id": tenant.id,
-                    "scope": "tenant",
-                    "created_by": actor.user_id,
-                    "created_at": now,
-                    "updated_at": now,
-                }
-                for asked in new
-            ]
-            ids = session.scalars(
-                insert(Schedule).returning(Schedule.id, sort_by_parameter_order=True), rows
-            ).all()
-            for schedule_id, row in zip(ids, rows, strict=True):
-                snapshot = {name: row[name] for name in EXPORTED_FIELDS}
-                audits.append(
-                    audit_row(actor, "schedule.created", {**row, "id": schedule_id}, after=snapshot)
-                )
+        try:
+            add_schedules(session, new, actor, now, quota=(tenant, limits))
+        except ScheduleError as error:
+            raise ImportProblems(list(error.errors.values())) from None
         if changes:
             # Runs queued ahead of their fire time hold the schedules as they were.
             withdraw_fires_ahead(session, [row["id"] for row in changes], now)
             # Bulk UPDATE by primary key: SQLAlchemy groups the rows by the columns they set.
             session.execute(update(Schedule), changes)
-        if audits:
             session.execute(insert(AuditEvent), audits)
+            notify_workers(session)
     return ImportResult(
         created=len(new), updated=len(changes), unchanged=len(cleaned) - len(new) - len(changes)
     )

@@ -60,10 +60,8 @@ TRIGGER_LABELS = {**{trigger: trigger for trigger in TRIGGERS}, "catchup": "catc
 
 
 def zone(name: str | None) -> ZoneInfo:
-    try:
-        return ZoneInfo(name or "UTC")
-    except (ValueError, KeyError):
-        return ZoneInfo("UTC")
+    """A stored zone (checked by cron.check_time_zone when it was saved); no zone is UTC."""
+    return cron.load_zone(name or "UTC")
 
 
 def local_time(moment: datetime | None, time_zone: str | None) -> str:

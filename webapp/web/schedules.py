@@ -37,6 +37,7 @@ from sqlalchemy.orm import load_only
 from werkzeug.exceptions import BadRequest
 from werkzeug.wrappers import Response
 
+from webapp import cron
 from webapp.catalog.current import current_catalog
 from webapp.config import overdue_grace
 from webapp.database import UTCDateTime, contains_text, like_pattern, utcnow
@@ -64,7 +65,6 @@ from webapp.services.schedules import (
     resume_schedule,
     run_now,
     update_schedule,
-    wall_time_to_utc,
 )
 from webapp.services.upcoming import Cursor, Fire, by_day, upcoming_fires
 from webapp.web import tenancy
@@ -731,13 +731,11 @@ def run_later(schedule_id: int) -> Response:
     name, time_zone = schedule.name, schedule.time_zone
     text = request.form.get("at", "").strip()
     try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        bad_request(f"“{shown(text)}” is not a date and time: pick one in {time_zone}.")
-    if not 1970 <= moment.year <= 2999:  # beyond, the zone's conversion may overflow
-        bad_request(f"Not queued: {shown(text)} is not within a year from now.")
+        at = cron.parse_local_time(text, time_zone)
+    except cron.CronError as error:
+        bad_request(f"Not queued: {error}: pick a date and time in {time_zone}.")
     try:
-        queued = run_now(schedule, actor(), utcnow(), wall_time_to_utc(moment, time_zone))
+        queued = run_now(schedule, actor(), utcnow(), at)
     except ScheduleError as error:
         if "at" in error.errors:
             bad_request(f"Not queued: {error.errors['at']}.")
