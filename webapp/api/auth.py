@@ -9,13 +9,13 @@ answer 404, as the panel does, and a `read` token's writes answer 403.
 from __future__ import annotations
 
 from flask import current_app, g, request
-from sqlalchemy import Select, select
+from sqlalchemy import Select
 
 from webapp.api.problems import Problem
 from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import ApiToken, Run, Schedule
-from webapp.services import tokens
+from webapp.services import scope, tokens
 from webapp.services.audit import Actor
 
 CHALLENGE = {"WWW-Authenticate": 'Bearer realm="api"'}
@@ -66,13 +66,11 @@ def require_write() -> None:
 
 def schedules() -> Select[Schedule]:
     """The token's tenant's schedules (tenant scope only: system schedules are the operator's)."""
-    return select(Schedule).where(
-        Schedule.tenant_id == current_token().tenant_id, Schedule.scope == "tenant"
-    )
+    return scope.schedules_of(current_token().tenant_id)
 
 
 def runs() -> Select[Run]:
-    return select(Run).where(Run.tenant_id == current_token().tenant_id)
+    return scope.runs_of(current_token().tenant_id)
 
 
 def schedule_or_404(schedule_id: int) -> Schedule:

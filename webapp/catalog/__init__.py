@@ -24,7 +24,7 @@ from webapp.catalog.registry import (
     load_job_modules,
     size_errors,
 )
-from webapp.catalog.webhook import WebhookError, check_webhook_target
+from webapp.catalog.ssrf import WebhookError, check_webhook_target
 
 __all__ = [
     "ArgsError",

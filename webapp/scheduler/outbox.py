@@ -7,7 +7,7 @@ the same idempotency key (email: Message-ID and X-Scheduler-Idempotency-Key; web
 Idempotency-Key), which is how receivers drop the second copy. A mark only lands while the row
 is still this worker's attempt, so a late worker never overwrites a newer one's.
 
-Webhooks go through the SSRF guard of the http.webhook job (catalog.webhook): the allowed hosts,
+Webhooks go through the SSRF guard that the http.webhook job uses (catalog.ssrf): the allowed hosts,
 public addresses only, a connection pinned to the checked addresses, no redirects. The body is
 signed: X-Scheduler-Signature: sha256=HEX, HEX = HMAC-SHA256(tenant's webhook secret,
 f"{X-Scheduler-Timestamp}.{body}"), the timestamp in unix seconds.
@@ -34,7 +34,7 @@ from sqlalchemy import update
 from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session
 
-from webapp.catalog.webhook import (
+from webapp.catalog.ssrf import (
     ALLOW_PRIVATE_SETTING,
     ALLOWED_HOSTS_SETTING,
     RETRYABLE_CLIENT_ERRORS,

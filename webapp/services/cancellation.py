@@ -10,12 +10,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from sqlalchemy import select
-
 from webapp.database import write_transaction
 from webapp.extensions import db
 from webapp.models import Run, Tenant
 from webapp.scheduler import claims
+from webapp.services import scope
 from webapp.services.audit import Actor, record_event
 
 
@@ -72,7 +71,7 @@ def refusal(run: Run) -> str:
 
 def find_run(tenant: Tenant, run_id: int) -> Run:
     """One of the tenant's runs (the command line's way to name one), or CancelRefused."""
-    run = db.session.scalar(select(Run).where(Run.tenant_id == tenant.id, Run.id == run_id))
+    run = scope.run_of(tenant.id, run_id)
     if run is None:
         raise CancelRefused(f"tenant '{tenant.slug}' has no run {run_id}")
     return run

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from flask import current_app
-from sqlalchemy import insert, select
+from sqlalchemy import insert
 
 from webapp import cron
 from webapp.catalog import Catalog, JobSpec
@@ -35,6 +35,7 @@ from webapp.scheduler.execution import run_job
 from webapp.scheduler.leases import LeasedRun
 from webapp.scheduler.misfire import plan_fires
 from webapp.scheduler.tick import OVERLAP_REASON, TickSettings, run_row
+from webapp.services import scope
 from webapp.services.audit import Actor
 from webapp.services.schedules import ScheduleInput, create_schedule, pause_schedule
 
@@ -112,7 +113,7 @@ COLUMNS = (
 def seed_demo_schedules(tenant: Tenant, admin: User, now: datetime) -> int:
     """Creates the demo schedules and their history; returns how many schedules it made."""
     keys = [data["key"] for data in DEMO_SCHEDULES]
-    exists = select(Schedule.id).where(Schedule.tenant_id == tenant.id, Schedule.key.in_(keys))
+    exists = scope.schedules_of(tenant.id).where(Schedule.key.in_(keys))
     if db.session.scalar(exists.limit(1)) is not None:
         return 0
     if "demo.echo" not in current_catalog():

@@ -32,6 +32,7 @@ from webapp.scheduler.fire_ahead import withdraw_fires_ahead
 from webapp.scheduler.jitter import effective_jitter
 from webapp.scheduler.tick import OVERLAP_REASON
 from webapp.scheduler.wakeup import notify_workers, wake_workers_column
+from webapp.services import scope
 from webapp.services.audit import Actor, audit_row, changed_fields, record, schedule_snapshot
 from webapp.services.schema import ScheduleError, ScheduleIn, ScheduleRules, jitter_problem
 
@@ -102,13 +103,8 @@ def slugify(name: str) -> str:
 
 def free_key(tenant: Tenant, name: str) -> str:
     base = slugify(name)
-    taken = set(
-        db.session.scalars(
-            select(Schedule.key).where(
-                Schedule.tenant_id == tenant.id, Schedule.key.like(f"{base}%")
-            )
-        )
-    )
+    mine = scope.schedules_of(tenant.id).with_only_columns(Schedule.key)
+    taken = set(db.session.scalars(mine.where(Schedule.key.like(f"{base}%"))))
     key, number = base, 2
     while key in taken:
         key, number = f"{base}-{number}", number + 1
@@ -122,13 +118,7 @@ def lock_tenant(session: Session, tenant: Tenant) -> None:
 
 
 def key_taken(tenant: Tenant, key: str) -> bool:
-    query = select(Schedule.id).where(Schedule.tenant_id == tenant.id, Schedule.key == key)
-    return db.session.scalar(query) is not None
-
-
-def count_schedules(tenant: Tenant) -> int:
-    query = select(func.count()).select_from(Schedule).where(Schedule.tenant_id == tenant.id)
-    return int(db.session.scalar(query) or 0)
+    return scope.schedule_by_key(tenant.id, key) is not None
 
 
 def check_quota(tenant: Tenant, limits: Limits, adding: int) -> None:
@@ -136,7 +126,7 @@ def check_quota(tenant: Tenant, limits: Limits, adding: int) -> None:
     schedules would take the tenant past its maximum."""
     if limits.max_schedules is None or adding <= 0:
         return
-    existing = count_schedules(tenant)
+    existing = scope.schedule_count(tenant.id)
     if existing + adding > limits.max_schedules:
         raise ScheduleError(
             {
@@ -519,9 +509,7 @@ def preview_cron(
 
 
 def find_schedule(tenant: Tenant, key: str) -> Schedule:
-    schedule = db.session.scalar(
-        select(Schedule).where(Schedule.tenant_id == tenant.id, Schedule.key == key)
-    )
+    schedule = scope.schedule_by_key(tenant.id, key)
     if schedule is None:
         raise ScheduleError({"key": f"tenant '{tenant.slug}' has no schedule with key '{key}'"})
     return schedule

@@ -30,7 +30,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from webapp import cron
 from webapp.catalog import ArgsError, Catalog, UnknownJobError
-from webapp.catalog.webhook import (
+from webapp.catalog.ssrf import (
     ALLOWED_HOSTS_SETTING,
     HostList,
     WebhookError,

@@ -20,6 +20,7 @@ from sqlalchemy import BindParameter, Row, Select, Subquery, bindparam, select, 
 
 from webapp.extensions import db
 from webapp.models import ApiToken, AuditEvent, Membership, Run, Schedule, Tenant
+from webapp.services import scope
 
 SESSION_KEY = "tenant_id"
 # The tenant an operator views without being a member of it (see operator_view).
@@ -165,17 +166,15 @@ def _tenant_id(tenant_id: Any) -> Any:
 def schedules(tenant_id: Any = None) -> Select[Schedule]:
     """The current tenant's schedules (tenant scope only: system schedules are the operator's).
     `tenant_id`: TENANT_ID, for a statement built once (see `bound`)."""
-    return select(Schedule).where(
-        Schedule.tenant_id == _tenant_id(tenant_id), Schedule.scope == "tenant"
-    )
+    return scope.schedules_of(_tenant_id(tenant_id))
 
 
 def runs(tenant_id: Any = None) -> Select[Run]:
-    return select(Run).where(Run.tenant_id == _tenant_id(tenant_id))
+    return scope.runs_of(_tenant_id(tenant_id))
 
 
 def audit_events(tenant_id: Any = None) -> Select[AuditEvent]:
-    return select(AuditEvent).where(AuditEvent.tenant_id == _tenant_id(tenant_id))
+    return scope.audit_events_of(_tenant_id(tenant_id))
 
 
 @functools.cache
