@@ -80,3 +80,13 @@ def test_a_user_email_is_stored_lower_case_and_a_short_password_refused() -> Non
         "role": "'boss' is not one of admin, viewer",
         "password": "password too short: use at least 10 characters",
     }
+
+
+def test_text_the_database_cannot_store_is_refused_naming_the_field() -> None:
+    # A command line hands an undecodable byte over as a lone surrogate (surrogateescape).
+    assert errors_of(TenantIn, {"slug": "acme", "name": "Acme \udcff"}) == {
+        "name": "name is not valid text: it holds a lone surrogate (U+DCFF)"
+    }
+    assert errors_of(UserIn, {"email": "a\x00@example.com", "role": "admin"}) == {
+        "email": "email must not contain a NUL character"
+    }

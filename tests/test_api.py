@@ -65,6 +65,11 @@ def test_bad_input_names_the_field_with_the_panels_messages_and_writes_nothing(
         ({**NEW, "colour": "red"}, "colour"),
         ({**NEW, "name": "x\x00y"}, "name"),
         ({**NEW, "args": {"message": "a\x00"}}, "args.message"),
+        # A lone surrogate (JSON's "\ud800") is no text at all: SQLite stored it, and every
+        # page, export and worker that read it back failed.
+        ({**NEW, "name": "x\ud800y"}, "name"),
+        ({**NEW, "args": {"message": "\udfff"}}, "args.message"),
+        ({**NEW, "args": {"\ud800": "x"}}, "args.\\ud800"),
         ({k: v for k, v in NEW.items() if k != "cron"}, "cron"),
     ]
     for document, field in cases:

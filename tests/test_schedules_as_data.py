@@ -351,7 +351,11 @@ def test_schedule_run_at_follows_the_dst_rules_and_refuses_odd_years(
             {"args": {"message": "a\u0000b"}},
             "item 0 (key 'a'): args.message: must not contain a NUL character",
         ),
-        ({"name": "a\u0000b"}, "item 0 (key 'a'): name: the name must not contain a NUL character"),
+        ({"name": "a\u0000b"}, "item 0 (key 'a'): name: must not contain a NUL character"),
+        (
+            {"name": "a\ud800b"},
+            "item 0 (key 'a'): name: is not valid text: it holds a lone surrogate (U+D800)",
+        ),
         (
             {"cron": "1," * 100 + "2 * * * *"},
             "item 0 (key 'a'): cron: cron expression is longer than 200 characters",

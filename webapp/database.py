@@ -44,6 +44,39 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def text_problem(text: str) -> str | None:
+    """Why the database cannot store `text`, or None: the one rule for every text a user sends
+    (a form, the API, an import, the command line). PostgreSQL text holds no NUL; a lone
+    surrogate (JSON's "\\ud800", a command line's undecodable byte) is no UTF-8 at all, and
+    SQLite would store it only for every later read of it to fail."""
+    if "\x00" in text:
+        return "must not contain a NUL character"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return f"is not valid text: it holds a lone surrogate (U+{ord(text[error.start]):04X})"
+    return None
+
+
+def bad_text(value: object, path: str = "") -> dict[str, str]:
+    """text_problem for every string of a JSON-like value, keys included: path -> message
+    (`args.message`, `items.0.name`; the whole value's is "")."""
+    if isinstance(value, str):
+        problem = text_problem(value)
+        return {path: problem} if problem else {}
+    if isinstance(value, list):
+        value = dict(enumerate(value))
+    if not isinstance(value, dict):
+        return {}
+    found: dict[str, str] = {}
+    for key, item in value.items():
+        name = str(key).encode("utf-8", "backslashreplace").decode()  # shown, never stored
+        inner = f"{path}.{name}" if path else name
+        problem = text_problem(key) if isinstance(key, str) else None
+        found |= {inner: f"its name {problem}"} if problem else bad_text(item, inner)
+    return found
+
+
 LIKE_ESCAPE = "/"
 
 

@@ -39,7 +39,7 @@ from webapp.api.schemas import (
     ScheduleQuery,
 )
 from webapp.catalog.current import current_catalog
-from webapp.database import utcnow
+from webapp.database import bad_text, utcnow
 from webapp.extensions import db
 from webapp.models import Run, Schedule
 from webapp.services import backfill as backfills
@@ -94,25 +94,10 @@ def query(model: type[ModelT]) -> ModelT:
         raise Problem.invalid(field_errors(error, model), status=400) from None
 
 
-def nul_fields(value: object, path: str = "") -> list[str]:
-    """Where a JSON document holds a NUL character (PostgreSQL text cannot)."""
-    if isinstance(value, str):
-        return [path or "body"] if "\x00" in value else []
-    if isinstance(value, dict):
-        found = []
-        for key, item in value.items():
-            inner = f"{path}.{key}" if path else str(key)
-            found += [inner] if "\x00" in str(key) else nul_fields(item, inner)
-        return found
-    if isinstance(value, list):
-        return [p for i, item in enumerate(value) for p in nul_fields(item, f"{path}.{i}")]
-    return []
-
-
 def body(optional: bool = False) -> dict[str, Any]:
     """The request's JSON object: 415 for another content type, 400 for malformed JSON, 422
-    for anything but an object or for a NUL character (naming the field). An action whose body
-    is optional takes an empty body as {}."""
+    for anything but an object or for text the database cannot store (naming the field). An
+    action whose body is optional takes an empty body as {}."""
     raw = request.get_data(cache=True)  # 413 past SCHEDULER_MAX_REQUEST_BYTES, before reading
     if optional and not raw.strip():
         return {}
@@ -124,9 +109,9 @@ def body(optional: bool = False) -> dict[str, Any]:
         raise Problem(400, "malformed", f"the body is not valid JSON: {error}") from None
     if not isinstance(document, dict):
         raise Problem.invalid({"body": "must be a JSON object"})
-    nul = nul_fields(document)
-    if nul:
-        raise Problem.invalid({field: "must not contain a NUL character" for field in nul})
+    unstorable = bad_text(document)  # the one text rule, before any model reads the body
+    if unstorable:
+        raise Problem.invalid(unstorable)
     return document
 
 

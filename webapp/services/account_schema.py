@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, ValidationErro
 
 from webapp import cron
 from webapp.config import RETENTION_DAYS_RANGE
+from webapp.database import bad_text
 from webapp.models import EMAIL, Role
 from webapp.scheduler.jitter import MAX_JITTER
 from webapp.services.schema import field_errors, problem
@@ -39,6 +40,9 @@ class Checked(BaseModel):
     @classmethod
     def check(cls, data: object) -> Self:
         """The input, checked, or AccountError with every problem by field."""
+        unstorable = bad_text(data)
+        if unstorable:  # named in the message too: the command line shows the message alone
+            raise AccountError({field: f"{field} {why}" for field, why in unstorable.items()})
         try:
             return cls.model_validate(data)
         except ValidationError as error:
@@ -66,8 +70,8 @@ class TenantIn(Checked):
         name = name.strip()
         if not name:
             problem("the tenant name must not be empty")
-        if len(name) > MAX_TENANT_NAME or "\x00" in name:
-            problem(f"the tenant name must be at most {MAX_TENANT_NAME} characters, without NUL")
+        if len(name) > MAX_TENANT_NAME:
+            problem(f"the tenant name must be at most {MAX_TENANT_NAME} characters")
         return name
 
     @field_validator("time_zone")

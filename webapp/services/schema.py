@@ -37,6 +37,7 @@ from webapp.catalog.ssrf import (
     check_allowed_host,
     parse_webhook_url,
 )
+from webapp.database import bad_text
 from webapp.models import (
     EMAIL,
     MAX_NOTIFY_EMAILS,
@@ -188,6 +189,9 @@ class ScheduleIn(BaseModel):
     @classmethod
     def check(cls, data: object, rules: ScheduleRules) -> Self:
         """The schedule, or ScheduleError with every problem by field."""
+        unstorable = bad_text(data)  # before anything reads it: no field may hold it
+        if unstorable:
+            raise ScheduleError(unstorable)
         try:
             return cls.model_validate(data, context=rules)
         except ValidationError as error:
@@ -211,8 +215,6 @@ class ScheduleIn(BaseModel):
             problem("a name is required")
         if len(name) > MAX_SCHEDULE_NAME:
             problem(f"the name is longer than {MAX_SCHEDULE_NAME} characters")
-        if "\x00" in name:  # PostgreSQL cannot store NUL in text
-            problem("the name must not contain a NUL character")
         return name
 
     @field_validator("job")
@@ -236,18 +238,9 @@ class ScheduleIn(BaseModel):
             return {}  # no job to check them against: the job's own error says why
         rules = rules_of(info)
         try:
-            values = rules.catalog.get(info.data["job"]).validate_args(args, rules.settings)
+            return rules.catalog.get(info.data["job"]).validate_args(args, rules.settings)
         except ArgsError as error:
             raise args_errors(error.errors, args) from None
-        # PostgreSQL cannot store NUL in text: refused here rather than by the database.
-        nul = [
-            (name, "must not contain a NUL character")
-            for name, value in values.items()
-            if isinstance(value, str) and "\x00" in value
-        ]
-        if nul:
-            raise args_errors(nul, args)
-        return values
 
     @field_validator("time_zone")
     @classmethod

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import case, select, update
 from sqlalchemy.orm.attributes import set_committed_value
 
-from webapp.database import write_transaction
+from webapp.database import text_problem, write_transaction
 from webapp.extensions import db
 from webapp.models import TOKEN_SCOPES, ApiToken, Tenant
 from webapp.services import audit as audit_events
@@ -44,8 +44,9 @@ def check_name(name: str) -> str:
         raise TokenError({"name": "a name is required"})
     if len(name) > MAX_NAME:
         raise TokenError({"name": f"the name is longer than {MAX_NAME} characters"})
-    if "\x00" in name:
-        raise TokenError({"name": "the name must not contain a NUL character"})
+    problem = text_problem(name)
+    if problem:
+        raise TokenError({"name": f"the name {problem}"})
     return name
 
 

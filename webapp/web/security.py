@@ -6,6 +6,8 @@ from collections.abc import Iterable
 
 from flask import Flask, Response, abort, request
 
+from webapp.database import text_problem
+
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
@@ -22,23 +24,24 @@ def install_headers(app: Flask) -> None:
         return response
 
 
-NUL_MESSAGE = "The request contains a NUL character."
+UNSTORABLE_MESSAGE = "The request contains a NUL character or other text that cannot be stored."
 
 
-def contains_nul(values: Iterable[tuple[str, str]]) -> bool:
-    return any("\x00" in key or "\x00" in value for key, value in values)
+def unstorable(values: Iterable[tuple[str, str]]) -> bool:
+    return any(text_problem(key) or text_problem(value) for key, value in values)
 
 
 def install_request_guard(app: Flask) -> None:
-    """Refuses (400) any request with a NUL character in its path, query or form, before a view
-    or the login limiter can hand it to the database: PostgreSQL text cannot hold NUL, and
-    psycopg raises DataError (a 500) for it, even for an anonymous login attempt."""
+    """Refuses (400) any request whose path, query or form holds text the database cannot store
+    (database.text_problem: a NUL character, a lone surrogate), before a view or the login
+    limiter can hand it to the database: psycopg raises DataError (a 500) for a NUL, even for an
+    anonymous login attempt."""
 
     @app.before_request
-    def refuse_nul_characters() -> None:
+    def refuse_unstorable_text() -> None:
         if (
-            "\x00" in request.path
-            or contains_nul(request.args.items(multi=True))
-            or contains_nul(request.form.items(multi=True))
+            text_problem(request.path)
+            or unstorable(request.args.items(multi=True))
+            or unstorable(request.form.items(multi=True))
         ):
-            abort(400, description=NUL_MESSAGE)
+            abort(400, description=UNSTORABLE_MESSAGE)
