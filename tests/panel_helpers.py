@@ -16,6 +16,7 @@ from sqlalchemy import event
 from werkzeug.test import TestResponse
 
 from tests.conftest import PASSWORD, World, make_run
+from webapp.config import settings
 from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import Run, Schedule, Tenant, User
@@ -72,7 +73,7 @@ class Panel:
 
     def __init__(self, app: Flask, user: User) -> None:
         self.client = app.test_client()
-        holder = sessions.start(user, utcnow(), sessions.Lifetimes.of(app.config))
+        holder = sessions.start(user, utcnow(), sessions.Lifetimes.of(settings(app)))
         db.session.commit()
         with self.client.session_transaction() as session:
             session["_user_id"] = holder.get_id()

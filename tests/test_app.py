@@ -13,9 +13,18 @@ from sqlalchemy.exc import IntegrityError
 from tests.conftest import PASSWORD, World, make_run
 from tests.panel_helpers import Panel, echo_schedule, log_in
 from webapp import create_app
-from webapp.config import ConfigError, load_settings
+from webapp.config import SCHEDULER_SETTINGS, ConfigError, load_settings, settings
 from webapp.extensions import db
 from webapp.models import Run, Schedule, Tenant
+
+
+def read(instance_path: Path) -> dict[str, object]:
+    """What load_settings gives Flask and the code: the settings as typed values."""
+    loaded = load_settings(str(instance_path))
+    return {
+        **loaded.settings.model_dump(include=SCHEDULER_SETTINGS),
+        **loaded.flask_config(str(instance_path)),
+    }
 
 
 def test_secret_key_is_required_outside_debug_and_tests(
@@ -24,7 +33,7 @@ def test_secret_key_is_required_outside_debug_and_tests(
     monkeypatch.delenv("SECRET_KEY", raising=False)
     with pytest.raises(ConfigError) as missing:
         create_app({"SQLALCHEMY_DATABASE_URI": "sqlite://"})
-    assert missing.value.message == (
+    assert str(missing.value) == (
         f"SECRET_KEY is not set: export SECRET_KEY or set it in {instance_folder}/config.py "
         "(see README, Configuration)"
     )
@@ -47,20 +56,16 @@ def test_settings_come_from_defaults_instance_file_environment_and_mapping_in_th
     monkeypatch.setenv("SCHEDULER_LOCK_TTL", "30")
     monkeypatch.setenv("SCHEDULER_POLL_INTERVAL", "3")
     app = create_app({"SCHEDULER_POLL_INTERVAL": 4.0, "SQLALCHEMY_DATABASE_URI": "sqlite://"})
-    assert app.config["SCHEDULER_CONCURRENCY"] == 4  # the default
-    assert app.config["SCHEDULER_BATCH_SIZE"] == 10  # the file
-    assert app.config["SCHEDULER_JOB_MODULES"] == ["tests.sample_jobs"]
+    assert settings(app).SCHEDULER_CONCURRENCY == 4  # the default
+    assert settings(app).SCHEDULER_BATCH_SIZE == 10  # the file
+    assert settings(app).SCHEDULER_JOB_MODULES == ["tests.sample_jobs"]
     assert app.config["SECRET_KEY"] == "from-the-file"
     assert app.config["SESSION_COOKIE_SECURE"] is False
-    assert app.config["SCHEDULER_LOCK_TTL"] == 30  # the environment over the file
-    assert app.config["SCHEDULER_POLL_INTERVAL"] == 4.0  # the mapping over both
-    assert load_settings(str(tmp_path))["SQLALCHEMY_DATABASE_URI"] == (
-        "postgresql+psycopg://u@db/from-file"
-    )
+    assert settings(app).SCHEDULER_LOCK_TTL == 30  # the environment over the file
+    assert settings(app).SCHEDULER_POLL_INTERVAL == 4.0  # the mapping over both
+    assert read(tmp_path)["SQLALCHEMY_DATABASE_URI"] == ("postgresql+psycopg://u@db/from-file")
     monkeypatch.setenv("DATABASE_URL", "postgres://u@db/from-env")
-    assert load_settings(str(tmp_path))["SQLALCHEMY_DATABASE_URI"] == (
-        "postgresql+psycopg://u@db/from-env"
-    )
+    assert read(tmp_path)["SQLALCHEMY_DATABASE_URI"] == ("postgresql+psycopg://u@db/from-env")
 
 
 @pytest.mark.parametrize(
@@ -84,11 +89,11 @@ def test_a_bad_value_in_the_instance_file_names_the_setting_and_the_file(
 ) -> None:
     (tmp_path / "config.py").write_text(line + "\n")
     if message is None:  # text is read as in the environment: 'ab' is one module
-        assert load_settings(str(tmp_path))["SCHEDULER_JOB_MODULES"] == ["ab"]
+        assert read(tmp_path)["SCHEDULER_JOB_MODULES"] == ["ab"]
         return
     with pytest.raises(ConfigError) as bad:
         load_settings(str(tmp_path))
-    assert bad.value.message == f"{message} (in {tmp_path}/config.py)"
+    assert str(bad.value) == f"{message} (in {tmp_path}/config.py)"
 
 
 def test_an_instance_file_that_is_not_python_is_one_error(tmp_path: Path) -> None:
@@ -101,14 +106,14 @@ def test_without_a_file_or_environment_the_defaults_hold_and_the_database_is_in_
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.delenv("DATABASE_URL", raising=False)
-    settings = load_settings(str(tmp_path))
-    assert settings["SQLALCHEMY_DATABASE_URI"] == f"sqlite:///{tmp_path}/scheduler.db"
-    assert settings["SCHEDULER_BATCH_SIZE"] == 300
-    assert settings["SCHEDULER_POLL_INTERVAL"] == 1.0
-    assert settings["SCHEDULER_DEMO_JOBS"] is False
-    assert settings["SCHEDULER_MAX_SCHEDULES"] is None
-    assert settings["SCHEDULER_WEBHOOK_ALLOWED_HOSTS"] == []
-    assert "SECRET_KEY" not in settings and "SESSION_COOKIE_SECURE" not in settings
+    values = read(tmp_path)
+    assert values["SQLALCHEMY_DATABASE_URI"] == f"sqlite:///{tmp_path}/scheduler.db"
+    assert values["SCHEDULER_BATCH_SIZE"] == 300
+    assert values["SCHEDULER_POLL_INTERVAL"] == 1.0
+    assert values["SCHEDULER_DEMO_JOBS"] is False
+    assert values["SCHEDULER_MAX_SCHEDULES"] is None
+    assert values["SCHEDULER_WEBHOOK_ALLOWED_HOSTS"] == []
+    assert "SECRET_KEY" not in values and "SESSION_COOKIE_SECURE" not in values
 
 
 def test_cookies_are_secure_unless_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -138,20 +143,20 @@ def test_every_kind_of_setting_is_read_from_environment_text(
         "SCHEDULER_MIN_INTERVAL": "300",
     }.items():
         monkeypatch.setenv(name, text)
-    settings = load_settings(str(tmp_path))
-    assert settings["SQLALCHEMY_DATABASE_URI"] == "postgresql+psycopg://u@db/x"
-    assert settings["SECRET_KEY"] == "from-the-environment"
-    assert settings["SESSION_COOKIE_SECURE"] is False
-    assert settings["SCHEDULER_BATCH_SIZE"] == 50
-    assert settings["SCHEDULER_POLL_INTERVAL"] == 2.5
-    assert settings["SCHEDULER_SHUTDOWN_GRACE"] == 3.0
-    assert settings["SCHEDULER_DEMO_JOBS"] is True
-    assert settings["SCHEDULER_JOB_MODULES"] == ["acme.jobs", "acme.more"]
-    assert settings["SCHEDULER_WEBHOOK_ALLOWED_HOSTS"] == ["a.example", "b.example"]
-    assert settings["SCHEDULER_WEBHOOK_ALLOW_PRIVATE"] == []
-    assert settings["SCHEDULER_MAX_SCHEDULES"] is None  # empty: unlimited
-    assert settings["SCHEDULER_MIN_INTERVAL"] == 300
-    assert settings["SCHEDULER_LOCK_TTL"] == 60  # not set: the default
+    values = read(tmp_path)
+    assert values["SQLALCHEMY_DATABASE_URI"] == "postgresql+psycopg://u@db/x"
+    assert values["SECRET_KEY"] == "from-the-environment"
+    assert values["SESSION_COOKIE_SECURE"] is False
+    assert values["SCHEDULER_BATCH_SIZE"] == 50
+    assert values["SCHEDULER_POLL_INTERVAL"] == 2.5
+    assert values["SCHEDULER_SHUTDOWN_GRACE"] == 3.0
+    assert values["SCHEDULER_DEMO_JOBS"] is True
+    assert values["SCHEDULER_JOB_MODULES"] == ["acme.jobs", "acme.more"]
+    assert values["SCHEDULER_WEBHOOK_ALLOWED_HOSTS"] == ["a.example", "b.example"]
+    assert values["SCHEDULER_WEBHOOK_ALLOW_PRIVATE"] == []
+    assert values["SCHEDULER_MAX_SCHEDULES"] is None  # empty: unlimited
+    assert values["SCHEDULER_MIN_INTERVAL"] == 300
+    assert values["SCHEDULER_LOCK_TTL"] == 60  # not set: the default
 
 
 @pytest.mark.parametrize(
@@ -171,7 +176,7 @@ def test_a_malformed_setting_in_the_environment_names_the_setting(
     monkeypatch.setenv(name, text)
     with pytest.raises(ConfigError) as bad:
         load_settings(str(tmp_path))
-    assert bad.value.message == f"{name}={text!r} is not a valid {kind}"
+    assert str(bad.value) == f"{name}={text!r} is not a valid {kind}"
 
 
 def test_the_environment_wins_over_a_bad_value_in_the_file(
@@ -179,11 +184,11 @@ def test_the_environment_wins_over_a_bad_value_in_the_file(
 ) -> None:
     (tmp_path / "config.py").write_text("SCHEDULER_BATCH_SIZE = 'many'\n")
     monkeypatch.setenv("SCHEDULER_BATCH_SIZE", "7")
-    assert load_settings(str(tmp_path))["SCHEDULER_BATCH_SIZE"] == 7
+    assert read(tmp_path)["SCHEDULER_BATCH_SIZE"] == 7
     monkeypatch.setenv("SCHEDULER_BATCH_SIZE", "seven")
     with pytest.raises(ConfigError) as bad:
         load_settings(str(tmp_path))
-    assert bad.value.message == "SCHEDULER_BATCH_SIZE='seven' is not a valid int"
+    assert str(bad.value) == "SCHEDULER_BATCH_SIZE='seven' is not a valid int"
 
 
 @pytest.mark.parametrize(

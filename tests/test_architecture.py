@@ -129,3 +129,17 @@ def test_the_architecture_page_names_every_module() -> None:
             if path.stem != "__init__" and f"`{path.stem}`" not in row
         ]
         assert not missing, f"docs/architecture.md does not name {package.name}: {missing}"
+
+
+def test_the_foundation_needs_no_command_line() -> None:
+    # Settings are read by the web app, the worker and the Celery worker alike; only the app
+    # factory turns a ConfigError into click's one-line error.
+    for name in sorted(FOUNDATION):
+        tree = ast.parse((PACKAGE / f"{name}.py").read_text(encoding="utf-8"))
+        roots = {
+            (alias.name if isinstance(node, ast.Import) else node.module or "").split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import | ast.ImportFrom)
+            for alias in node.names
+        }
+        assert "click" not in roots, name

@@ -20,6 +20,7 @@ from flask import Flask
 
 from tests.conftest import World
 from tests.scheduler_helpers import add_run, all_runs, execute_leased
+from tests.settings_support import reconfigure
 from webapp.catalog import (
     ArgsError,
     JobContext,
@@ -571,7 +572,7 @@ RETRIED = ("queued", "attempt 1 failed: WebhookError")
 def test_a_4xx_answer_fails_at_once_but_5xx_408_and_429_are_retried(
     app: Flask, world: World, server: LoopbackServer, status: int, outcome: tuple[str, str]
 ) -> None:
-    app.config.update(LOOPBACK_ALLOWED)
+    reconfigure(app, **LOOPBACK_ALLOWED)
     server.status = status
 
     run = run_webhook_once(app, world.alpha.id, url=server.url())
@@ -583,7 +584,7 @@ def test_a_4xx_answer_fails_at_once_but_5xx_408_and_429_are_retried(
 
 
 def test_timeouts_and_refused_connections_are_retried(app: Flask, world: World) -> None:
-    app.config.update({**LOOPBACK_ALLOWED, "SCHEDULER_WEBHOOK_TIMEOUT": 0.05})
+    reconfigure(app, **{**LOOPBACK_ALLOWED, "SCHEDULER_WEBHOOK_TIMEOUT": 0.05})
     with socket.create_server(("127.0.0.1", 0)) as silent:  # listens, never accepts
         port = silent.getsockname()[1]
         timed_out = run_webhook_once(app, world.alpha.id, url=f"http://127.0.0.1:{port}/")
@@ -597,7 +598,7 @@ def test_timeouts_and_refused_connections_are_retried(app: Flask, world: World) 
 def test_a_private_address_fails_the_run_at_once(
     app: Flask, world: World, server: LoopbackServer
 ) -> None:
-    app.config["SCHEDULER_WEBHOOK_ALLOWED_HOSTS"] = ["127.0.0.1"]
+    reconfigure(app, SCHEDULER_WEBHOOK_ALLOWED_HOSTS=["127.0.0.1"])
 
     run = run_webhook_once(app, world.alpha.id, url=server.url())
 
@@ -612,7 +613,7 @@ def test_a_private_address_fails_the_run_at_once(
 def test_a_host_no_longer_allowed_fails_the_run_at_once(
     app: Flask, world: World, server: LoopbackServer
 ) -> None:
-    app.config["SCHEDULER_WEBHOOK_ALLOWED_HOSTS"] = ["hooks.example.com"]
+    reconfigure(app, SCHEDULER_WEBHOOK_ALLOWED_HOSTS=["hooks.example.com"])
 
     run = run_webhook_once(app, world.alpha.id, url=server.url())
 

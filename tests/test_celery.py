@@ -298,11 +298,12 @@ def test_an_unknown_executor_is_refused_at_start(monkeypatch: pytest.MonkeyPatch
 
 
 def test_the_celery_executor_needs_its_broker() -> None:
-    from webapp.config import ConfigError, uses_celery
+    from webapp.config import ConfigError, load_settings
 
-    assert not uses_celery({"SCHEDULER_EXECUTOR": "pool"})
-    assert uses_celery({"SCHEDULER_EXECUTOR": "celery", "SCHEDULER_CELERY_BROKER_URL": "redis://x"})
+    celery = {"SCHEDULER_EXECUTOR": "celery", "SCHEDULER_CELERY_BROKER_URL": "redis://x"}
+    assert not load_settings("/nonexistent").settings.uses_celery
+    assert load_settings("/nonexistent", celery).settings.uses_celery
     with pytest.raises(
         ConfigError, match="SCHEDULER_EXECUTOR=celery needs SCHEDULER_CELERY_BROKER"
     ):
-        uses_celery({"SCHEDULER_EXECUTOR": "celery", "SCHEDULER_CELERY_BROKER_URL": ""})
+        load_settings("/nonexistent", {**celery, "SCHEDULER_CELERY_BROKER_URL": ""})

@@ -256,7 +256,7 @@ def test_a_fire_ahead_out_of_range_is_refused_at_start(
     (tmp_path / "config.py").write_text(line + "\n")
     with pytest.raises(ConfigError) as bad:
         load_settings(str(tmp_path))
-    assert bad.value.message == f"{message} (in {tmp_path}/config.py)"
+    assert str(bad.value) == f"{message} (in {tmp_path}/config.py)"
 
 
 @pytest.mark.slow

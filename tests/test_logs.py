@@ -14,6 +14,7 @@ from flask import Flask
 
 from tests.conftest import World
 from tests.scheduler_helpers import add_schedule
+from tests.settings_support import reconfigure
 from tests.worker_support import Workers
 from webapp.extensions import db
 from webapp.models import Run
@@ -102,7 +103,7 @@ def test_the_setting_chooses_the_format(app: Flask) -> None:
     try:
         configure_worker_logging()
         assert isinstance(handlers[0].formatter, KeyValueFormatter)
-        app.config["SCHEDULER_LOG_FORMAT"] = "json"
+        reconfigure(app, SCHEDULER_LOG_FORMAT="json")
         configure_worker_logging()
         assert isinstance(handlers[0].formatter, JsonFormatter)
     finally:

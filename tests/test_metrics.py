@@ -15,6 +15,8 @@ from werkzeug.test import TestResponse
 from tests.conftest import World
 from tests.panel_helpers import counted_statements
 from tests.scheduler_helpers import add_schedule
+from tests.settings_support import reconfigure
+from webapp.config import settings
 from webapp.extensions import db
 from webapp.models import Notification, Run, Schedule, Worker
 from webapp.services import metrics
@@ -27,7 +29,7 @@ Figures = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 @pytest.fixture
 def metrics_app(app: Flask) -> Flask:
-    app.config["SCHEDULER_METRICS_TOKEN"] = TOKEN
+    reconfigure(app, SCHEDULER_METRICS_TOKEN=TOKEN)
     return app
 
 
@@ -94,7 +96,7 @@ def test_without_the_right_token_it_answers_like_an_unknown_url(
 
 
 def test_without_a_configured_token_even_an_empty_bearer_is_refused(app: Flask) -> None:
-    assert app.config["SCHEDULER_METRICS_TOKEN"] == ""
+    assert settings(app).SCHEDULER_METRICS_TOKEN == ""
     client = app.test_client()
     unknown = client.get("/no-such-page")
     for headers in ({}, {"Authorization": "Bearer "}, {"Authorization": "Bearer"}):

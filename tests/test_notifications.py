@@ -21,6 +21,7 @@ from tests import smtp_support, test_catalog_webhook
 from tests.conftest import World
 from tests.panel_helpers import Panel
 from tests.scheduler_helpers import add_run, add_schedule, add_worker, execute_leased
+from tests.settings_support import reconfigure
 from tests.smtp_support import SmtpServer, free_port
 from tests.test_catalog_webhook import LoopbackServer
 from tests.worker_support import Workers, wait_for
@@ -129,7 +130,7 @@ def test_a_retry_that_will_run_again_writes_nothing(app: Flask, world: World) ->
 
 
 def test_a_success_after_failures_writes_a_recovery(app: Flask, world: World) -> None:
-    app.config["SCHEDULER_NOTIFY_WINDOW"] = 0  # no flapping window: every message goes out
+    reconfigure(app, SCHEDULER_NOTIFY_WINDOW=0)  # no flapping window: every message goes out
     schedule = watched(world)
     worker = add_worker()
     finish(schedule, worker, fails=True)
@@ -223,7 +224,7 @@ def test_manual_runs_count_as_the_schedules_runs(app: Flask, world: World) -> No
 def test_the_tenants_defaults_apply_when_the_schedule_names_no_recipients(
     app: Flask, world: World
 ) -> None:
-    app.config["SCHEDULER_NOTIFY_WINDOW"] = 0
+    reconfigure(app, SCHEDULER_NOTIFY_WINDOW=0)
     tenant = db.session.get(Tenant, world.alpha.id)
     assert tenant is not None
     tenant.notify_emails = ["team@example.com"]
@@ -295,8 +296,8 @@ def pending_failure(world: World, **fields: Any) -> Notification:
 def test_it_sends_an_email_to_the_smtp_server(
     app: Flask, world: World, smtp_server: SmtpServer
 ) -> None:
-    app.config.update(smtp_server.settings())
-    app.config["SCHEDULER_BASE_URL"] = "https://cron.example.com/"
+    reconfigure(app, **smtp_server.settings())
+    reconfigure(app, SCHEDULER_BASE_URL="https://cron.example.com/")
     row = pending_failure(world)
     now = utcnow()
 
@@ -318,7 +319,7 @@ def test_it_sends_an_email_to_the_smtp_server(
 
 
 def test_it_posts_a_signed_webhook(app: Flask, world: World, server: LoopbackServer) -> None:
-    app.config.update(LOOPBACK)
+    reconfigure(app, **LOOPBACK)
     row = pending_failure(world, notify_emails=[], notify_webhook_url=server.url("/cron"))
 
     assert send_notifications(db.session(), None, add_worker(), utcnow()) == 1
@@ -343,7 +344,7 @@ def test_a_webhook_outside_the_allowlist_is_never_sent(
     app: Flask, world: World, server: LoopbackServer
 ) -> None:
     # Saved while allowed; the operator has since taken the host off the list.
-    app.config.update({**LOOPBACK, "SCHEDULER_WEBHOOK_ALLOWED_HOSTS": ["hooks.example.com"]})
+    reconfigure(app, **{**LOOPBACK, "SCHEDULER_WEBHOOK_ALLOWED_HOSTS": ["hooks.example.com"]})
     pending_failure(world, notify_emails=[], notify_webhook_url=server.url())
 
     send_notifications(db.session(), None, add_worker(), utcnow())
@@ -355,7 +356,7 @@ def test_a_webhook_outside_the_allowlist_is_never_sent(
 
 
 def test_a_failed_send_is_retried_with_backoff_then_ends_failed(app: Flask, world: World) -> None:
-    app.config.update({"SCHEDULER_SMTP_HOST": "127.0.0.1", "SCHEDULER_SMTP_PORT": free_port()})
+    reconfigure(app, **{"SCHEDULER_SMTP_HOST": "127.0.0.1", "SCHEDULER_SMTP_PORT": free_port()})
     pending_failure(world)
     worker = add_worker()
     now = utcnow()
@@ -387,7 +388,7 @@ def test_email_without_an_smtp_host_fails_at_once(app: Flask, world: World) -> N
 def test_a_row_whose_lease_ran_out_is_sent_again_with_the_same_key(
     app: Flask, world: World, smtp_server: SmtpServer
 ) -> None:
-    app.config.update(smtp_server.settings())
+    reconfigure(app, **smtp_server.settings())
     row = pending_failure(world)
     now = utcnow()
     crashed = add_worker()
@@ -411,7 +412,7 @@ def test_a_late_mark_by_the_crashed_worker_changes_nothing(
 ) -> None:
     from webapp.scheduler.outbox import SendFailed, mark_failed
 
-    app.config.update(smtp_server.settings())
+    reconfigure(app, **smtp_server.settings())
     pending_failure(world)
     now = utcnow()
     slow = add_worker()
@@ -446,7 +447,7 @@ def field_error(page: str, field: str) -> str:
 
 
 def test_the_form_saves_recipients_and_the_pause_limit(app: Flask, world: World) -> None:
-    app.config["SCHEDULER_WEBHOOK_ALLOWED_HOSTS"] = ["hooks.example.com"]
+    reconfigure(app, SCHEDULER_WEBHOOK_ALLOWED_HOSTS=["hooks.example.com"])
     alice = Panel(app, world.alice)
     response = alice.post(
         "/schedules/new",
@@ -472,7 +473,7 @@ def test_the_form_saves_recipients_and_the_pause_limit(app: Flask, world: World)
 def test_a_webhook_url_outside_the_allowlist_is_refused_at_save_next_to_the_field(
     app: Flask, world: World
 ) -> None:
-    app.config["SCHEDULER_WEBHOOK_ALLOWED_HOSTS"] = ["hooks.example.com"]
+    reconfigure(app, SCHEDULER_WEBHOOK_ALLOWED_HOSTS=["hooks.example.com"])
     response = Panel(app, world.alice).post(
         "/schedules/new", {**FORM, "notify_webhook_url": "https://internal.example.net/hook"}
     )
@@ -504,7 +505,7 @@ def test_a_webhook_url_outside_the_allowlist_is_refused_at_save_next_to_the_fiel
 def test_bad_notification_settings_are_refused_next_to_the_field(
     app: Flask, world: World, field: str, value: str, message: str
 ) -> None:
-    app.config["SCHEDULER_WEBHOOK_ALLOWED_HOSTS"] = ["hooks.example.com"]
+    reconfigure(app, SCHEDULER_WEBHOOK_ALLOWED_HOSTS=["hooks.example.com"])
     response = Panel(app, world.alice).post("/schedules/new", {**FORM, field: value})
 
     assert response.status_code == 422
@@ -515,7 +516,7 @@ def test_bad_notification_settings_are_refused_next_to_the_field(
 def test_the_import_takes_and_the_export_gives_the_notification_fields(
     app: Flask, world: World
 ) -> None:
-    app.config["SCHEDULER_WEBHOOK_ALLOWED_HOSTS"] = ["hooks.example.com"]
+    reconfigure(app, SCHEDULER_WEBHOOK_ALLOWED_HOSTS=["hooks.example.com"])
     item = {
         "key": "nightly",
         "name": "Nightly",
@@ -540,7 +541,7 @@ def test_the_import_takes_and_the_export_gives_the_notification_fields(
 def test_an_admin_sets_the_tenants_defaults_and_rotates_the_secret(
     app: Flask, world: World
 ) -> None:
-    app.config["SCHEDULER_WEBHOOK_ALLOWED_HOSTS"] = ["hooks.example.com"]
+    reconfigure(app, SCHEDULER_WEBHOOK_ALLOWED_HOSTS=["hooks.example.com"])
     alice = Panel(app, world.alice)
     assert alice.get("/settings/notifications").status_code == 200
 

@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 
 from tests.conftest import PASSWORD, World, migrated_app
 from tests.panel_helpers import csrf_token, log_in
-from webapp.config import ConfigError
+from webapp.config import ConfigError, settings
 from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import LoginAttempt, UserSession
@@ -163,7 +163,7 @@ def test_logout_needs_csrf_and_ends_the_session(app: Flask, world: World) -> Non
 
 
 def test_an_oversized_anonymous_post_is_refused_before_it_is_read(app: Flask) -> None:
-    limit = app.config["SCHEDULER_MAX_REQUEST_BYTES"]
+    limit = settings(app).SCHEDULER_MAX_REQUEST_BYTES
     body = b"email=a%40b.example&password=" + b"x" * limit
     response = app.test_client().post(
         "/login", data=body, content_type="application/x-www-form-urlencoded"

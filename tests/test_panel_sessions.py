@@ -12,7 +12,7 @@ from sqlalchemy import func, select, update
 
 from tests.conftest import PASSWORD, World, migrated_app
 from tests.panel_helpers import Panel, log_in, token_in
-from webapp.config import ConfigError
+from webapp.config import ConfigError, settings
 from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import Schedule, UserSession
@@ -116,7 +116,7 @@ def age_sessions(user_id: int, **ago: timedelta) -> None:
 
 
 def test_an_idle_session_ends_and_an_active_one_is_kept_alive(app: Flask, world: World) -> None:
-    idle_limit = timedelta(seconds=app.config["SCHEDULER_SESSION_IDLE_TIMEOUT"])
+    idle_limit = timedelta(seconds=settings(app).SCHEDULER_SESSION_IDLE_TIMEOUT)
     alice = Panel(app, world.alice)
     age_sessions(world.alice.id, last_seen_at=idle_limit - timedelta(minutes=5))
     assert alice.get("/").status_code == 200
@@ -128,7 +128,7 @@ def test_an_idle_session_ends_and_an_active_one_is_kept_alive(app: Flask, world:
 
 
 def test_a_session_ends_at_its_absolute_lifetime_however_active(app: Flask, world: World) -> None:
-    max_age = timedelta(seconds=app.config["SCHEDULER_SESSION_MAX_AGE"])
+    max_age = timedelta(seconds=settings(app).SCHEDULER_SESSION_MAX_AGE)
     alice = Panel(app, world.alice)
     age_sessions(world.alice.id, created_at=max_age - timedelta(minutes=1))
     assert alice.get("/").status_code == 200

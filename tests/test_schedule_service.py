@@ -9,6 +9,7 @@ from flask import Flask
 from sqlalchemy import delete, func, select
 
 from tests.conftest import World
+from tests.settings_support import reconfigure
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule, Tenant
 from webapp.services.audit import Actor
@@ -133,7 +134,7 @@ def test_the_schedule_count_quota_refuses_one_too_many(app: Flask, world: World)
 def test_the_operator_default_quota_applies_unless_the_tenant_overrides_it(
     app: Flask, world: World
 ) -> None:
-    app.config["SCHEDULER_MIN_INTERVAL"] = 300
+    reconfigure(app, SCHEDULER_MIN_INTERVAL=300)
     assert refused(world, cron="*/2 * * * *") == {
         "cron": "fires as often as every 120 s; this tenant allows at most one fire every 300 s"
     }

@@ -14,6 +14,7 @@ from sqlalchemy import func, select
 
 from tests.conftest import World
 from tests.panel_helpers import Panel
+from tests.settings_support import reconfigure
 from webapp.extensions import db
 from webapp.models import Schedule
 from webapp.services.audit import Actor
@@ -29,7 +30,7 @@ NONE_ALLOWED = (
 
 @pytest.fixture
 def allowed(app: Flask) -> None:
-    app.config["SCHEDULER_WEBHOOK_ALLOWED_HOSTS"] = ["a.example", "*.b.example"]
+    reconfigure(app, SCHEDULER_WEBHOOK_ALLOWED_HOSTS=["a.example", "*.b.example"])
 
 
 def webhook(url: str) -> ScheduleInput:

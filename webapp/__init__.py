@@ -7,19 +7,18 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
+import click
 from flask import Flask
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from webapp.config import (
+    EXTENSION_KEY,
     INSTANCE_FILE,
+    SCHEDULER_SETTINGS,
     ConfigError,
-    args_limits,
-    default_max_running,
     is_secret_key_optional,
     load_settings,
-    trusted_proxies,
-    uses_celery,
 )
 from webapp.database import install_engine_hooks
 from webapp.extensions import csrf, db, login_manager, migrate
@@ -27,9 +26,21 @@ from webapp.extensions import csrf, db, login_manager, migrate
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+class SettingsRefused(click.ClickException, ConfigError):
+    """A ConfigError on its way out of create_app: `flask --app webapp ...`, `scheduler-worker`
+    and the Celery worker build the app inside click, which prints it as one line (exit 1)."""
+
+
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     """Builds the Flask app from its settings: the defaults, the instance folder's config.py,
     the environment, and last `config` (tests pass a mapping)."""
+    try:
+        return build_app(config)
+    except ConfigError as error:
+        raise SettingsRefused(str(error)) from None
+
+
+def build_app(config: Mapping[str, Any] | None) -> Flask:
     app = Flask(
         __name__,
         template_folder=os.path.join(PROJECT_ROOT, "templates"),
@@ -46,11 +57,11 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         REMEMBER_COOKIE_SAMESITE="Lax",
         WTF_CSRF_TIME_LIMIT=None,
     )
-    chosen = {**load_settings(app.instance_path), **(config or {})}
-    app.config.update(chosen)
-    # A body larger than this is refused (413) before it is read: nothing the panel takes comes
-    # near it, and an anonymous POST must not make the process grow.
-    app.config["MAX_CONTENT_LENGTH"] = app.config["SCHEDULER_MAX_REQUEST_BYTES"]
+    loaded = load_settings(app.instance_path, config)
+    settings = app.extensions[EXTENSION_KEY] = loaded.settings
+    app.config.update(loaded.flask_config(app.instance_path))
+    # Until every module reads settings(): the SCHEDULER_* values, typed, for those that don't.
+    app.config.update(settings.model_dump(include=SCHEDULER_SETTINGS))
     if not app.config.get("SECRET_KEY"):
         if not is_secret_key_optional(app.config):
             raise ConfigError(
@@ -59,15 +70,12 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
             )
         app.config["SECRET_KEY"] = secrets.token_hex(32)
     # Flask's own default is off; ours is on, unless a source above chose.
-    secure_cookies = chosen.get("SESSION_COOKIE_SECURE")
+    secure_cookies = settings.SESSION_COOKIE_SECURE
     if secure_cookies is None:
         secure_cookies = not (app.debug or app.testing)
     app.config.update(SESSION_COOKIE_SECURE=secure_cookies, REMEMBER_COOKIE_SECURE=secure_cookies)
 
-    args_limits(app.config)  # a bad limit stops the app now, not each save or run
-    default_max_running(app.config)  # ...or each lease
-    uses_celery(app.config)  # so does an executor without its broker
-    proxies = trusted_proxies(app.config)
+    proxies = settings.SCHEDULER_TRUSTED_PROXIES
     if proxies:
         # The client's address (the login limiter's key) and scheme come from the proxies'
         # X-Forwarded-* headers, and only from as many as were configured: never spoofable.
@@ -93,11 +101,9 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
 
     from webapp.catalog.current import install_catalog
     from webapp.cli import register_commands
-    from webapp.services import sessions
     from webapp.web import auth
 
     install_catalog(app)
-    sessions.Lifetimes.of(app.config)  # a bad lifetime stops the app here, not at a login
     login_manager.user_loader(auth.load_user)
     login_manager.login_view = "auth.login"
     app.register_blueprint(auth.bp)

@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Annotated, Any, Literal
+from types import MappingProxyType
+from typing import Annotated, Any, Literal, Self
 
-import click
-from flask import Config
-from pydantic import BeforeValidator, Field, Strict, ValidationError
-from pydantic_settings import (
-    BaseSettings,
-    NoDecode,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
+from flask import Config, Flask, current_app
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    model_validator,
 )
 
 TRUE_WORDS = {"1", "true", "yes", "on"}
@@ -58,22 +61,24 @@ Number = Annotated[float, from_text(float)]
 Flag = Annotated[bool, from_text(parse_flag)]
 OptionalFlag = Annotated[bool | None, from_text(parse_flag)]
 Limit = Annotated[int | None, from_text(parse_limit)]  # empty text: not limited
+Positive = Annotated[int, from_text(int), Field(gt=0)]
 # Days of run history (SCHEDULER_RUN_RETENTION_DAYS and a tenant's own): a day to ten years.
 RETENTION_DAYS_RANGE = (1, 3650)
 RetentionDays = Annotated[
     int, from_text(int), Field(ge=RETENTION_DAYS_RANGE[0], le=RETENTION_DAYS_RANGE[1])
 ]
 # Comma-separated text (not JSON); in the instance file a list or a tuple of strings.
-Names = Annotated[list[str], NoDecode, Strict(False), from_text(parse_names)]
+Names = Annotated[list[str], Strict(False), from_text(parse_names)]
 
 
-class Settings(BaseSettings):
-    """Every setting read from the instance file and the environment, with its type and default
-    (the README's Configuration section says what each means). Values given to the constructor
-    (the instance file's) are overridden by the environment's."""
+class Settings(BaseModel):
+    """Every setting read from the instance file and the environment, with its type, default
+    and bounds (the README's Configuration section says what each means), validated once by
+    load_settings; the code reads this object (`settings()`), never the Flask config's
+    strings."""
 
     # Strict: in the instance file `SCHEDULER_DEMO_JOBS = 1` is a mistake, not True.
-    model_config = SettingsConfigDict(case_sensitive=True, strict=True)
+    model_config = ConfigDict(strict=True, frozen=True)
 
     DATABASE_URL: str = ""  # empty: a SQLite file in the instance folder
     SECRET_KEY: str | bytes = ""
@@ -83,7 +88,7 @@ class Settings(BaseSettings):
     SCHEDULER_POLL_INTERVAL: Number = 1.0
     # Seconds before its fire time that a fire is queued (0: at its time). Up to an hour.
     SCHEDULER_FIRE_AHEAD: Annotated[float, from_text(float), Field(ge=0, le=3600)] = 0.0
-    SCHEDULER_LOCK_TTL: Int = 60
+    SCHEDULER_LOCK_TTL: Positive = 60
     SCHEDULER_SHUTDOWN_GRACE: Number = 30.0
     SCHEDULER_CONCURRENCY: Int = 4
     SCHEDULER_MISFIRE_GRACE: Number = 60.0
@@ -98,18 +103,21 @@ class Settings(BaseSettings):
     SCHEDULER_MIN_INTERVAL: Limit = None
     # The most runs of one tenant `running` at once across all workers (a tenant's own
     # `max_running` replaces it); empty: unlimited.
-    SCHEDULER_MAX_RUNNING: Limit = None
+    SCHEDULER_MAX_RUNNING: Annotated[Annotated[int, Field(ge=1)] | None, from_text(parse_limit)] = (
+        None
+    )
     SCHEDULER_WEBHOOK_ALLOWED_HOSTS: Names = []
     SCHEDULER_WEBHOOK_ALLOW_PRIVATE: Names = []
-    SCHEDULER_WEBHOOK_TIMEOUT: Number = 10.0
-    SCHEDULER_TRUSTED_PROXIES: Int = 0
+    SCHEDULER_WEBHOOK_TIMEOUT: Annotated[float, from_text(float), Field(gt=0)] = 10.0
+    # How many proxies in front of the app may set X-Forwarded-* (0: trust none).
+    SCHEDULER_TRUSTED_PROXIES: Annotated[int, from_text(int), Field(ge=0, le=10)] = 0
     SCHEDULER_MAX_REQUEST_BYTES: Int = 1024 * 1024
     # Every run copies its schedule's arguments: a fire a minute stores them 1,440 times a day.
     # 4 KiB holds any URL a server takes and a small JSON body; 16 KiB, four such fields.
-    SCHEDULER_MAX_ARG_BYTES: Int = 4096
-    SCHEDULER_MAX_ARGS_BYTES: Int = 16384
-    SCHEDULER_SESSION_IDLE_TIMEOUT: Int = 8 * 3600
-    SCHEDULER_SESSION_MAX_AGE: Int = 7 * 86400
+    SCHEDULER_MAX_ARG_BYTES: Positive = 4096
+    SCHEDULER_MAX_ARGS_BYTES: Positive = 16384
+    SCHEDULER_SESSION_IDLE_TIMEOUT: Positive = 8 * 3600
+    SCHEDULER_SESSION_MAX_AGE: Positive = 7 * 86400
     SCHEDULER_API_RATE_LIMIT: Int = 600  # requests per token per minute; 0: no limit
     # A schedule whose fire time passed this many seconds ago undispatched is overdue; so is a
     # queued run not started this long after it could have.
@@ -132,38 +140,76 @@ class Settings(BaseSettings):
     # execution); "celery" needs the broker's URL.
     SCHEDULER_EXECUTOR: Literal["pool", "celery"] = "pool"
     SCHEDULER_CELERY_BROKER_URL: str = ""
-    SCHEDULER_CELERY_QUEUE: str = "scheduler"
+    SCHEDULER_CELERY_QUEUE: Annotated[str, Field(min_length=1)] = "scheduler"
     # Runs a worker has sent to Celery that no Celery worker has started yet, at most.
-    SCHEDULER_CELERY_MAX_IN_FLIGHT: Int = 1000
+    SCHEDULER_CELERY_MAX_IN_FLIGHT: Positive = 1000
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """The environment over the instance file (passed to the constructor); no .env file."""
-        return env_settings, init_settings
+    @model_validator(mode="after")
+    def celery_needs_its_broker(self) -> Self:
+        if self.SCHEDULER_EXECUTOR == "celery" and not self.SCHEDULER_CELERY_BROKER_URL:
+            raise ValueError(
+                "SCHEDULER_EXECUTOR=celery needs SCHEDULER_CELERY_BROKER_URL "
+                "(the Celery broker, e.g. redis://localhost:6379/0)"
+            )
+        return self
+
+    # What the code reads: typed values, derived once from the settings above.
+
+    @property
+    def lock_ttl(self) -> timedelta:
+        return timedelta(seconds=self.SCHEDULER_LOCK_TTL)
+
+    @property
+    def overdue_grace(self) -> timedelta:
+        return timedelta(seconds=self.SCHEDULER_OVERDUE_GRACE)
+
+    @property
+    def args_limits(self) -> tuple[int, int]:
+        """The most UTF-8 bytes of one text argument and of all of a schedule's arguments as
+        JSON (SCHEDULER_MAX_ARG_BYTES, SCHEDULER_MAX_ARGS_BYTES)."""
+        return self.SCHEDULER_MAX_ARG_BYTES, self.SCHEDULER_MAX_ARGS_BYTES
+
+    @property
+    def uses_celery(self) -> bool:
+        """Whether runs are sent to a Celery fleet (SCHEDULER_EXECUTOR=celery)."""
+        return self.SCHEDULER_EXECUTOR == "celery"
+
+    def job_settings(self) -> Mapping[str, object]:
+        """What a job receives as ctx.config and a job's parameters are checked with: the
+        settings of JOB_SETTINGS, read-only. Never SECRET_KEY, the database URL or anything
+        else of the app's."""
+        return MappingProxyType({name: getattr(self, name) for name in JOB_SETTINGS})
 
     def flask_config(self, instance_path: str) -> dict[str, Any]:
-        """The settings as Flask takes them: the database URL for SQLAlchemy, the secret key and
-        the cookie flag only where set, every SCHEDULER_* setting."""
+        """What Flask itself reads: the database URL for SQLAlchemy, the secret key and the
+        cookie flag only where set, the largest request body."""
         config: dict[str, Any] = {
             "SQLALCHEMY_DATABASE_URI": normalise_database_url(self.DATABASE_URL)
             if self.DATABASE_URL
-            else f"sqlite:///{instance_path}/scheduler.db"
+            else f"sqlite:///{instance_path}/scheduler.db",
+            # A body larger than this is refused (413) before it is read: nothing the panel
+            # takes comes near it, and an anonymous POST must not make the process grow.
+            "MAX_CONTENT_LENGTH": self.SCHEDULER_MAX_REQUEST_BYTES,
         }
         if self.SECRET_KEY:
             config["SECRET_KEY"] = self.SECRET_KEY
         if self.SESSION_COOKIE_SECURE is not None:
             config["SESSION_COOKIE_SECURE"] = self.SESSION_COOKIE_SECURE
-        config.update(self.model_dump(include=SCHEDULER_SETTINGS))
         return config
 
 
+# The only settings a job receives as ctx.config: those the bundled jobs and the validation of
+# arguments read.
+JOB_SETTINGS = (
+    "SCHEDULER_MAX_ARG_BYTES",
+    "SCHEDULER_MAX_ARGS_BYTES",
+    "SCHEDULER_OUTPUT_LIMIT",
+    "SCHEDULER_ROLLUP_RETENTION_DAYS",
+    "SCHEDULER_RUN_RETENTION_DAYS",
+    "SCHEDULER_WEBHOOK_ALLOWED_HOSTS",
+    "SCHEDULER_WEBHOOK_ALLOW_PRIVATE",
+    "SCHEDULER_WEBHOOK_TIMEOUT",
+)
 SCHEDULER_SETTINGS = {name for name in Settings.model_fields if name.startswith("SCHEDULER_")}
 # How messages name the type a value failed to be (pydantic's error type -> the README's word).
 KINDS = {
@@ -173,84 +219,42 @@ KINDS = {
     "list_type": "list",
     "string_type": "str",
 }
+EXTENSION_KEY = "scheduler_settings"
 
 
-class ConfigError(click.ClickException, ValueError):
-    """A setting that is missing or has a value that cannot be used.
-
-    A ClickException, so that `flask --app webapp ...` and `scheduler-worker`, which build the
-    app inside click, report it as one line on stderr (exit 1) instead of a traceback.
-    """
+class ConfigError(ValueError):
+    """A setting that is missing or has a value that cannot be used; the message names it.
+    (The app factory hands it to the command line as one line, not a traceback.)"""
 
 
 INSTANCE_FILE = "config.py"
 
 
-def trusted_proxies(settings: Mapping[str, Any]) -> int:
-    """How many proxies in front of the app may set X-Forwarded-* (0: trust none)."""
-    count = settings.get("SCHEDULER_TRUSTED_PROXIES", 0)
-    if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= 10:
-        raise ConfigError(f"SCHEDULER_TRUSTED_PROXIES={count!r} must be a number from 0 to 10")
-    return count
+def settings(app: Flask | None = None) -> Settings:
+    """The app's settings (the current app's by default), validated once by create_app."""
+    chosen: Settings = (app or current_app).extensions[EXTENSION_KEY]
+    return chosen
 
 
-def args_limits(settings: Mapping[str, Any]) -> tuple[int, int]:
-    """The most UTF-8 bytes of one text argument and of all of a schedule's arguments as JSON
-    (SCHEDULER_MAX_ARG_BYTES, SCHEDULER_MAX_ARGS_BYTES); the defaults where a setting is
-    missing."""
-    limits = []
-    for name in ("SCHEDULER_MAX_ARG_BYTES", "SCHEDULER_MAX_ARGS_BYTES"):
-        value = settings.get(name, Settings.model_fields[name].default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{name}={value!r} must be a whole number of bytes above zero")
-        limits.append(value)
-    return limits[0], limits[1]
+@dataclass(frozen=True)
+class Loaded:
+    """What load_settings read: our settings, validated, and the other upper-case names of the
+    instance file and of the mapping given to create_app, which go to Flask as they are."""
+
+    settings: Settings
+    flask_file: dict[str, Any]
+    flask_given: dict[str, Any]
+
+    def flask_config(self, instance_path: str) -> dict[str, Any]:
+        """Flask's configuration: the file's, ours, then what create_app was given."""
+        return {**self.flask_file, **self.settings.flask_config(instance_path), **self.flask_given}
 
 
-def default_max_running(settings: Mapping[str, Any]) -> int | None:
-    """SCHEDULER_MAX_RUNNING: the cap on a tenant's runs running at once where the tenant has
-    none of its own; None (unset or empty): no cap. A cap below 1 would stop every tenant."""
-    value = settings.get("SCHEDULER_MAX_RUNNING")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(
-            f"SCHEDULER_MAX_RUNNING={value!r} must be a whole number of runs from 1, "
-            "or empty for no cap"
-        )
-    return value
-
-
-def overdue_grace(settings: Mapping[str, Any]) -> timedelta:
-    """SCHEDULER_OVERDUE_GRACE as a duration (the default where the setting is missing)."""
-    name = "SCHEDULER_OVERDUE_GRACE"
-    return timedelta(seconds=settings.get(name, Settings.model_fields[name].default))
-
-
-def uses_celery(settings: Mapping[str, Any]) -> bool:
-    """Whether runs are sent to a Celery fleet (SCHEDULER_EXECUTOR=celery), checked with the
-    settings that need: the broker, a queue, an in-flight limit above zero."""
-    if settings.get("SCHEDULER_EXECUTOR", "pool") != "celery":
-        return False
-    if not settings.get("SCHEDULER_CELERY_BROKER_URL"):
-        raise ConfigError(
-            "SCHEDULER_EXECUTOR=celery needs SCHEDULER_CELERY_BROKER_URL "
-            "(the Celery broker, e.g. redis://localhost:6379/0)"
-        )
-    if not settings.get(
-        "SCHEDULER_CELERY_QUEUE", Settings.model_fields["SCHEDULER_CELERY_QUEUE"].default
-    ):
-        raise ConfigError("SCHEDULER_CELERY_QUEUE must name a queue")
-    limit = settings.get("SCHEDULER_CELERY_MAX_IN_FLIGHT", 1)
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ConfigError(f"SCHEDULER_CELERY_MAX_IN_FLIGHT={limit!r} must be a number above 0")
-    return True
-
-
-def load_settings(instance_path: str) -> dict[str, Any]:
-    """The Flask settings from the defaults, the instance folder's config.py and the
-    environment, the later winning. A value that cannot be used is a ConfigError naming the
-    setting, and the file if it was written there.
+def load_settings(instance_path: str, given: Mapping[str, Any] | None = None) -> Loaded:
+    """The settings from the defaults, the instance folder's config.py, the environment and
+    `given` (tests pass a mapping to create_app), the later winning, validated once. A value
+    that cannot be used is a ConfigError naming the setting, and the file if it was written
+    there.
 
     The file (`make run` writes one) uses the environment's names as Python values; its other
     upper-case names are passed to Flask as they are.
@@ -261,32 +265,65 @@ def load_settings(instance_path: str) -> dict[str, Any]:
         written.from_pyfile(path, silent=True)
     except Exception as error:  # the operator's Python: a syntax error, a failing import
         raise ConfigError(f"cannot read {path}: {type(error).__name__}: {error}") from None
-    ours = {name: value for name, value in written.items() if name in Settings.model_fields}
+    given = dict(given or {})
+    ours = Settings.model_fields
+    file_values = {name: value for name, value in written.items() if name in ours}
+    environment = {name: os.environ[name] for name in ours if name in os.environ}
+    given_values = {name: value for name, value in given.items() if name in ours}
+    merged = {**file_values, **environment, **given_values}
     try:
-        settings = Settings(**ours)
+        # model_validate, not the constructor: the environment is already in `merged`, below
+        # what create_app was given.
+        checked = Settings.model_validate(merged)
     except ValidationError as error:
-        raise refused(error, ours, path) from None
-    passed_on = {name: value for name, value in written.items() if name not in ours}
-    return {**passed_on, **settings.flask_config(instance_path)}
+        raise refused(error, merged, file_values, given_values, path) from None
+    return Loaded(
+        settings=checked,
+        flask_file={name: value for name, value in written.items() if name not in ours},
+        flask_given={name: value for name, value in given.items() if name not in ours},
+    )
 
 
-def refused(error: ValidationError, written: Mapping[str, Any], path: str) -> ConfigError:
+def refused(
+    error: ValidationError,
+    merged: Mapping[str, Any],
+    file_values: Mapping[str, Any],
+    given_values: Mapping[str, Any],
+    path: str,
+) -> ConfigError:
     """One line naming the first refused setting, its value as written, and where."""
     problem = error.errors()[0]
+    if not problem["loc"]:  # a rule between settings (Settings' model validators)
+        return ConfigError(str(problem["msg"]).removeprefix("Value error, "))
     name = str(problem["loc"][0])
-    # The environment wins over the file, so a value it sets is the one that was refused.
-    if name in os.environ:
-        value, where = os.environ[name], ""
-    else:
-        value, where = written[name], f" (in {path})"
+    value = merged[name]
+    where = (
+        f" (in {path})"
+        if name in file_values and name not in os.environ and name not in given_values
+        else ""
+    )
     context = problem.get("ctx", {})
-    if problem["type"] in ("greater_than_equal", "less_than_equal"):
-        field = Settings.model_fields[name]
-        low, high = (
-            next(getattr(rule, bound) for rule in field.metadata if hasattr(rule, bound))
-            for bound in ("ge", "le")
-        )
-        return ConfigError(f"{name}={value!r} must be from {low} to {high}{where}")
+    field = Settings.model_fields[name]
+    if problem["type"] in ("greater_than_equal", "less_than_equal", "greater_than"):
+        bounds = {  # the one refused is in the error; the other only in the field's rules
+            **{
+                bound: getattr(rule, bound)
+                for rule in field.metadata
+                for bound in ("ge", "le", "gt")
+                if getattr(rule, bound, None) is not None
+            },
+            **context,
+        }
+        if "gt" in bounds:
+            whole = "a whole number " if isinstance(field.default, int) else ""
+            return ConfigError(f"{name}={value!r} must be {whole}above {bounds['gt']}{where}")
+        if "ge" in bounds and "le" in bounds:
+            low, high = bounds["ge"], bounds["le"]
+            return ConfigError(f"{name}={value!r} must be from {low} to {high}{where}")
+        empty = ", or empty" if field.default is None else ""
+        return ConfigError(f"{name}={value!r} must be {bounds['ge']} or more{empty}{where}")
+    if problem["type"] == "string_too_short":
+        return ConfigError(f"{name}={value!r} must not be empty{where}")
     if problem["type"] == "literal_error":
         return ConfigError(f"{name}={value!r} must be one of {context['expected']}{where}")
     in_a_list = isinstance(problem["loc"][-1], int)  # the position of an item that is no str
@@ -302,6 +339,35 @@ def normalise_database_url(url: str) -> str:
     return url
 
 
-def is_secret_key_optional(settings: Mapping[str, Any]) -> bool:
+def is_secret_key_optional(config: Mapping[str, Any]) -> bool:
     """A SECRET_KEY may be left out only where sessions need not survive: debug and tests."""
-    return bool(settings.get("DEBUG") or settings.get("TESTING"))
+    return bool(config.get("DEBUG") or config.get("TESTING"))
+
+
+# Readers of the Flask config's copy of the settings, for the scheduler's modules until they
+# read settings() (no checks: create_app validated every value).
+
+
+def args_limits(config: Mapping[str, Any] | None) -> tuple[int, int]:
+    """Settings.args_limits from a mapping of settings (a job's, the app's); the defaults where
+    it has none (a default schedule checked at registration)."""
+    values = {**DEFAULTS.job_settings(), **(config or {})}
+    return int(values["SCHEDULER_MAX_ARG_BYTES"]), int(values["SCHEDULER_MAX_ARGS_BYTES"])
+
+
+def default_max_running(config: Mapping[str, Any]) -> int | None:
+    value = config.get("SCHEDULER_MAX_RUNNING")
+    return None if value is None else int(value)
+
+
+def overdue_grace(config: Mapping[str, Any]) -> timedelta:
+    return timedelta(
+        seconds=config.get("SCHEDULER_OVERDUE_GRACE", DEFAULTS.SCHEDULER_OVERDUE_GRACE)
+    )
+
+
+def uses_celery(config: Mapping[str, Any]) -> bool:
+    return config.get("SCHEDULER_EXECUTOR") == "celery"
+
+
+DEFAULTS = Settings()

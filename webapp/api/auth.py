@@ -8,10 +8,11 @@ answer 404, as the panel does, and a `read` token's writes answer 403.
 
 from __future__ import annotations
 
-from flask import current_app, g, request
+from flask import g, request
 from sqlalchemy import Select
 
 from webapp.api.problems import Problem
+from webapp.config import settings
 from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import ApiToken, Run, Schedule
@@ -36,13 +37,13 @@ def authenticate() -> ApiToken:
             "the token is unknown, revoked or expired",
             headers={"WWW-Authenticate": 'Bearer realm="api", error="invalid_token"'},
         )
-    wait = tokens.count_request(token, now, current_app.config["SCHEDULER_API_RATE_LIMIT"])
+    limit = settings().SCHEDULER_API_RATE_LIMIT
+    wait = tokens.count_request(token, now, limit)
     if wait is not None:
         raise Problem(
             429,
             "rate-limited",
-            f"more than {current_app.config['SCHEDULER_API_RATE_LIMIT']} requests this minute "
-            f"with this token: retry in {wait} s",
+            f"more than {limit} requests this minute with this token: retry in {wait} s",
             headers={"Retry-After": str(wait)},
         )
     g.api_token = token

@@ -11,22 +11,12 @@ from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Protocol
 
-# The only settings a job receives as ctx.config: those the bundled jobs and the validation of
-# arguments read. Never SECRET_KEY, the database URL or anything else of the app's.
-JOB_SETTINGS = (
-    "SCHEDULER_MAX_ARG_BYTES",
-    "SCHEDULER_MAX_ARGS_BYTES",
-    "SCHEDULER_OUTPUT_LIMIT",
-    "SCHEDULER_ROLLUP_RETENTION_DAYS",
-    "SCHEDULER_RUN_RETENTION_DAYS",
-    "SCHEDULER_WEBHOOK_ALLOWED_HOSTS",
-    "SCHEDULER_WEBHOOK_ALLOW_PRIVATE",
-    "SCHEDULER_WEBHOOK_TIMEOUT",
-)
+from webapp.config import JOB_SETTINGS
 
 
 def job_settings(config: Mapping[str, object]) -> Mapping[str, object]:
-    """The app's settings cut down to JOB_SETTINGS, read-only."""
+    """The app's settings cut down to config.JOB_SETTINGS, read-only (Settings.job_settings
+    from the Flask config's copy, until the scheduler reads settings())."""
     return MappingProxyType({name: config[name] for name in JOB_SETTINGS if name in config})
 
 

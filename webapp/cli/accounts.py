@@ -6,11 +6,10 @@ import re
 import sys
 
 import click
-from flask import current_app
 from flask.cli import AppGroup
 
 from webapp.cli import reports_errors
-from webapp.config import default_max_running
+from webapp.config import settings
 from webapp.models import ROLES
 from webapp.services import accounts
 from webapp.services.account_schema import MAX_INTEGER, AccountError
@@ -35,7 +34,7 @@ def create_tenant(slug: str, name: str, time_zone: str) -> None:
 @reports_errors
 def list_tenants() -> None:
     """List tenants, one per line: slug, time zone, name, cap on running runs."""
-    default = default_max_running(current_app.config)
+    default = settings().SCHEDULER_MAX_RUNNING
     for tenant in accounts.list_tenants():
         cap = describe_cap(tenant.max_running, default)
         click.echo(f"{tenant.slug}\t{tenant.time_zone}\t{tenant.name}\tmax running {cap}")

@@ -8,7 +8,7 @@ from flask.cli import AppGroup
 
 from webapp.catalog.current import current_catalog
 from webapp.cli import reports_errors
-from webapp.config import args_limits
+from webapp.config import settings
 
 catalog_cli = AppGroup("catalog", help="The jobs that schedules may use.")
 
@@ -17,7 +17,7 @@ catalog_cli = AppGroup("catalog", help="The jobs that schedules may use.")
 @reports_errors
 def list_catalog() -> None:
     """List the jobs with their scope and parameters."""
-    max_arg, max_args = args_limits(current_app.config)
+    max_arg, max_args = settings().args_limits
     click.echo(
         f"Arguments: each text at most {max_arg} bytes (UTF-8), all of a schedule's together at "
         f"most {max_args} bytes as JSON (SCHEDULER_MAX_ARG_BYTES, SCHEDULER_MAX_ARGS_BYTES)."

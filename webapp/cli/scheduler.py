@@ -7,6 +7,7 @@ from flask import current_app
 from flask.cli import AppGroup
 
 from webapp.cli import reports_errors
+from webapp.config import settings
 
 scheduler_cli = AppGroup("scheduler", help="Run the scheduler worker.")
 
@@ -30,7 +31,7 @@ def worker_command(concurrency: int | None, burst: bool, pool: str) -> None:
 
     configure_worker_logging()  # in SCHEDULER_LOG_FORMAT
     app = current_app._get_current_object()  # type: ignore[attr-defined]
-    WorkerProcess(app, concurrency or app.config["SCHEDULER_CONCURRENCY"], burst, pool).run()
+    WorkerProcess(app, concurrency or settings(app).SCHEDULER_CONCURRENCY, burst, pool).run()
 
 
 @scheduler_cli.command("sync")
@@ -75,17 +76,16 @@ def health_command(max_heartbeat_age: int | None, as_json: bool) -> None:
 
     from sqlalchemy.exc import SQLAlchemyError
 
-    from webapp.config import overdue_grace
     from webapp.extensions import db
     from webapp.scheduler.claims import database_now
     from webapp.services import health
 
     session = db.session()
-    config = current_app.config
+    chosen = settings()
     checks = {"database": health.database_check(session)}
     if checks["database"].ok:
-        max_age = timedelta(seconds=max_heartbeat_age or 2 * int(config["SCHEDULER_LOCK_TTL"]))
-        grace = overdue_grace(config)
+        max_age = timedelta(seconds=max_heartbeat_age) if max_heartbeat_age else 2 * chosen.lock_ttl
+        grace = chosen.overdue_grace
         checks["migrations"] = health.migrations_check(
             session, current_app.extensions["migrate"].directory
         )

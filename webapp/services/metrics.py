@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import ColumnElement, Float, RowMapping, Select, and_, case, func, select
 from sqlalchemy.orm import Session
 
-from webapp.config import overdue_grace
+from webapp.config import Settings
 from webapp.models import (
     NOTIFICATION_STATUSES,
     RUN_STATUSES,
@@ -129,11 +129,11 @@ def age_seconds(now: datetime, since: datetime | None) -> float:
     return max((now - since).total_seconds(), 0.0) if since else 0.0
 
 
-def read_figures(session: Session, settings: Mapping[str, Any]) -> Figures:
+def read_figures(session: Session, settings: Settings) -> Figures:
     """Every figure, in a fixed number of bounded statements (see the module's docstring)."""
     started = time.perf_counter()
     now = database_now(session)
-    grace = overdue_grace(settings)
+    grace = settings.overdue_grace
     since = now - RECENT_WINDOW
 
     ready = (
@@ -164,7 +164,7 @@ def read_figures(session: Session, settings: Mapping[str, Any]) -> Figures:
         .limit(RECENT_WORKERS_LIMIT)
         .subquery()
     )
-    fresh_after = now - 2 * timedelta(seconds=float(settings["SCHEDULER_LOCK_TTL"]))
+    fresh_after = now - 2 * settings.lock_ttl
     alive = and_(workers.c.stopped_at.is_(None), workers.c.last_heartbeat_at >= fresh_after)
     stale = and_(
         workers.c.stopped_at.is_(None),
@@ -388,7 +388,7 @@ class FiguresCollector(Collector):
         yield from metric_families(self.figures)
 
 
-def exposition(session: Session, settings: Mapping[str, Any]) -> bytes:
+def exposition(session: Session, settings: Settings) -> bytes:
     """The Prometheus text format of the figures read now."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(FiguresCollector(read_figures(session, settings)))

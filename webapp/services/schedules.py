@@ -16,14 +16,13 @@ from datetime import date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from flask import current_app
 from sqlalchemy import Select, String, bindparam, func, insert, select
 from sqlalchemy.orm import Session
 
 from webapp import cron
 from webapp.catalog import JobSpec, UnknownJobError, args_path, size_errors
 from webapp.catalog.current import current_catalog
-from webapp.config import args_limits
+from webapp.config import settings
 from webapp.database import write_transaction
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule, Scope, Tenant
@@ -51,14 +50,14 @@ class Limits:
 
 
 def tenant_limits(tenant: Tenant) -> Limits:
-    config = current_app.config
+    chosen = settings()
     return Limits(
         max_schedules=tenant.max_schedules
         if tenant.max_schedules is not None
-        else config["SCHEDULER_MAX_SCHEDULES"],
+        else chosen.SCHEDULER_MAX_SCHEDULES,
         min_interval=tenant.min_interval_seconds
         if tenant.min_interval_seconds is not None
-        else config["SCHEDULER_MIN_INTERVAL"],
+        else chosen.SCHEDULER_MIN_INTERVAL,
     )
 
 
@@ -66,7 +65,7 @@ def tenant_rules(limits: Limits, now: datetime) -> ScheduleRules:
     """How a tenant's schedules are checked: the app's catalog and settings, the tenant's quota."""
     return ScheduleRules(
         catalog=current_catalog(),
-        settings=current_app.config,
+        settings=settings().job_settings(),
         now=now,
         min_interval=limits.min_interval,
     )
@@ -300,7 +299,7 @@ def runnable_job(schedule: Schedule) -> JobSpec:
     refused = spec.scope_problem(schedule.scope)
     if refused:
         raise ScheduleError({"job": refused})
-    too_large = size_errors(schedule.args, args_limits(current_app.config))
+    too_large = size_errors(schedule.args, settings().args_limits)
     if too_large:
         raise ScheduleError({args_path(path): message for path, message in too_large})
     return spec

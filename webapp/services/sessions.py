@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.orm import contains_eager
 
-from webapp.config import ConfigError
+from webapp.config import Settings
 from webapp.extensions import db
 from webapp.models import Membership, Tenant, User, UserSession
 
@@ -32,18 +30,10 @@ class Lifetimes:
     absolute: timedelta
 
     @classmethod
-    def of(cls, config: Mapping[str, Any]) -> Lifetimes:
-        """The lifetimes the app is configured with; ConfigError unless both are positive."""
-        seconds = {
-            name: config[name]
-            for name in ("SCHEDULER_SESSION_IDLE_TIMEOUT", "SCHEDULER_SESSION_MAX_AGE")
-        }
-        for name, value in seconds.items():
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"{name}={value!r} must be a positive number of seconds")
+    def of(cls, settings: Settings) -> Lifetimes:
         return cls(
-            idle=timedelta(seconds=seconds["SCHEDULER_SESSION_IDLE_TIMEOUT"]),
-            absolute=timedelta(seconds=seconds["SCHEDULER_SESSION_MAX_AGE"]),
+            idle=timedelta(seconds=settings.SCHEDULER_SESSION_IDLE_TIMEOUT),
+            absolute=timedelta(seconds=settings.SCHEDULER_SESSION_MAX_AGE),
         )
 
 

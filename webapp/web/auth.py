@@ -8,7 +8,6 @@ from urllib.parse import urlsplit
 
 from flask import (
     Blueprint,
-    current_app,
     flash,
     redirect,
     render_template,
@@ -24,6 +23,7 @@ from werkzeug.wrappers import Response
 from wtforms import EmailField, PasswordField
 from wtforms.validators import DataRequired
 
+from webapp.config import settings
 from webapp.database import utcnow, write_transaction
 from webapp.extensions import db
 from webapp.models import User
@@ -46,7 +46,7 @@ class LoginForm(FlaskForm):
 
 
 def lifetimes() -> sessions.Lifetimes:
-    return sessions.Lifetimes.of(current_app.config)
+    return sessions.Lifetimes.of(settings())
 
 
 def load_user(token: str) -> User | None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import hmac
 
-from flask import Blueprint, abort, after_this_request, current_app, request, session
+from flask import Blueprint, abort, after_this_request, request, session
 from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.wrappers import Response
 
+from webapp.config import settings
 from webapp.extensions import db
 from webapp.services.metrics import exposition
 
@@ -17,7 +18,7 @@ PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
 def holds_the_token() -> bool:
     """`Authorization: Bearer TOKEN` with the configured token, compared in constant time."""
-    expected = current_app.config.get("SCHEDULER_METRICS_TOKEN") or ""
+    expected = settings().SCHEDULER_METRICS_TOKEN
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     if not expected or scheme.lower() != "bearer":
         return False
@@ -38,7 +39,7 @@ def scrape() -> Response:
         after_this_request(keep_no_session)
         abort(404)
     try:
-        body = exposition(db.session(), current_app.config)
+        body = exposition(db.session(), settings())
     except SQLAlchemyError:
         # Prometheus records the failed scrape (up == 0); the reason is in /healthz.
         db.session.rollback()

@@ -9,7 +9,7 @@ from flask import Blueprint, current_app, request, url_for
 from flask_login import login_required
 from werkzeug.wrappers import Response
 
-from webapp.config import default_max_running
+from webapp.config import settings
 from webapp.models import MAX_NOTIFY_EMAILS, MAX_URL
 from webapp.services import notifications
 from webapp.web import tenancy
@@ -39,7 +39,7 @@ def page(status: int = 200, **context: Any) -> Response:
         tenant=tenant,
         max_running=tenant.max_running
         if tenant.max_running is not None
-        else default_max_running(current_app.config),
+        else settings().SCHEDULER_MAX_RUNNING,
         **{"errors": {}, "form": form, **context},
     )
 

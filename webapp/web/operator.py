@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from flask import Blueprint, abort, current_app, flash, redirect, request, url_for
+from flask import Blueprint, abort, flash, redirect, request, url_for
 from flask_login import login_required
 from werkzeug.wrappers import Response
 
-from webapp.config import default_max_running, overdue_grace
+from webapp.config import settings
 from webapp.extensions import db
 from webapp.services import operations
 from webapp.web import tenancy
@@ -22,18 +22,18 @@ bp.before_request(tenancy.require_operator)
 
 
 def lock_ttl() -> timedelta:
-    return timedelta(seconds=float(current_app.config["SCHEDULER_LOCK_TTL"]))
+    return settings().lock_ttl
 
 
 @bp.get("")
 def tenants() -> Response:
     """Every tenant with its schedules, recent failures and what is overdue."""
-    grace = overdue_grace(current_app.config)
+    grace = settings().overdue_grace
     return page_or_partial(
         "operator/tenants.html",
         "operator/_tenants.html",
         tenants=operations.tenant_health(
-            operations.database_now(), grace, default_max_running(current_app.config)
+            operations.database_now(), grace, settings().SCHEDULER_MAX_RUNNING
         ),
         grace_minutes=round(grace.total_seconds() / 60),
     )

@@ -39,7 +39,7 @@ from werkzeug.wrappers import Response
 
 from webapp import cron
 from webapp.catalog.current import current_catalog
-from webapp.config import overdue_grace
+from webapp.config import settings
 from webapp.database import UTCDateTime, contains_text, like_pattern, utcnow
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule
@@ -217,7 +217,7 @@ def overdue_badge(schedule: Schedule) -> Markup:
     """The "Overdue" badge of a schedule no tick has dispatched within the grace (empty when
     it is not overdue), computed now from the schedule: it must show when no worker is alive."""
     now = moment_settings()[1]
-    if schedule_late_by(schedule, now, overdue_grace(current_app.config)) is None:
+    if schedule_late_by(schedule, now, settings().overdue_grace) is None:
         return Markup("")
     return Markup(
         '<span class="badge badge-overdue" id="{}">Overdue: due {}, not dispatched</span>'
