@@ -15,14 +15,17 @@ from sqlalchemy import func, select
 from tests.conftest import World
 from tests.panel_helpers import Panel, echo_schedule
 from tests.scheduler_helpers import get_run
-from tests.worker_support import Workers, wait_for
+from tests.worker_support import Workers, one_at_a_time, wait_for
 from webapp.database import write_transaction
 from webapp.extensions import db
 from webapp.models import Run, Worker
 from webapp.scheduler.local_wakeup import WakeSocket, wake_directory
 from webapp.scheduler.wakeup import notify_workers
 
-pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+pytestmark = [
+    pytest.mark.parametrize("database_url", ["sqlite"], indirect=True),
+    one_at_a_time,
+]
 
 SLOW_POLL = {"SCHEDULER_POLL_INTERVAL": "30"}
 # Well inside the 30 s poll and the 20 s lease renewal that would otherwise end the sleep.
