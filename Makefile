@@ -39,8 +39,13 @@ run: $(VENV)/.runtime instance/config.py
 	$(FLASK) demo
 	$(FLASK) serve --host $(HOST) --port $(PORT)
 
+# In 4 processes (pytest-xdist; each with its own PostgreSQL cluster, Redis and temp folders):
+# many tests wait on worker processes or a browser, so 2 CPUs keep more than 2 busy. loadgroup:
+# the files marked xdist_group run on one process (tests/worker_support.py, one_at_a_time).
+TEST_PROCESSES ?= 4
+
 test: $(VENV)/.dev
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadgroup
 
 bench: $(VENV)/.dev
 	$(BIN)/python -m bench.all

@@ -76,6 +76,9 @@ def find_bindir() -> str:
 
 
 def free_port() -> int:
+    """A port nothing listens on now, chosen by the kernel at random: the tests' servers (and
+    those of parallel test processes, pytest -n) each take their own. Another process may take
+    it before the server binds it: servers that last the session retry with another."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
@@ -93,7 +96,7 @@ def start_cluster(durable: bool = False) -> Cluster:
     directory = tempfile.mkdtemp(prefix="scheduler-pg-")
     if os.geteuid() == 0:
         shutil.chown(directory, "postgres", "postgres")
-    cluster = Cluster(directory=directory, port=free_port(), bindir=bindir)
+    cluster = Cluster(directory=directory, port=0, bindir=bindir)
     init = run_as_owner(
         [
             f"{bindir}/initdb",
@@ -110,15 +113,23 @@ def start_cluster(durable: bool = False) -> Cluster:
     )
     if init.returncode != 0:
         raise ClusterUnavailable(f"initdb failed: {init.stderr.strip()}")
-    settings = [
-        f"-p {cluster.port}",
-        f"-k {directory}",
-        "-c listen_addresses=127.0.0.1",
-        "-c max_connections=200",
-        "-c shared_buffers=256MB",
-    ]
-    if not durable:
-        settings += ["-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off"]
-    cluster.options = " ".join(settings)
-    cluster.start_server()
-    return cluster
+    tries = 3  # another process may take the free port before the server binds it
+    while True:
+        tries -= 1
+        cluster.port = free_port()
+        settings = [
+            f"-p {cluster.port}",
+            f"-k {directory}",
+            "-c listen_addresses=127.0.0.1",
+            "-c max_connections=200",
+            "-c shared_buffers=256MB",
+        ]
+        if not durable:
+            settings += ["-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off"]
+        cluster.options = " ".join(settings)
+        try:
+            cluster.start_server()
+            return cluster
+        except ClusterUnavailable:
+            if not tries:
+                raise

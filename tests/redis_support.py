@@ -52,14 +52,16 @@ class RedisServer:
         )
         log.close()
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and self.process.poll() is None:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as probe:
-                    probe.sendall(b"PING\r\n")
-                    if probe.recv(16).startswith(b"+PONG"):
+                    # Ours, not another test process's server on this port: its folder.
+                    probe.sendall(b"CONFIG GET dir\r\n")
+                    if os.path.realpath(self.directory).encode() in probe.recv(4096):
                         return
             except OSError:
-                time.sleep(0.05)
+                pass
+            time.sleep(0.05)
         raise RuntimeError(f"redis-server did not start on port {self.port}")
 
     def stop(self) -> None:
@@ -85,7 +87,11 @@ def redis_server() -> Iterator[RedisServer]:
             pytest.fail("CI=true needs redis-server (Debian package redis-server)")
         pytest.skip("redis-server is not installed")
     server = RedisServer(binary)
-    server.start()
+    try:
+        server.start()
+    except RuntimeError:  # the free port was taken meanwhile (pg_cluster.free_port)
+        server.port = free_port()
+        server.start()
     try:
         yield server
     finally:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from email import message_from_bytes, policy
@@ -11,6 +10,8 @@ from typing import Any
 
 import pytest
 from aiosmtpd.controller import Controller
+
+from tests.pg_cluster import free_port
 
 
 @dataclass
@@ -48,13 +49,6 @@ class Collector:
         assert isinstance(parsed, EmailMessage)
         self.server.messages.append(Received(envelope.mail_from, list(envelope.rcpt_tos), parsed))
         return "250 Message accepted for delivery"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @pytest.fixture

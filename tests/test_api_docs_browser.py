@@ -11,7 +11,8 @@ import pytest
 
 from tests.browser_support import LiveServer, PageErrors, chromium_browser, live_server
 
-pytestmark = pytest.mark.browser
+# One test process for the file (pytest -n): its module fixtures are set up once.
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("api-docs-browser")]
 
 # Registered before any of the page's scripts run (through the DevTools protocol, which the CSP
 # does not govern): every `securitypolicyviolation` event of the page, refused or reported.

@@ -26,12 +26,12 @@ from tests.conftest import World, migrated_app, require_postgres, run_migrations
 from tests.pg_cluster import Cluster, ClusterUnavailable, start_cluster
 from tests.probe_jobs import concurrent_copies, executions
 from tests.scheduler_helpers import get_run
-from tests.worker_support import Workers, postgresql_only, wait_for
+from tests.worker_support import Workers, one_at_a_time, postgresql_only, wait_for
 from webapp.extensions import db
 from webapp.models import Run, Tenant
 from webapp.scheduler.claims import LOST_ERROR
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, one_at_a_time]
 TTL = 3  # seconds: SCHEDULER_LOCK_TTL of the workers here
 START = datetime(2026, 1, 1, tzinfo=UTC)
 

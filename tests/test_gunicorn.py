@@ -56,6 +56,9 @@ def gunicorn(database_url: str, instance: Path) -> Iterator[tuple[str, subproces
         "SCHEDULER_INSTANCE_PATH": str(instance),
         "SCHEDULER_BIND": f"127.0.0.1:{port}",
         "WEB_CONCURRENCY": "2",
+        # gunicorn's control socket, in $HOME/.gunicorn/ by default: one of this test's own, or
+        # two tests at once (pytest -n) would take each other's.
+        "XDG_RUNTIME_DIR": str(instance),
     }
     with log.open("wb") as output:
         server = subprocess.Popen(
@@ -103,6 +106,7 @@ class Browser:
             return answer.geturl(), answer.read().decode()
 
 
+@pytest.mark.slow
 def test_the_panel_serves_a_login_a_create_and_a_run_now_under_gunicorn(
     app: Flask, world: World, database_url: str, tmp_path: Path
 ) -> None:

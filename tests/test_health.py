@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from flask.testing import FlaskCliRunner
 from flask_migrate import downgrade
 
 from tests.conftest import World, migrated_app
+from tests.pg_cluster import free_port
 from tests.scheduler_helpers import add_schedule
 from webapp.extensions import db
 from webapp.models import Worker
@@ -27,12 +27,6 @@ REVISIONS = sorted(
 HEAD, PREVIOUS = REVISIONS[-1], REVISIONS[-2]
 
 
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 def unreachable_app(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> Flask:
     """An app whose database cannot be reached: a SQLite file in a folder that does not exist,
@@ -40,7 +34,7 @@ def unreachable_app(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) 
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path}/missing-folder/{PASSWORD}.db"
     else:
-        url = f"postgresql+psycopg://scheduler:{PASSWORD}@127.0.0.1:{closed_port()}/scheduler"
+        url = f"postgresql+psycopg://scheduler:{PASSWORD}@127.0.0.1:{free_port()}/scheduler"
     return migrated_app(url)
 
 

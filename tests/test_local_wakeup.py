@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 from tests.conftest import World
 from tests.panel_helpers import Panel, echo_schedule
 from tests.scheduler_helpers import get_run
-from tests.worker_support import Workers, wait_for
+from tests.worker_support import Workers, one_at_a_time, wait_for
 from webapp.database import utcnow, write_transaction
 from webapp.extensions import db
 from webapp.models import Run, Worker
@@ -27,7 +27,10 @@ from webapp.services.defaults import sync_defaults
 from webapp.services.schedules import ScheduleInput, create_schedule
 from webapp.services.transfer import import_schedules
 
-pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+pytestmark = [
+    pytest.mark.parametrize("database_url", ["sqlite"], indirect=True),
+    one_at_a_time,
+]
 
 SLOW_POLL = {"SCHEDULER_POLL_INTERVAL": "30"}
 # Well inside the 30 s poll and the 20 s lease renewal that would otherwise end the sleep.

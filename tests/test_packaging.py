@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import subprocess
 import sys
+import tomllib
+from importlib.metadata import packages_distributions
 from pathlib import Path
 
 import pytest
@@ -36,3 +40,38 @@ def test_an_editable_install_prints_no_warning_and_ships_the_console_script(
     # The checkout is what gets imported: templates/ and static/ are found beside webapp/.
     (pth,) = tmp_path.glob("lib/python*/site-packages/__editable__.webapp-*.pth")
     assert pth.read_text().split() == [str(ROOT)]
+
+
+def imported_roots(folder: Path) -> set[str]:
+    """The top-level names that the modules under `folder` import absolutely."""
+    roots = set()
+    for path in folder.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                roots |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                roots.add(node.module.split(".")[0])
+    return roots
+
+
+def test_every_distribution_the_code_imports_is_declared() -> None:
+    # A name imported only through another package's dependency (Flask-WTF's WTForms) breaks
+    # the day that package drops it: what the code imports, pyproject.toml declares.
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = [*project["dependencies"]]
+    for extra in project["optional-dependencies"].values():
+        requirements += extra  # Celery: imported only when SCHEDULER_EXECUTOR=celery
+    declared = {canonical(re.split(r"[\[<>=~ ;]", item, maxsplit=1)[0]) for item in requirements}
+    distributions = packages_distributions()
+    imported = imported_roots(ROOT / "webapp") | imported_roots(ROOT / "migrations")
+    third_party = sorted(imported - set(sys.stdlib_module_names) - {"webapp"})
+    undeclared = {
+        root: distributions.get(root)
+        for root in third_party
+        if not {canonical(name) for name in distributions.get(root, [])} & declared
+    }
+    assert undeclared == {}
+
+
+def canonical(distribution: str) -> str:
+    return re.sub(r"[-_.]+", "-", distribution).lower()

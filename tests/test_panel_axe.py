@@ -14,7 +14,8 @@ import pytest
 from tests.browser_support import chromium_browser, log_in
 from tests.panel_pages import ADMIN, NO_TENANT, WIDTHS, DemoPages, demo_pages
 
-pytestmark = pytest.mark.browser
+# One test process for the file (pytest -n): its module fixtures are set up once.
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("panel-axe")]
 
 AXE = Path(__file__).resolve().parent / "vendor/axe-core/axe.min.js"
 SEVERE = ("serious", "critical")

@@ -12,7 +12,8 @@ import pytest
 from tests.browser_support import PageErrors, chromium_browser, log_in
 from tests.panel_pages import ADMIN, NO_TENANT, WIDTHS, DemoPages, demo_pages
 
-pytestmark = pytest.mark.browser
+# One test process for the file (pytest -n): its module fixtures are set up once.
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("panel-phone")]
 
 # The controls outside the viewport's width, the page's own horizontal overflow excepted: a
 # control inside a region that scrolls sideways on its own (a wide table) is reached by

@@ -78,6 +78,7 @@ def flask(code: Path, url: str, *args: str) -> None:
     )
 
 
+@pytest.mark.slow
 def test_a_worker_of_the_previous_release_keeps_firing_while_the_migration_runs(
     empty_url: str, tmp_path: Path
 ) -> None:

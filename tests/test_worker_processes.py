@@ -17,13 +17,13 @@ from sqlalchemy import func, select
 
 from tests.conftest import World
 from tests.scheduler_helpers import add_run, get_run
-from tests.worker_support import Workers, postgresql_only, wait_for
+from tests.worker_support import Workers, one_at_a_time, postgresql_only, wait_for
 from webapp.extensions import db
 from webapp.models import Run, Schedule, Worker
 from webapp.services.audit import Actor
 from webapp.services.transfer import import_schedules
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, one_at_a_time]
 
 
 def test_workers_in_burst_fire_every_due_schedule_exactly_once(

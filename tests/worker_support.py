@@ -17,6 +17,10 @@ from webapp.extensions import db
 PROJECT = Path(__file__).resolve().parent.parent
 # For what only PostgreSQL has: LISTEN/NOTIFY, terminating a backend, stopping the server.
 postgresql_only = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+# Tests whose worker processes race leases of a few seconds (kill -9, SIGSTOP, a wake-up within a
+# bound): under `make test` (pytest -n, --dist loadgroup) the files marked so run on one test
+# process, one test at a time, so that two of them never starve each other's workers of the CPU.
+one_at_a_time = pytest.mark.xdist_group("real-workers")
 
 
 class Workers:
