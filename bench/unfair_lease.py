@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from webapp.catalog import Catalog
 from webapp.database import utcnow
 from webapp.models import Run
-from webapp.scheduler import claims
+from webapp.scheduler import runs
 
 catalog = Catalog()  # no jobs: SCHEDULER_JOB_MODULES asks every module for one
 
@@ -36,15 +36,15 @@ def unfair_lease_query(now: Any, limit: Any, skip_locked: bool) -> Any:
 def unfair_statements() -> tuple[Any, Any]:
     """The project's lease UPDATE (its SET and RETURNING as they are now) over the old
     candidates: (with the database clock, with :now)."""
-    fair = claims.lease_query
-    claims.lease_query = unfair_lease_query
+    fair = runs.lease_query
+    runs.lease_query = unfair_lease_query
     try:
         return (
-            claims.lease_statement(skip_locked=True, database_clock=True),
-            claims.lease_statement(skip_locked=True),
+            runs.lease_statement(skip_locked=True, database_clock=True),
+            runs.lease_statement(skip_locked=True),
         )
     finally:
-        claims.lease_query = fair
+        runs.lease_query = fair
 
 
 BY_DATABASE_CLOCK, WITH_NOW = unfair_statements()
@@ -59,8 +59,8 @@ def lease_runs(
     max_running: int | None = None,
     start_new: int = 0,
 ) -> Sequence[Row[Any]]:
-    """claims.lease_runs as it was (PostgreSQL only; no cap; it marks no start: the caller's
-    claims.mark_started does)."""
+    """runs.lease_runs as it was (PostgreSQL only; no cap; it marks no start: the caller's
+    runs.mark_started does)."""
     parameters: dict[str, Any] = {"limit": limit, "worker_id": worker_id}
     if now is None:
         parameters["lock_ttl"] = lock_ttl
@@ -70,4 +70,4 @@ def lease_runs(
     return session.connection().execute(WITH_NOW, parameters).all()
 
 
-claims.lease_runs = lease_runs  # type: ignore[assignment]
+runs.lease_runs = lease_runs  # type: ignore[assignment]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,60 @@ def test_the_architecture_page_names_every_module() -> None:
             if path.stem != "__init__" and f"`{path.stem}`" not in row
         ]
         assert not missing, f"docs/architecture.md does not name {package.name}: {missing}"
+
+
+# The one module that inserts and updates runs (docs/architecture.md, "A run's states").
+RUN_LIFECYCLE = PACKAGE / "scheduler" / "runs.py"
+WRITES_RUNS_SQL = re.compile(r"\b(INSERT\s+INTO|UPDATE)\s+runs\b", re.IGNORECASE)
+INSERTS_AND_UPDATES = {"insert", "update", "sqlite_insert", "postgresql_insert", "pg_insert"}
+
+
+def run_writes(path: Path) -> list[str]:
+    """Where the module writes `runs`: insert(Run) or update(Run) (of the model or its table,
+    under any name it is imported as), Run(...) (an ORM row to add), Run.__table__.insert(),
+    or SQL text that inserts into or updates runs."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = {"Run"} | {
+        alias.asname
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "webapp.models"
+        for alias in node.names
+        if alias.name == "Run" and alias.asname
+    }
+
+    def is_run(node: ast.expr) -> bool:
+        if isinstance(node, ast.Attribute) and node.attr == "__table__":
+            node = node.value
+        return isinstance(node, ast.Name) and node.id in names
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            function = node.func
+            called = function.attr if isinstance(function, ast.Attribute) else None
+            if isinstance(function, ast.Name):
+                called = function.id
+            if called in INSERTS_AND_UPDATES and node.args and is_run(node.args[0]):
+                found.append(f"line {node.lineno}: {called}(Run)")
+            elif is_run(function):
+                found.append(f"line {node.lineno}: Run(...)")
+            elif (
+                isinstance(function, ast.Attribute)
+                and function.attr in ("insert", "update")
+                and is_run(function.value)
+            ):
+                found.append(f"line {node.lineno}: Run.__table__.{function.attr}()")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if WRITES_RUNS_SQL.search(node.value):
+                found.append(f"line {node.lineno}: SQL that writes runs")
+    return found
+
+
+def test_only_the_run_lifecycle_module_writes_runs() -> None:
+    assert run_writes(RUN_LIFECYCLE), "the check finds nothing even where runs are written"
+    writers = {
+        str(path.relative_to(PACKAGE)): found
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path != RUN_LIFECYCLE and (found := run_writes(path))
+    }
+    assert not writers, f"only webapp/scheduler/runs.py may insert or update runs: {writers}"

@@ -31,6 +31,7 @@ from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
+from webapp.database import among_ids, is_postgresql
 from webapp.models import (
     Notification,
     NotificationChannel,
@@ -81,7 +82,7 @@ def recovery_statement(postgresql: bool) -> Any:
     UPDATE, a placeholder per id) cost the worker more than running it."""
     return (
         update(Schedule)
-        .where(claims.among_ids(Schedule.id, postgresql), Schedule.consecutive_failures > 0)
+        .where(among_ids(Schedule.id, postgresql), Schedule.consecutive_failures > 0)
         .values(consecutive_failures=0)
         .returning(Schedule.id)
     )
@@ -116,7 +117,7 @@ def record_finished_runs(
         if all(attempt.succeeded for attempt in attempts)
     )
     if only_successes:
-        statement = RECOVER[claims.is_postgresql(session)]
+        statement = RECOVER[is_postgresql(session)]
         recovered = session.connection().execute(statement, {"ids": only_successes}).scalars()
         for schedule_id in sorted(recovered):
             first_success = sequences[schedule_id][0]
@@ -307,7 +308,7 @@ def insert_notifications(session: Session, rows: list[dict[str, Any]]) -> int:
     """One INSERT; a row whose idempotency key is already written is skipped."""
     if not rows:
         return 0
-    insert = postgresql_insert if claims.is_postgresql(session) else sqlite_insert
+    insert = postgresql_insert if is_postgresql(session) else sqlite_insert
     statement = (
         insert(Notification)
         .on_conflict_do_nothing(index_elements=["idempotency_key"])
