@@ -254,9 +254,9 @@ def deep_queue(server: Server, database: str) -> list[dict[str, Any]]:
         compiled = statement.compile(dialect=dialect)
         return str(compiled), dict(compiled.params)
 
-    window_sql, window_constants = sql(lease_query.LEASE_WINDOW_BY_DATABASE_CLOCK)
-    fair_sql, fair_constants = sql(runs.LEASE_BY_DATABASE_CLOCK)
-    unfair_sql, unfair_constants = sql(unfair_lease.BY_DATABASE_CLOCK)
+    window_sql, window_constants = sql(lease_query.LEASE_WINDOW)
+    fair_sql, fair_constants = sql(runs.LEASE_POSTGRESQL)
+    unfair_sql, unfair_constants = sql(unfair_lease.UNFAIR_LEASE)
     rows = []
     with connect(server, database) as connection:
         connection.execute("DELETE FROM runs")

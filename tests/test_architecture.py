@@ -159,3 +159,59 @@ def test_only_the_run_lifecycle_module_writes_runs() -> None:
         if path != RUN_LIFECYCLE and (found := run_writes(path))
     }
     assert not writers, f"only webapp/scheduler/runs.py may insert or update runs: {writers}"
+
+
+# The modules that lock rows (docs/architecture.md, "Rules that live in one place"): each lock
+# is a statement of its own, named where it is taken.
+LOCKING_MODULES = {
+    "scheduler/claims.py",  # the tick's claim of due schedules; a change waiting for a tick
+    "scheduler/lease_query.py",  # the lease's queued runs, its capped tenants
+    "scheduler/watchdog.py",  # overdue schedules flagged and cleared
+    "scheduler/notify.py",  # the failure counts of schedules
+    "scheduler/outbox.py",  # the outbox's lease
+    "services/schedules.py",  # the tenant row, while its schedule quota is counted
+    "web/login_limiter.py",  # an advisory lock per account
+}
+LOCKING_SQL = re.compile(r"FOR (NO KEY )?UPDATE|FOR (KEY )?SHARE|SKIP LOCKED|pg_advisory")
+
+
+def row_locks(path: Path) -> list[str]:
+    """Where the module locks rows: with_for_update(...), skip_locked=True, or SQL text that
+    locks (docstrings and comments aside)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Attribute) and node.func.attr == "with_for_update":
+                found.append(f"line {node.lineno}: with_for_update")
+            for keyword in node.keywords:
+                value = keyword.value
+                if keyword.arg == "skip_locked" and not (
+                    isinstance(value, ast.Constant) and value.value is False
+                ):
+                    found.append(f"line {node.lineno}: skip_locked")
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in docstrings
+            and LOCKING_SQL.search(node.value)
+        ):
+            found.append(f"line {node.lineno}: SQL that locks")
+    return found
+
+
+def test_only_the_modules_that_lock_rows_lock_them() -> None:
+    found = {
+        str(path.relative_to(PACKAGE)): row_locks(path) for path in sorted(PACKAGE.rglob("*.py"))
+    }
+    lockers = {name for name, locks in found.items() if locks}
+    assert lockers - LOCKING_MODULES == set(), {name: found[name] for name in lockers}
+    assert LOCKING_MODULES - lockers == set(), "listed as locking rows, and locks none"
+    page = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rule = page.split("- **Locking SQL**")[1].split("\n- **")[0]
+    assert all(f"`webapp/{name}`" in rule for name in LOCKING_MODULES), rule

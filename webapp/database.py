@@ -28,7 +28,8 @@ from sqlalchemy.engine import Dialect, Engine
 from sqlalchemy.orm import Session, scoped_session
 from sqlalchemy.types import TypeDecorator
 
-SQLITE_BUSY_TIMEOUT_MS = 10_000
+# How long a SQLite writer waits for the write lock before "database is locked": 10 s.
+BUSY_TIMEOUT = "PRAGMA busy_timeout=10000"
 IMMEDIATE = "sqlite_begin_immediate"
 
 
@@ -86,7 +87,7 @@ def install_engine_hooks(engine: Engine) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute(BUSY_TIMEOUT)
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.close()
@@ -135,6 +136,16 @@ def database_now(session: Session) -> datetime:
         moment: datetime = session.connection().execute(CLOCK).scalar_one()
         return moment.astimezone(UTC)
     return utcnow()
+
+
+def now_or_database_clock() -> Any:
+    """PostgreSQL: the parameter :now, or when it is NULL the statement's start on the
+    database's clock (the one reapers compare leases with; a worker with a skewed clock cannot
+    fire early), read in the statement itself: no round trip of its own. Stable within the
+    statement, so an index still bounds a scan with it."""
+    return func.coalesce(
+        bindparam("now", type_=UTCDateTime), func.statement_timestamp(type_=UTCDateTime)
+    )
 
 
 def among_ids(column: Any, postgresql: bool) -> Any:

@@ -1,5 +1,5 @@
-"""Claims of due schedules for the tick, and the other statements that lock schedules and
-notifications: the overdue watchdog's, the failure counts', the outbox's lease.
+"""The tick's statements on schedules: claim the due ones, advance them; and the questions it
+and an idle worker ask (an unfinished run, the next fire, a run that may start).
 
 PostgreSQL claims rows with `FOR UPDATE SKIP LOCKED`, so that several workers take disjoint
 batches at once. SQLite has one writer at a time: the caller's `BEGIN IMMEDIATE` transaction
@@ -8,7 +8,7 @@ batches at once. SQLite has one writer at a time: the caller's `BEGIN IMMEDIATE`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -17,9 +17,7 @@ from sqlalchemy import (
     Interval,
     Select,
     bindparam,
-    false,
     func,
-    not_,
     or_,
     select,
     update,
@@ -32,9 +30,10 @@ from webapp.database import (
     is_postgresql,
     json_records,
     json_rows,
+    now_or_database_clock,
     utcnow,
 )
-from webapp.models import Notification, Schedule, Tenant, schedule_overdue
+from webapp.models import UNFINISHED_STATUSES, Run, Schedule, Tenant
 
 DUE_COLUMNS = (
     Schedule.id,
@@ -78,16 +77,14 @@ DUE = due_schedules_query(
     bindparam("horizon", type_=UTCDateTime),
     bindparam("limit", type_=Integer),
 )
-DUE_SKIP_LOCKED = DUE.with_for_update(of=Schedule, skip_locked=True)
-# The same, reading PostgreSQL's clock in the claim itself (one round trip less per tick).
-# statement_timestamp() is stable within the statement, so the index still bounds the scan.
-DUE_BY_DATABASE_CLOCK = (
+# PostgreSQL's: :now, or the database's clock when it is NULL (one round trip less per tick),
+# and the instant claimed at returned; the rows locked, skipping those another tick holds.
+CLAIM_NOW = now_or_database_clock()
+DUE_POSTGRESQL = (
     due_schedules_query(
-        func.statement_timestamp(),
-        func.statement_timestamp() + bindparam("ahead", type_=Interval),
-        bindparam("limit", type_=Integer),
+        CLAIM_NOW, CLAIM_NOW + bindparam("ahead", type_=Interval), bindparam("limit", type_=Integer)
     )
-    .add_columns(func.statement_timestamp(type_=UTCDateTime).label("claimed_at"))
+    .add_columns(CLAIM_NOW.label("claimed_at"))
     .with_for_update(of=Schedule, skip_locked=True)
 )
 
@@ -109,12 +106,9 @@ def lock_schedules(session: Session, schedule_ids: Sequence[int]) -> None:
 def claim_due_postgresql(
     session: Session, now: datetime | None, limit: int, ahead: timedelta
 ) -> tuple[datetime | None, Sequence[Row[Any]]]:
-    connection = session.connection()
-    if now is None:
-        rows = connection.execute(DUE_BY_DATABASE_CLOCK, {"ahead": ahead, "limit": limit}).all()
-        return (rows[0].claimed_at if rows else None), rows
-    bounds = {"now": now, "horizon": now + ahead, "limit": limit}
-    return now, connection.execute(DUE_SKIP_LOCKED, bounds).all()
+    bounds = {"now": now, "ahead": ahead, "limit": limit}
+    rows = session.connection().execute(DUE_POSTGRESQL, bounds).all()
+    return (rows[0].claimed_at if rows else now), rows
 
 
 def claim_due_sqlite(
@@ -178,156 +172,21 @@ def earliest_next_run(session: Session) -> datetime | None:
     return earliest
 
 
-# --- the overdue watchdog (webapp.scheduler.watchdog) -------------------------------------------
-
-
-def flag_overdue_schedules(
-    session: Session, now: datetime, grace: timedelta, limit: int
-) -> Sequence[Row[int, int | None, datetime | None]]:
-    """Sets overdue_since = now on up to `limit` overdue schedules not yet flagged, oldest fire
-    time first; returns (id, tenant_id, next_run_at) of those this statement flipped.
-
-    The condition is part of the UPDATE, so of several workers only one flips (and reports)
-    a row: PostgreSQL skips rows another transaction holds (a tick firing them, another
-    watchdog) and re-checks the condition on rows committed meanwhile; SQLite has one writer.
-    """
-    candidates = (
-        select(Schedule.id)
-        .where(schedule_overdue(now, grace), Schedule.overdue_since.is_(None))
-        .order_by(Schedule.next_run_at, Schedule.id)
-        .limit(limit)
-    )
-    if is_postgresql(session):
-        candidates = candidates.with_for_update(of=Schedule, skip_locked=True)
-    # Materialized: as a subquery, PostgreSQL may run it again for each row it updates (a
-    # nested loop), skipping the rows this statement has just changed, so the LIMIT would not
-    # bound it.
-    chosen = candidates.cte("overdue_candidates").prefix_with("MATERIALIZED")
-    statement = (
-        update(Schedule)
-        .where(Schedule.id.in_(select(chosen.c.id)), Schedule.overdue_since.is_(None))
-        .values(overdue_since=now)
-        .returning(Schedule.id, Schedule.tenant_id, Schedule.next_run_at)
-        .execution_options(synchronize_session=False)
-    )
-    return session.execute(statement).all()
-
-
-def clear_recovered_schedules(
-    session: Session, now: datetime, grace: timedelta, limit: int
-) -> Sequence[Row[int, int | None, datetime | None]]:
-    """Clears overdue_since on up to `limit` flagged schedules that are no longer overdue
-    (fired since, paused); returns (id, tenant_id, overdue_since) as they were flagged.
-
-    Selected with their lock first, then updated: the caller needs overdue_since from before
-    the update, which RETURNING cannot give on SQLite.
-    """
-    # NULL (an active schedule without next_run_at) counts as not overdue.
-    still_overdue = func.coalesce(schedule_overdue(now, grace), false())
+def schedules_with_unfinished_runs(session: Session, schedule_ids: Iterable[int]) -> set[int]:
+    """Those of the schedules that have a run queued or running: the overlap policy's question,
+    asked by the tick and by Run now."""
+    ids = list(schedule_ids)
+    if not ids:
+        return set()
     query = (
-        select(Schedule.id, Schedule.tenant_id, Schedule.overdue_since)
-        .where(Schedule.overdue_since.is_not(None), not_(still_overdue))
-        # In ix_schedules_overdue's order (flagged schedules only): by id, SQLite walked
-        # every schedule in the table's order rather than sort the few flagged ones.
-        .order_by(Schedule.overdue_since, Schedule.id)
-        .limit(limit)
+        select(Run.schedule_id)
+        .where(Run.schedule_id.in_(ids), Run.status.in_(UNFINISHED_STATUSES))
+        .distinct()
     )
-    if is_postgresql(session):
-        query = query.with_for_update(of=Schedule, skip_locked=True)
-    rows = session.execute(query).all()
-    if rows:
-        session.execute(
-            update(Schedule)
-            .where(Schedule.id.in_([row.id for row in rows]))
-            .values(overdue_since=None)
-            .execution_options(synchronize_session=False)
-        )
-    return rows
+    return {schedule_id for schedule_id in session.scalars(query) if schedule_id is not None}
 
 
-def lock_failure_counts(session: Session, schedule_ids: list[int]) -> Sequence[Any]:
-    """The failure counts of these schedules, locked for the caller's transaction (in id order,
-    so that two workers storing outcomes never wait on each other in a circle): the count goes
-    on from what the last transaction wrote. SQLite: the write transaction is the lock."""
-    if not schedule_ids:
-        return []
-    query = (
-        select(
-            Schedule.id,
-            Schedule.consecutive_failures,
-            Schedule.pause_after_failures,
-            Schedule.active,
-        )
-        .where(Schedule.id.in_(schedule_ids))
-        .order_by(Schedule.id)
-    )
-    if is_postgresql(session):
-        query = query.with_for_update(of=Schedule)
-    return session.execute(query).all()
-
-
-def notification_lease_statement(skip_locked: bool) -> Any:
-    """The outbox's lease: pending rows that are due and not held by a live lease get this
-    worker, a lease and one more attempt; built once per dialect. A row stays `pending` while
-    it is sent, so that the lease of a worker that died runs out and another worker sends it."""
-    now = bindparam("now", type_=UTCDateTime)
-    candidates = (
-        select(Notification.id)
-        .where(
-            Notification.status == "pending",
-            Notification.available_at <= now,
-            or_(Notification.locked_until.is_(None), Notification.locked_until < now),
-        )
-        .order_by(Notification.available_at, Notification.id)
-        .limit(bindparam("limit", type_=Integer))
-    )
-    if skip_locked:
-        candidates = candidates.with_for_update(skip_locked=True)
-    secret = select(Tenant.webhook_secret).where(Tenant.id == Notification.tenant_id)
-    return (
-        update(Notification)
-        .where(Notification.id.in_(candidates.scalar_subquery()))
-        .values(
-            worker_id=bindparam("worker_id", type_=Integer),
-            locked_until=bindparam("locked_until", type_=UTCDateTime),
-            attempts=Notification.attempts + 1,
-        )
-        .returning(
-            Notification.id,
-            Notification.channel,
-            Notification.target,
-            Notification.subject,
-            Notification.body,
-            Notification.idempotency_key,
-            Notification.attempts,
-            secret.scalar_subquery().label("webhook_secret"),
-        )
-        .execution_options(synchronize_session=False)
-    )
-
-
-LEASE_NOTIFICATIONS_SKIP_LOCKED = notification_lease_statement(skip_locked=True)
-LEASE_NOTIFICATIONS = notification_lease_statement(skip_locked=False)
-
-
-def any_notification_due(session: Session, now: datetime) -> bool:
-    """Whether the outbox has a row to send (the partial index on pending rows answers)."""
-    query = (
-        select(Notification.id)
-        .where(
-            Notification.status == "pending",
-            Notification.available_at <= now,
-            or_(Notification.locked_until.is_(None), Notification.locked_until < now),
-        )
-        .limit(1)
-    )
+def any_run_available(session: Session, now: datetime) -> bool:
+    """Whether a queued run may start now (an idle worker's question before it sleeps)."""
+    query = select(Run.id).where(Run.status == "queued", Run.available_at <= now).limit(1)
     return session.scalar(query) is not None
-
-
-def lease_notifications(
-    session: Session, worker_id: int, now: datetime, locked_until: datetime, limit: int
-) -> Sequence[Row[Any]]:
-    """Takes up to `limit` due notifications for this worker until `locked_until`."""
-    statement = LEASE_NOTIFICATIONS_SKIP_LOCKED if is_postgresql(session) else LEASE_NOTIFICATIONS
-    parameters = {"now": now, "locked_until": locked_until, "limit": limit, "worker_id": worker_id}
-    return session.connection().execute(statement, parameters).all()

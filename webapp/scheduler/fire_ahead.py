@@ -14,13 +14,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from sqlalchemy import update
+from sqlalchemy import delete, update
 from sqlalchemy.orm import Session
 
 from webapp.database import utcnow
-from webapp.models import Schedule
+from webapp.models import Run, Schedule
 from webapp.scheduler.claims import lock_schedules
-from webapp.scheduler.runs import delete_fires_ahead
 
 
 def withdraw_fires_ahead(
@@ -38,7 +37,17 @@ def withdraw_fires_ahead(
     if not ids:
         return {}
     lock_schedules(session, ids)
-    withdrawn = delete_fires_ahead(session, ids, now or utcnow())
+    withdrawn = session.execute(
+        delete(Run)
+        .where(
+            Run.schedule_id.in_(ids),
+            Run.scheduled_for > (now or utcnow()),
+            Run.status == "queued",
+            Run.trigger == "schedule",
+        )
+        .returning(Run.schedule_id, Run.scheduled_for)
+        .execution_options(synchronize_session=False)
+    ).all()
     first: dict[int, datetime] = {}
     for schedule_id, fire in withdrawn:
         if schedule_id is not None and (schedule_id not in first or fire < first[schedule_id]):

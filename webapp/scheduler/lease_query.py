@@ -212,34 +212,10 @@ def lease_query(now: Any, limit: Any, skip_locked: bool) -> Any:
     return select(leased.c.id)
 
 
-# The next tenant with queued runs after `w.tenant_id` (its first index entry, so its oldest
-# available_at), else the first tenant: one probe of ix_runs_tenant_queue, two when wrapping.
-# `open`: it has an available run and looks to have room (the count is a hint outside the lock;
-# the lease statement counts again under it).
-NEXT_TENANT = """
-SELECT h.tenant_id,
-       COALESCE(h.available_at <= {now} AND CASE WHEN c.cap IS NULL THEN true ELSE
-           (SELECT count(*) FROM runs AS r WHERE r.tenant_id = h.tenant_id
-            AND r.status = 'running') < c.cap END, false) AS open
-FROM ((SELECT tenant_id, available_at FROM runs
-       WHERE status = 'queued' AND tenant_id > w.tenant_id
-       ORDER BY tenant_id, available_at LIMIT 1)
-      UNION ALL
-      (SELECT tenant_id, available_at FROM runs
-       WHERE status = 'queued' AND tenant_id IS NOT NULL
-       ORDER BY tenant_id, available_at LIMIT 1)
-      LIMIT 1) AS h
-CROSS JOIN LATERAL (
-    SELECT COALESCE((SELECT max_running FROM tenants WHERE id = h.tenant_id),
-                    CAST(:max_running AS INTEGER)) AS cap
-) AS c
-"""
-
-
-def lease_window_statement(database_clock: bool) -> Any:
+def lease_window_statement() -> Any:
     """PostgreSQL: the first statement of a lease transaction. Walks the tenants with queued
     runs from the one after `:after` (this worker's cursor), wrapping around, until it has
-    passed `:limit` open ones (NEXT_TENANT) or come back to where it started; returns each
+    passed `:limit` open ones (the LATERAL step) or come back to where it started; returns each
     tenant it passed, in that order, with `open` and `locked`. It locks, in id order (no
     deadlock between leases), the open tenants that are capped: two leases of one capped tenant
     so take turns, and the second one's lease statement (a new snapshot under READ COMMITTED)
@@ -248,17 +224,39 @@ def lease_window_statement(database_clock: bool) -> Any:
 
     Tenants passed over (nothing available yet, or full at their cap) cost a probe each and
     count for nothing: the window's cost is O(limit) plus those."""
-    now = "statement_timestamp()" if database_clock else ":now"
-    step = NEXT_TENANT.format(now=now)
     statement = text(
-        f"""
+        """
 WITH RECURSIVE lease_window(step, tenant_id, first_id, opened, open) AS (
     SELECT 0, CAST(:after AS INTEGER), CAST(NULL AS INTEGER), 0, false
   UNION ALL
     SELECT w.step + 1, n.tenant_id, COALESCE(w.first_id, n.tenant_id),
            w.opened + CAST(n.open AS INTEGER), n.open
     FROM lease_window AS w
-    CROSS JOIN LATERAL ({step}) AS n
+    CROSS JOIN LATERAL (
+        -- The next tenant with queued runs after `w.tenant_id` (its first index entry, so its
+        -- oldest available_at), else the first tenant: one probe of ix_runs_tenant_queue, two
+        -- when wrapping. `open`: it has a run available now (the parameter now, else the clock)
+        -- and looks to have room (a hint outside the lock; the lease statement counts again
+        -- under it).
+        SELECT h.tenant_id,
+               COALESCE(h.available_at <= COALESCE(CAST(:now AS TIMESTAMP WITH TIME ZONE),
+                                                   statement_timestamp())
+                   AND CASE WHEN c.cap IS NULL THEN true ELSE
+                   (SELECT count(*) FROM runs AS r WHERE r.tenant_id = h.tenant_id
+                    AND r.status = 'running') < c.cap END, false) AS open
+        FROM ((SELECT tenant_id, available_at FROM runs
+               WHERE status = 'queued' AND tenant_id > w.tenant_id
+               ORDER BY tenant_id, available_at LIMIT 1)
+              UNION ALL
+              (SELECT tenant_id, available_at FROM runs
+               WHERE status = 'queued' AND tenant_id IS NOT NULL
+               ORDER BY tenant_id, available_at LIMIT 1)
+              LIMIT 1) AS h
+        CROSS JOIN LATERAL (
+            SELECT COALESCE((SELECT max_running FROM tenants WHERE id = h.tenant_id),
+                            CAST(:max_running AS INTEGER)) AS cap
+        ) AS c
+    ) AS n
     WHERE w.opened < :limit AND n.tenant_id IS DISTINCT FROM w.first_id
 ),
 locked AS MATERIALIZED (
@@ -274,14 +272,12 @@ WHERE w.step > 0
 ORDER BY w.step
 """
     )
-    types = [] if database_clock else [bindparam("now", type_=UTCDateTime)]
     return statement.bindparams(
-        *types,
+        bindparam("now", type_=UTCDateTime),
         bindparam("limit", type_=Integer),
         bindparam("after", type_=Integer),
         bindparam("max_running", type_=Integer),
     )
 
 
-LEASE_WINDOW = lease_window_statement(database_clock=False)
-LEASE_WINDOW_BY_DATABASE_CLOCK = lease_window_statement(database_clock=True)
+LEASE_WINDOW = lease_window_statement()

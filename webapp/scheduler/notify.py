@@ -40,7 +40,6 @@ from webapp.models import (
     Schedule,
     Tenant,
 )
-from webapp.scheduler import claims
 from webapp.scheduler.fire_ahead import withdraw_fires_ahead
 
 SUBJECT_LIMIT = 300  # the column's width
@@ -91,6 +90,27 @@ def recovery_statement(postgresql: bool) -> Any:
 RECOVER = {True: recovery_statement(True), False: recovery_statement(False)}
 
 
+def lock_failure_counts(session: Session, schedule_ids: list[int]) -> Sequence[Any]:
+    """The failure counts of these schedules, locked for the caller's transaction (in id order,
+    so that two workers storing outcomes never wait on each other in a circle): the count goes
+    on from what the last transaction wrote. SQLite: the write transaction is the lock."""
+    if not schedule_ids:
+        return []
+    query = (
+        select(
+            Schedule.id,
+            Schedule.consecutive_failures,
+            Schedule.pause_after_failures,
+            Schedule.active,
+        )
+        .where(Schedule.id.in_(schedule_ids))
+        .order_by(Schedule.id)
+    )
+    if is_postgresql(session):
+        query = query.with_for_update(of=Schedule)
+    return session.execute(query).all()
+
+
 def record_finished_runs(
     session: Session,
     settings: Mapping[str, Any] | None,
@@ -123,7 +143,7 @@ def record_finished_runs(
             first_success = sequences[schedule_id][0]
             events.append(NotifyEvent("recovery", schedule_id, first_success.run_id))
     failing = sorted(set(sequences) - set(only_successes))
-    for row in claims.lock_failure_counts(session, failing):
+    for row in lock_failure_counts(session, failing):
         count, active = row.consecutive_failures, row.active
         changes: dict[str, Any] = {}
         for attempt in sequences[row.id]:

@@ -3,7 +3,6 @@
     (insert) -> queued | skipped | failed       fire (tick), Run now, backfill, the demo history
     queued   -> running                         lease_runs (a worker's lease), start mark after
     queued   -> cancelled                       cancel_queued_run
-    queued   -> (deleted)                       withdraw_fires_ahead (a schedule changed)
     running  -> running                         mark_started, extend_leases, request_stop,
                                                 take_over (a Celery worker takes the lease)
     running  -> queued                          release_leases, release_run (attempt not spent),
@@ -11,7 +10,8 @@
     running  -> succeeded | failed | cancelled  record_outcomes, reap_expired
 
 Each function runs in its caller's transaction: docs/architecture.md says which one, for each
-transition. Deleting old runs (retention) and a schedule's runs (its delete) live elsewhere.
+transition. Deleting runs is elsewhere: retention, and fire_ahead.withdraw_fires_ahead (a queued
+fire ahead of its time, when its schedule changes).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
-    delete,
     func,
     insert,
     null,
@@ -48,10 +47,11 @@ from webapp.database import (
     is_postgresql,
     json_records,
     json_rows,
+    now_or_database_clock,
     utcnow,
 )
-from webapp.models import UNFINISHED_STATUSES, AuditEvent, Run, Schedule, Tenant, Worker
-from webapp.scheduler.lease_query import LEASE_WINDOW, LEASE_WINDOW_BY_DATABASE_CLOCK, lease_query
+from webapp.models import AuditEvent, Run, Schedule, Tenant, Worker
+from webapp.scheduler.lease_query import LEASE_WINDOW, lease_query
 from webapp.scheduler.wakeup import wake_workers_column
 
 RUNS: Table = Run.__table__  # type: ignore[assignment]
@@ -78,26 +78,6 @@ LEASED_COLUMNS = (
 )
 
 # --- new runs: a fire of the tick, a backfill, a Run now ----------------------------------------
-
-
-def any_run_available(session: Session, now: datetime) -> bool:
-    """Whether a queued run may start now (an idle worker's question before it sleeps)."""
-    query = select(Run.id).where(Run.status == "queued", Run.available_at <= now).limit(1)
-    return session.scalar(query) is not None
-
-
-def schedules_with_unfinished_runs(session: Session, schedule_ids: Iterable[int]) -> set[int]:
-    """Those of the schedules that have a run queued or running: the overlap policy's question,
-    asked by the tick and by Run now."""
-    ids = list(schedule_ids)
-    if not ids:
-        return set()
-    query = (
-        select(Run.schedule_id)
-        .where(Run.schedule_id.in_(ids), Run.status.in_(UNFINISHED_STATUSES))
-        .distinct()
-    )
-    return {schedule_id for schedule_id in session.scalars(query) if schedule_id is not None}
 
 
 # Every column a new run is inserted with (the others take their defaults); a row without one
@@ -208,21 +188,18 @@ def insert_manual_run_audited(session: Session, row: dict[str, Any], event: dict
 # --- queued -> running: the lease, then the start mark ------------------------------------------
 
 
-def lease_statement(skip_locked: bool, database_clock: bool = False) -> Any:
-    """The lease UPDATE, built once per dialect (which runs: lease_query.lease_query). With
-    `database_clock` it reads PostgreSQL's clock itself (one round trip less for a Run now)."""
-    now: Any = (
-        func.statement_timestamp(type_=UTCDateTime)
-        if database_clock
-        else bindparam("now", type_=UTCDateTime)
-    )
+def lease_statement(postgresql: bool) -> Any:
+    """The lease UPDATE, built once per dialect (which runs: lease_query.lease_query). On
+    PostgreSQL `:now` may be NULL: the statement reads the database's clock itself (one round
+    trip less for a Run now)."""
+    now: Any = now_or_database_clock() if postgresql else bindparam("now", type_=UTCDateTime)
     locked_until: Any = (
         now + bindparam("lock_ttl", type_=Interval)
-        if database_clock
+        if postgresql
         else bindparam("locked_until", type_=UTCDateTime)
     )
     leased = (
-        lease_query(now, bindparam("limit", type_=Integer), skip_locked)
+        lease_query(now, bindparam("limit", type_=Integer), postgresql)
         .cte("lease_ids")
         .prefix_with("MATERIALIZED")
     )
@@ -248,9 +225,8 @@ def lease_statement(skip_locked: bool, database_clock: bool = False) -> Any:
     )
 
 
-LEASE_SKIP_LOCKED = lease_statement(skip_locked=True)
-LEASE_BY_DATABASE_CLOCK = lease_statement(skip_locked=True, database_clock=True)
-LEASE = lease_statement(skip_locked=False)
+LEASE_POSTGRESQL = lease_statement(postgresql=True)
+LEASE_SQLITE = lease_statement(postgresql=False)
 # Each worker's cursor, by database (engine) and worker id: the last tenant its previous lease
 # window reached. Only a starting point: a lost or stale one costs nothing but a window
 # somewhere else.
@@ -281,41 +257,32 @@ def lease_runs(
         "start_new": start_new,
     }
     connection = session.connection()
-    if is_postgresql(session) and now is None:
-        statement = LEASE_BY_DATABASE_CLOCK
-        parameters["lock_ttl"] = lock_ttl
-        window = LEASE_WINDOW_BY_DATABASE_CLOCK
-    else:
-        statement = LEASE_SKIP_LOCKED if is_postgresql(session) else LEASE
+    if not is_postgresql(session):
         now = now or utcnow()
         parameters.update(now=now, locked_until=now + lock_ttl)
-        window = LEASE_WINDOW
-    if is_postgresql(session):
-        cursors = LEASE_CURSORS.setdefault(connection.engine, {})
-        after = {"after": cursors.get(worker_id)}
-        tenants = connection.execute(window, {**parameters, **after}).all()
-        if tenants:  # on, even if nothing is leased: tenants full at their cap starve nobody
-            cursors[worker_id] = tenants[-1].tenant_id
-        parameters["window"] = [row.tenant_id for row in tenants if row.open]
-        parameters["locked"] = [row.tenant_id for row in tenants if row.locked]
-    return connection.execute(statement, parameters).all()
+        return connection.execute(LEASE_SQLITE, parameters).all()
+    parameters.update(now=now, lock_ttl=lock_ttl)
+    cursors = LEASE_CURSORS.setdefault(connection.engine, {})
+    after = {"after": cursors.get(worker_id)}
+    tenants = connection.execute(LEASE_WINDOW, {**parameters, **after}).all()
+    if tenants:  # on, even if nothing is leased: tenants full at their cap starve nobody
+        cursors[worker_id] = tenants[-1].tenant_id
+    parameters["window"] = [row.tenant_id for row in tenants if row.open]
+    parameters["locked"] = [row.tenant_id for row in tenants if row.locked]
+    return connection.execute(LEASE_POSTGRESQL, parameters).all()
 
 
-def start_statement(database_clock: bool) -> Any:
+def start_statement(postgresql: bool) -> Any:
     """The start mark, built once per dialect: `started_at` on the runs a worker's slots are
     about to start, each only while this worker holds its lease and the lease has not passed.
     Written before any job starts, so that a reaper can tell a run that never started (queued
     again, no attempt spent) from one that did; the runs it does not return are not this
     worker's any more and must not start."""
-    now: Any = (
-        func.statement_timestamp(type_=UTCDateTime)
-        if database_clock
-        else bindparam("now", type_=UTCDateTime)
-    )
+    now: Any = now_or_database_clock() if postgresql else bindparam("now", type_=UTCDateTime)
     return (
         update(Run)
         .where(
-            among_ids(Run.id, postgresql=database_clock),  # the database's clock: PostgreSQL's
+            among_ids(Run.id, postgresql),
             Run.worker_id == bindparam("owner", type_=Integer),
             Run.status == "running",
             Run.locked_until > now,
@@ -326,8 +293,7 @@ def start_statement(database_clock: bool) -> Any:
     )
 
 
-START_BY_DATABASE_CLOCK = start_statement(database_clock=True)
-START = start_statement(database_clock=False)
+START = {postgresql: start_statement(postgresql) for postgresql in (True, False)}
 
 
 def mark_started(
@@ -340,13 +306,9 @@ def mark_started(
     ids = list(run_ids)
     if not ids:
         return set()
-    parameters: dict[str, Any] = {"ids": ids, "owner": worker_id}
-    if is_postgresql(session) and now is None:
-        statement = START_BY_DATABASE_CLOCK
-    else:
-        statement = START
-        parameters["now"] = now or utcnow()
-    return set(session.connection().execute(statement, parameters).scalars())
+    postgresql = is_postgresql(session)
+    parameters = {"ids": ids, "owner": worker_id, "now": now or (None if postgresql else utcnow())}
+    return set(session.connection().execute(START[postgresql], parameters).scalars())
 
 
 def take_over(
@@ -435,23 +397,6 @@ def cancel_queued_run(session: Session, run_id: int, user_id: int | None, now: d
         .execution_options(synchronize_session=False)
     )
     return session.execute(statement).first() is not None
-
-
-def delete_fires_ahead(session: Session, schedule_ids: list[int], now: datetime) -> Sequence[Any]:
-    """Deletes the queued scheduled runs of these schedules whose fire time is after `now`
-    (fire_ahead.withdraw_fires_ahead: they never started); returns their (schedule_id,
-    scheduled_for)."""
-    return session.execute(
-        delete(Run)
-        .where(
-            Run.schedule_id.in_(schedule_ids),
-            Run.scheduled_for > now,
-            Run.status == "queued",
-            Run.trigger == "schedule",
-        )
-        .returning(Run.schedule_id, Run.scheduled_for)
-        .execution_options(synchronize_session=False)
-    ).all()
 
 
 # --- running -> queued: back to the queue, the attempt not spent --------------------------------

@@ -116,7 +116,7 @@ def tick_once(
             return result
         now = claimed_at
         result.claimed = len(due)
-        busy = runs.schedules_with_unfinished_runs(
+        busy = claims.schedules_with_unfinished_runs(
             session, (s.id for s in due if s.overlap_policy == "skip")
         )
         rows: list[dict[str, Any]] = []

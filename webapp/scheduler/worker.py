@@ -36,7 +36,7 @@ from webapp.config import default_max_running, overdue_grace, uses_celery
 from webapp.database import database_now, utcnow, write_transaction
 from webapp.extensions import db
 from webapp.models import Worker
-from webapp.scheduler import claims, runs
+from webapp.scheduler import claims
 from webapp.scheduler.execution import prints_go_to_runs, store_outcomes
 from webapp.scheduler.leases import (
     lease_with_starts,
@@ -386,7 +386,7 @@ class WorkerProcess:
         session = db.session()
         now = database_now(session)
         earliest = claims.earliest_next_run(session)
-        idle = (earliest is None or earliest > now) and not runs.any_run_available(session, now)
+        idle = (earliest is None or earliest > now) and not claims.any_run_available(session, now)
         session.commit()
         return idle
 

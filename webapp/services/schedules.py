@@ -25,7 +25,7 @@ from webapp.config import args_limits
 from webapp.database import is_postgresql, write_transaction
 from webapp.extensions import db
 from webapp.models import Run, Schedule, Tenant
-from webapp.scheduler import runs
+from webapp.scheduler import claims, runs
 from webapp.scheduler.fire_ahead import withdraw_fires_ahead
 from webapp.scheduler.jitter import effective_jitter
 from webapp.scheduler.run_rows import manual_run_row
@@ -296,7 +296,7 @@ def run_now(schedule: Schedule, actor: Actor, now: datetime, at: datetime | None
         spec = runnable_job(schedule)
         start = at or now
         busy = schedule.overlap_policy == "skip" and bool(
-            runs.schedules_with_unfinished_runs(session, [schedule.id])
+            claims.schedules_with_unfinished_runs(session, [schedule.id])
         )
         row = manual_run_row(schedule, start, now, spec.max_attempts, actor.user_id, busy)
         event = audit_row(actor, "schedule.run_now", schedule, after={"at": start.isoformat()})
