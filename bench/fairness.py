@@ -192,7 +192,7 @@ def throughput_round(app: Any, server: Server, database: str, batch: int, unfair
     """Part 2: the flood leased in batches by one process; runs/s of lease statement time."""
     from bench import unfair_lease
     from webapp.extensions import db
-    from webapp.scheduler import claims
+    from webapp.scheduler import runs
     from webapp.scheduler.leases import lease_once
 
     with connect(server, database) as connection:
@@ -202,8 +202,8 @@ def throughput_round(app: Any, server: Server, database: str, batch: int, unfair
         )
         total = connection.execute("SELECT count(*) FROM runs").fetchone()[0]  # type: ignore[index]
         connection.execute("VACUUM ANALYZE runs")
-    fair = claims.lease_runs
-    claims.lease_runs = unfair_lease.lease_runs if unfair else fair  # type: ignore[assignment]
+    fair = runs.lease_runs
+    runs.lease_runs = unfair_lease.lease_runs if unfair else fair  # type: ignore[assignment]
     leased, spent = 0, 0.0
     try:
         with app.app_context():
@@ -231,7 +231,7 @@ def throughput_round(app: Any, server: Server, database: str, batch: int, unfair
                 )
                 db.session.commit()
     finally:
-        claims.lease_runs = fair
+        runs.lease_runs = fair
     if leased != total:
         raise RuntimeError(f"leased {leased} of {total} runs")
     return leased / spent
@@ -245,7 +245,7 @@ def deep_queue(server: Server, database: str) -> list[dict[str, Any]]:
     from sqlalchemy.dialects import postgresql
 
     from bench import unfair_lease
-    from webapp.scheduler import claims
+    from webapp.scheduler import lease_query, runs
 
     dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
 
@@ -254,9 +254,9 @@ def deep_queue(server: Server, database: str) -> list[dict[str, Any]]:
         compiled = statement.compile(dialect=dialect)
         return str(compiled), dict(compiled.params)
 
-    window_sql, window_constants = sql(claims.LEASE_WINDOW_BY_DATABASE_CLOCK)
-    fair_sql, fair_constants = sql(claims.LEASE_BY_DATABASE_CLOCK)
-    unfair_sql, unfair_constants = sql(unfair_lease.BY_DATABASE_CLOCK)
+    window_sql, window_constants = sql(lease_query.LEASE_WINDOW)
+    fair_sql, fair_constants = sql(runs.LEASE_POSTGRESQL)
+    unfair_sql, unfair_constants = sql(unfair_lease.UNFAIR_LEASE)
     rows = []
     with connect(server, database) as connection:
         connection.execute("DELETE FROM runs")

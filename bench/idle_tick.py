@@ -100,11 +100,12 @@ class Ticker:
     def plan(self) -> str:
         from sqlalchemy.dialects import postgresql
 
+        from webapp.database import database_now
         from webapp.scheduler import claims
 
         with self.app.app_context():
             session = self.db.session()
-            now = claims.database_now(session)
+            now = database_now(session)
             query = claims.due_schedules_query(now, now, self.settings.batch_size).with_for_update(
                 of=claims.Schedule, skip_locked=True
             )

@@ -14,9 +14,8 @@ from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session
 
 from webapp.catalog import Catalog
-from webapp.database import utcnow
 from webapp.models import Run
-from webapp.scheduler import claims
+from webapp.scheduler import runs
 
 catalog = Catalog()  # no jobs: SCHEDULER_JOB_MODULES asks every module for one
 
@@ -33,21 +32,18 @@ def unfair_lease_query(now: Any, limit: Any, skip_locked: bool) -> Any:
     return select(candidates.cte("lease_candidates").prefix_with("MATERIALIZED").c.id)
 
 
-def unfair_statements() -> tuple[Any, Any]:
+def unfair_statements() -> Any:
     """The project's lease UPDATE (its SET and RETURNING as they are now) over the old
-    candidates: (with the database clock, with :now)."""
-    fair = claims.lease_query
-    claims.lease_query = unfair_lease_query
+    candidates (PostgreSQL's: :now, or the database's clock when it is NULL)."""
+    fair = runs.lease_query
+    runs.lease_query = unfair_lease_query
     try:
-        return (
-            claims.lease_statement(skip_locked=True, database_clock=True),
-            claims.lease_statement(skip_locked=True),
-        )
+        return runs.lease_statement(postgresql=True)
     finally:
-        claims.lease_query = fair
+        runs.lease_query = fair
 
 
-BY_DATABASE_CLOCK, WITH_NOW = unfair_statements()
+UNFAIR_LEASE = unfair_statements()
 
 
 def lease_runs(
@@ -59,15 +55,10 @@ def lease_runs(
     max_running: int | None = None,
     start_new: int = 0,
 ) -> Sequence[Row[Any]]:
-    """claims.lease_runs as it was (PostgreSQL only; no cap; it marks no start: the caller's
-    claims.mark_started does)."""
-    parameters: dict[str, Any] = {"limit": limit, "worker_id": worker_id}
-    if now is None:
-        parameters["lock_ttl"] = lock_ttl
-        return session.connection().execute(BY_DATABASE_CLOCK, parameters).all()
-    now = now or utcnow()
-    parameters.update(now=now, locked_until=now + lock_ttl)
-    return session.connection().execute(WITH_NOW, parameters).all()
+    """runs.lease_runs as it was (PostgreSQL only; no cap; it marks no start: the caller's
+    runs.mark_started does)."""
+    parameters = {"limit": limit, "worker_id": worker_id, "now": now, "lock_ttl": lock_ttl}
+    return session.connection().execute(UNFAIR_LEASE, parameters).all()
 
 
-claims.lease_runs = lease_runs  # type: ignore[assignment]
+runs.lease_runs = lease_runs  # type: ignore[assignment]

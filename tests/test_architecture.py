@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,116 @@ def test_the_foundation_needs_no_command_line() -> None:
             for alias in node.names
         }
         assert "click" not in roots, name
+
+
+# The one module that inserts and updates runs (docs/architecture.md, "A run's states").
+RUN_LIFECYCLE = PACKAGE / "scheduler" / "runs.py"
+WRITES_RUNS_SQL = re.compile(r"\b(INSERT\s+INTO|UPDATE)\s+runs\b", re.IGNORECASE)
+INSERTS_AND_UPDATES = {"insert", "update", "sqlite_insert", "postgresql_insert", "pg_insert"}
+
+
+def run_writes(path: Path) -> list[str]:
+    """Where the module writes `runs`: insert(Run) or update(Run) (of the model or its table,
+    under any name it is imported as), Run(...) (an ORM row to add), Run.__table__.insert(),
+    or SQL text that inserts into or updates runs."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = {"Run"} | {
+        alias.asname
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "webapp.models"
+        for alias in node.names
+        if alias.name == "Run" and alias.asname
+    }
+
+    def is_run(node: ast.expr) -> bool:
+        if isinstance(node, ast.Attribute) and node.attr == "__table__":
+            node = node.value
+        return isinstance(node, ast.Name) and node.id in names
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            function = node.func
+            called = function.attr if isinstance(function, ast.Attribute) else None
+            if isinstance(function, ast.Name):
+                called = function.id
+            if called in INSERTS_AND_UPDATES and node.args and is_run(node.args[0]):
+                found.append(f"line {node.lineno}: {called}(Run)")
+            elif is_run(function):
+                found.append(f"line {node.lineno}: Run(...)")
+            elif (
+                isinstance(function, ast.Attribute)
+                and function.attr in ("insert", "update")
+                and is_run(function.value)
+            ):
+                found.append(f"line {node.lineno}: Run.__table__.{function.attr}()")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if WRITES_RUNS_SQL.search(node.value):
+                found.append(f"line {node.lineno}: SQL that writes runs")
+    return found
+
+
+def test_only_the_run_lifecycle_module_writes_runs() -> None:
+    assert run_writes(RUN_LIFECYCLE), "the check finds nothing even where runs are written"
+    writers = {
+        str(path.relative_to(PACKAGE)): found
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path != RUN_LIFECYCLE and (found := run_writes(path))
+    }
+    assert not writers, f"only webapp/scheduler/runs.py may insert or update runs: {writers}"
+
+
+# The modules that lock rows (docs/architecture.md, "Rules that live in one place"): each lock
+# is a statement of its own, named where it is taken.
+LOCKING_MODULES = {
+    "scheduler/claims.py",  # the tick's claim of due schedules; a change waiting for a tick
+    "scheduler/lease_query.py",  # the lease's queued runs, its capped tenants
+    "scheduler/watchdog.py",  # overdue schedules flagged and cleared
+    "scheduler/notify.py",  # the failure counts of schedules
+    "scheduler/outbox.py",  # the outbox's lease
+    "services/schedules.py",  # the tenant row, while its schedule quota is counted
+    "web/login_limiter.py",  # an advisory lock per account
+}
+LOCKING_SQL = re.compile(r"FOR (NO KEY )?UPDATE|FOR (KEY )?SHARE|SKIP LOCKED|pg_advisory")
+
+
+def row_locks(path: Path) -> list[str]:
+    """Where the module locks rows: with_for_update(...), skip_locked=True, or SQL text that
+    locks (docstrings and comments aside)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Attribute) and node.func.attr == "with_for_update":
+                found.append(f"line {node.lineno}: with_for_update")
+            for keyword in node.keywords:
+                value = keyword.value
+                if keyword.arg == "skip_locked" and not (
+                    isinstance(value, ast.Constant) and value.value is False
+                ):
+                    found.append(f"line {node.lineno}: skip_locked")
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in docstrings
+            and LOCKING_SQL.search(node.value)
+        ):
+            found.append(f"line {node.lineno}: SQL that locks")
+    return found
+
+
+def test_only_the_modules_that_lock_rows_lock_them() -> None:
+    found = {
+        str(path.relative_to(PACKAGE)): row_locks(path) for path in sorted(PACKAGE.rglob("*.py"))
+    }
+    lockers = {name for name, locks in found.items() if locks}
+    assert lockers - LOCKING_MODULES == set(), {name: found[name] for name in lockers}
+    assert LOCKING_MODULES - lockers == set(), "listed as locking rows, and locks none"
+    page = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rule = page.split("- **Locking SQL**")[1].split("\n- **")[0]
+    assert all(f"`webapp/{name}`" in rule for name in LOCKING_MODULES), rule

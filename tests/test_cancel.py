@@ -28,7 +28,7 @@ from tests.worker_support import Workers, postgresql_only, wait_for
 from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule
-from webapp.scheduler import claims
+from webapp.scheduler import runs
 from webapp.scheduler.execution import run_attempt, store_outcomes
 from webapp.scheduler.leases import lease_once, reap_once
 from webapp.services.accounts import create_tenant, find_tenant
@@ -276,7 +276,7 @@ def test_a_run_asked_to_stop_before_its_job_began_ends_cancelled_and_is_no_failu
     run = db.session.get(Run, run_id)
     assert run is not None
     assert cancel_run(run, Actor.for_user(world.alice), utcnow()).outcome == "stop_requested"
-    renewed = claims.extend_leases(db.session(), worker, [run_id], utcnow() + TTL)
+    renewed = runs.extend_leases(db.session(), worker, [run_id], utcnow() + TTL)
     db.session.commit()
     assert renewed == {run_id: True}  # the renewal tells the worker
     stop = threading.Event()
@@ -339,7 +339,7 @@ def test_cancel_and_lease_at_the_same_instant_never_both_win(app: Flask, world: 
             start.wait()
             for run_id in ids:
                 with session.begin():
-                    if claims.cancel_queued_run(session, run_id, None, utcnow()):
+                    if runs.cancel_queued_run(session, run_id, None, utcnow()):
                         cancelled.append(run_id)
 
     def lease_all() -> None:
@@ -347,7 +347,7 @@ def test_cancel_and_lease_at_the_same_instant_never_both_win(app: Flask, world: 
             start.wait()
             for _ in ids:
                 with session.begin():
-                    rows = claims.lease_runs(session, worker, None, TTL, 1)
+                    rows = runs.lease_runs(session, worker, None, TTL, 1)
                 leased.extend(row.id for row in rows)
 
     threads = [threading.Thread(target=cancel_all), threading.Thread(target=lease_all)]

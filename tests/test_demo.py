@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 from webapp import cron
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule, Tenant, User
-from webapp.scheduler.tick import OVERLAP_REASON, fire_key
+from webapp.scheduler.run_rows import OVERLAP_REASON, fire_key
 
 
 def known(moment: datetime | None) -> datetime:

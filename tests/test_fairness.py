@@ -23,7 +23,7 @@ from webapp import create_app
 from webapp.config import ConfigError
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Tenant
-from webapp.scheduler import claims
+from webapp.scheduler import runs
 from webapp.scheduler.leases import lease_once
 
 NOW = datetime(2026, 3, 7, 12, 0, tzinfo=UTC)
@@ -110,7 +110,7 @@ def test_two_leases_at_once_never_exceed_the_cap(app: Flask, world: World) -> No
     queue(world.alpha.id, 10)
     first_worker, second_worker = add_worker(), add_worker()
     with Session(db.engine) as first:
-        held = claims.lease_runs(first, first_worker, NOW, TTL, 10)
+        held = runs.lease_runs(first, first_worker, NOW, TTL, 10)
         assert len(held) == 3
         second_leased: list[int] = []
         second = threading.Thread(

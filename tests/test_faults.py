@@ -19,10 +19,11 @@ from sqlalchemy.engine import make_url
 from tests.conftest import World
 from tests.scheduler_helpers import add_run, all_runs, get_run
 from tests.worker_support import Workers, one_at_a_time, postgresql_only, wait_for
+from webapp.database import database_now
 from webapp.extensions import db
 from webapp.models import Run, Schedule, Worker
-from webapp.scheduler import claims
-from webapp.scheduler.leases import LOST_ERROR, reap_once
+from webapp.scheduler.leases import reap_once
+from webapp.scheduler.runs import LOST_ERROR
 
 pytestmark = [pytest.mark.slow, one_at_a_time]
 
@@ -183,7 +184,7 @@ def test_a_tick_longer_than_the_lock_ttl_does_not_let_its_workers_leases_expire(
     wait_for(lambda: get_run(run).status == "running", 60, "the worker to start the sleep")
     reaped = 0
     while get_run(run).status == "running":
-        reaped += reap_once(db.session(), claims.database_now(db.session()))
+        reaped += reap_once(db.session(), database_now(db.session()))
         assert get_run(run).status in ("running", "succeeded"), workers.logs()
         time.sleep(0.05)
     process.send_signal(signal.SIGTERM)

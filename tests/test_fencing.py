@@ -29,7 +29,7 @@ from tests.scheduler_helpers import get_run
 from tests.worker_support import Workers, one_at_a_time, postgresql_only, wait_for
 from webapp.extensions import db
 from webapp.models import Run, Tenant
-from webapp.scheduler.claims import LOST_ERROR
+from webapp.scheduler.runs import LOST_ERROR
 
 pytestmark = [pytest.mark.slow, one_at_a_time]
 TTL = 3  # seconds: SCHEDULER_LOCK_TTL of the workers here

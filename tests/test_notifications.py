@@ -28,10 +28,15 @@ from tests.worker_support import Workers, wait_for
 from webapp.database import utcnow, write_transaction
 from webapp.extensions import db
 from webapp.models import AuditEvent, Notification, Run, Schedule, Tenant
-from webapp.scheduler import claims
 from webapp.scheduler.leases import lease_once, reap_once, start_runs
 from webapp.scheduler.notify import record_overdue
-from webapp.scheduler.outbox import BACKOFF, MAX_ATTEMPTS, NO_SMTP_HOST, send_notifications
+from webapp.scheduler.outbox import (
+    BACKOFF,
+    MAX_ATTEMPTS,
+    NO_SMTP_HOST,
+    lease_notifications,
+    send_notifications,
+)
 from webapp.scheduler.worker import NOTIFICATIONS_THREAD
 from webapp.services.audit import Actor
 from webapp.services.transfer import ImportProblems, export_schedules, import_schedules
@@ -393,7 +398,7 @@ def test_a_row_whose_lease_ran_out_is_sent_again_with_the_same_key(
     now = utcnow()
     crashed = add_worker()
     with write_transaction(db.session):  # a worker leases the row, dies before marking it
-        [leased] = claims.lease_notifications(db.session(), crashed, now, now + TTL, 10)
+        [leased] = lease_notifications(db.session(), crashed, now, now + TTL, 10)
     assert leased.id == row.id
 
     # Another worker does not take a row under a live lease ...
@@ -417,7 +422,7 @@ def test_a_late_mark_by_the_crashed_worker_changes_nothing(
     now = utcnow()
     slow = add_worker()
     with write_transaction(db.session):
-        [leased] = claims.lease_notifications(db.session(), slow, now, now + TTL, 10)
+        [leased] = lease_notifications(db.session(), slow, now, now + TTL, 10)
     send_notifications(db.session(), None, add_worker(), now + TTL * 2)
 
     mark_failed(db.session(), slow, leased, SendFailed("too late"), now + TTL * 3)

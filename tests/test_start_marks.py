@@ -23,9 +23,7 @@ from tests.scheduler_helpers import (
 )
 from webapp.catalog.current import current_catalog
 from webapp.extensions import db
-from webapp.scheduler.claims import LOST_ERROR, REQUEUE_ERROR
 from webapp.scheduler.leases import (
-    NOT_STARTED_ERROR,
     lease_once,
     lease_with_starts,
     reap_once,
@@ -33,6 +31,7 @@ from webapp.scheduler.leases import (
     start_runs,
 )
 from webapp.scheduler.pool import Slot, ThreadJobPool
+from webapp.scheduler.runs import LOST_ERROR, NOT_STARTED_ERROR, REQUEUE_ERROR
 from webapp.scheduler.worker import WorkerProcess
 
 NOW = datetime(2026, 3, 7, 12, 0, tzinfo=UTC)

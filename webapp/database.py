@@ -3,18 +3,33 @@ searches in text."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, DateTime, String, bindparam, event, func
+from sqlalchemy import (
+    ColumnElement,
+    DateTime,
+    Integer,
+    String,
+    any_,
+    bindparam,
+    cast,
+    column,
+    event,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.engine import Dialect, Engine
 from sqlalchemy.orm import Session, scoped_session
 from sqlalchemy.types import TypeDecorator
 
-SQLITE_BUSY_TIMEOUT_MS = 10_000
+# How long a SQLite writer waits for the write lock before "database is locked": 10 s.
+BUSY_TIMEOUT = "PRAGMA busy_timeout=10000"
 IMMEDIATE = "sqlite_begin_immediate"
 
 
@@ -105,7 +120,7 @@ def install_engine_hooks(engine: Engine) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute(BUSY_TIMEOUT)
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.close()
@@ -138,3 +153,60 @@ def write_transaction(session: Session | scoped_session[Any]) -> Iterator[Sessio
     except BaseException:
         current.rollback()
         raise
+
+
+def is_postgresql(session: Session) -> bool:
+    return session.get_bind().dialect.name == "postgresql"
+
+
+CLOCK = text("SELECT clock_timestamp()")
+
+
+def database_now(session: Session) -> datetime:
+    """PostgreSQL's clock, so that a worker with a skewed clock cannot fire early; the host's
+    on SQLite."""
+    if is_postgresql(session):
+        moment: datetime = session.connection().execute(CLOCK).scalar_one()
+        return moment.astimezone(UTC)
+    return utcnow()
+
+
+def now_or_database_clock() -> Any:
+    """PostgreSQL: the parameter :now, or when it is NULL the statement's start on the
+    database's clock (the one reapers compare leases with; a worker with a skewed clock cannot
+    fire early), read in the statement itself: no round trip of its own. Stable within the
+    statement, so an index still bounds a scan with it."""
+    return func.coalesce(
+        bindparam("now", type_=UTCDateTime), func.statement_timestamp(type_=UTCDateTime)
+    )
+
+
+def among_ids(column: Any, postgresql: bool) -> Any:
+    """`column` among the list parameter :ids, for a statement built once: on PostgreSQL as one
+    array parameter, since an expanding IN renders a placeholder per id on every call (in the
+    worker's main thread, for batches of hundreds); SQLite has no arrays."""
+    if postgresql:
+        return column == any_(bindparam("ids", type_=ARRAY(Integer)))
+    return column.in_(bindparam("ids", expanding=True))
+
+
+def json_rows(rows: list[dict[str, Any]]) -> str:
+    """Rows as a JSON array for jsonb_to_recordset (a batch as one parameter); datetimes
+    (aware, UTC) as ISO 8601, which PostgreSQL parses."""
+    return json.dumps(rows, default=iso_datetime, separators=(",", ":"))
+
+
+def iso_datetime(value: Any) -> str:
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: store aware UTC datetimes only")
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def json_records(table: Any, columns: tuple[str, ...], alias: str = "v") -> Any:
+    """PostgreSQL: the rows of the parameter :rows (json_rows) as a table `alias` with these
+    columns of `table`, typed as there: jsonb_to_recordset(:rows) AS v(id INTEGER, ...)."""
+    rows = func.jsonb_to_recordset(cast(bindparam("rows", type_=String), JSONB))
+    typed = (column(name, table.c[name].type) for name in columns)
+    return rows.table_valued(*typed).render_derived(name=alias, with_types=True)

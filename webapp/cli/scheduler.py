@@ -76,8 +76,8 @@ def health_command(max_heartbeat_age: int | None, as_json: bool) -> None:
 
     from sqlalchemy.exc import SQLAlchemyError
 
+    from webapp.database import database_now
     from webapp.extensions import db
-    from webapp.scheduler.claims import database_now
     from webapp.services import health
 
     session = db.session()

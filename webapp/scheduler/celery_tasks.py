@@ -40,10 +40,10 @@ from sqlalchemy.orm import Session
 
 from webapp.catalog.context import job_settings
 from webapp.catalog.current import current_catalog
-from webapp.database import utcnow, write_transaction
+from webapp.database import database_now, utcnow, write_transaction
 from webapp.extensions import db
-from webapp.models import Run, Schedule, Tenant, Worker
-from webapp.scheduler import claims
+from webapp.models import Run, Worker
+from webapp.scheduler import runs
 from webapp.scheduler.celery_executor import TASK_NAME
 from webapp.scheduler.execution import (
     FinishedRun,
@@ -62,17 +62,6 @@ log = logging.getLogger("webapp.worker")
 STORE_RETRY_MAX = 5.0  # seconds between two tries to store an outcome while the database is away
 
 
-def leased_columns() -> tuple[Any, ...]:
-    """What a LeasedRun is made of: the lease's columns, the tenant's slug, the schedule's key."""
-    tenant_slug = select(Tenant.slug).where(Tenant.id == Run.tenant_id).scalar_subquery()
-    schedule_key = select(Schedule.key).where(Schedule.id == Run.schedule_id).scalar_subquery()
-    return (
-        *claims.LEASED_COLUMNS,
-        tenant_slug.label("tenant_slug"),
-        schedule_key.label("schedule_key"),
-    )
-
-
 def take_over(
     session: Session,
     run_id: int,
@@ -85,29 +74,17 @@ def take_over(
     """The run's lease, moved from the worker that sent it to this Celery worker; None when the
     task is stale (that attempt's lease is not its sender's any more, or has passed)."""
     with write_transaction(session):
-        now = claims.database_now(session)
-        statement = (
-            update(Run)
-            .where(
-                Run.id == run_id,
-                Run.attempt == attempt,
-                Run.idempotency_key == idempotency_key,
-                Run.status == "running",
-                Run.worker_id == sent_by,
-                Run.locked_until > now,
-            )
-            .values(worker_id=worker_id, started_at=now, locked_until=now + lock_ttl)
-            .returning(*leased_columns())
-            .execution_options(synchronize_session=False)
+        now = database_now(session)
+        row = runs.take_over(
+            session, run_id, attempt, idempotency_key, sent_by, worker_id, now, lock_ttl
         )
-        row = session.execute(statement).one_or_none()
     return None if row is None else LeasedRun(**row._asdict())
 
 
 def held_run(session: Session, run_id: int, attempt: int, worker_id: int) -> LeasedRun | None:
     """The run if this Celery worker holds that attempt's lease."""
     row = session.execute(
-        select(*leased_columns()).where(
+        select(*runs.LEASED_COLUMNS).where(
             Run.id == run_id,
             Run.attempt == attempt,
             Run.status == "running",
@@ -149,7 +126,7 @@ class LeaseKeeper:
         while not self.done.wait(self.lock_ttl.total_seconds() / 3):
             try:
                 session = db.session()
-                now = claims.database_now(session)
+                now = database_now(session)
                 ids = [self.run.id]
                 renewed = renew_leases(session, self.worker_id, ids, now, self.lock_ttl)
             except DBAPIError as error:
@@ -230,7 +207,7 @@ class CeleryNode:
                         session.execute(
                             update(Worker)
                             .where(Worker.id == self.worker_id)
-                            .values(last_heartbeat_at=claims.database_now(session))
+                            .values(last_heartbeat_at=database_now(session))
                         )
                 except DBAPIError as error:
                     log.warning(

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, TextIO
 
 from sqlalchemy.orm import Session
@@ -25,7 +25,7 @@ from webapp.catalog import ArgsError, Catalog, PermanentError, UnknownJobError
 from webapp.catalog.context import JobContext, JobTimeout, RunCancelled
 from webapp.database import utcnow, write_transaction
 from webapp.models import RunStatus
-from webapp.scheduler import claims
+from webapp.scheduler import runs
 from webapp.scheduler.leases import LeasedRun
 from webapp.scheduler.logs import TRACEBACK
 from webapp.scheduler.notify import FinishedAttempt, record_finished_runs
@@ -248,8 +248,7 @@ def decide(run: LeasedRun, result: JobResult, now: datetime) -> Outcome:
     if run.attempt < run.max_attempts:
         if error.permanent:
             return Outcome("failed", output, f"not retried: {error.shown}", None, error.detail)
-        # Exponential backoff: backoff, 2 x backoff, 4 x backoff ...
-        delay = timedelta(seconds=backoff * 2 ** (run.attempt - 1))
+        delay = runs.retry_delay(backoff, run.attempt)
         shown = f"attempt {run.attempt} failed: {error.shown}"
         return Outcome("queued", output, shown, now + delay, error.detail)
     return Outcome("failed", output, error.shown, None, error.detail)
@@ -305,9 +304,9 @@ def store_outcomes(
         for done in finished
     ]
     with write_transaction(session):
-        stored = claims.record_outcomes(session, worker_id, rows)
+        stored = runs.record_outcomes(session, worker_id, rows)
         late = [row for row in rows if row["id"] not in stored]
-        stored_late = claims.record_outcomes(session, worker_id, late, taken_back=True)
+        stored_late = runs.record_outcomes(session, worker_id, late, taken_back=True)
         # A cancel is neither a failure nor a success: it leaves the failure count alone.
         ended = sorted(
             (

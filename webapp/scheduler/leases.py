@@ -8,22 +8,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, bindparam, case, or_, update
 from sqlalchemy.orm import Session
 
-from webapp.database import UTCDateTime, write_transaction
-from webapp.models import Run, Trigger
-from webapp.scheduler import claims
-from webapp.scheduler.claims import LOST_ERROR, REQUEUE_ERROR
+from webapp.database import write_transaction
+from webapp.models import Trigger
+from webapp.scheduler import runs
 from webapp.scheduler.notify import FinishedAttempt, record_finished_runs
 
 log = logging.getLogger("webapp.scheduler")
-
-# What a reaper writes on a run whose worker was lost after leasing it and before starting it.
-NOT_STARTED_ERROR = (
-    "the worker that leased it was lost before starting it; queued again, no attempt spent"
-)
-STOPPED_LOST_ERROR = "asked to stop, and its worker was lost before it stopped; not run again"
 
 
 @dataclass(frozen=True)
@@ -40,7 +32,7 @@ class LeasedRun:
     idempotency_key: str
     attempt: int
     max_attempts: int
-    started_at: datetime | None  # None until the start mark (the lease's or claims.mark_started)
+    started_at: datetime | None  # None until the start mark (the lease's or runs.mark_started)
 
 
 def lease_once(
@@ -60,7 +52,7 @@ def lease_once(
     if limit <= 0:
         return []
     with write_transaction(session):
-        rows = claims.lease_runs(session, worker_id, now, lock_ttl, limit, max_running)
+        rows = runs.lease_runs(session, worker_id, now, lock_ttl, limit, max_running)
     return leased_runs(rows, worker_id)
 
 
@@ -85,11 +77,11 @@ def lease_with_starts(
     """A worker's lease and the start marks of the runs its free slots take next, in one
     transaction (one commit for both): `waiting`, runs it leased before, and the first
     `start_new` (by id) of the up to `limit` runs leased now (marked by the lease statement
-    itself). Only runs marked may start (claims.mark_started). Fair and capped as
+    itself). Only runs marked may start (runs.mark_started). Fair and capped as
     lease_once."""
     with write_transaction(session):
         rows = (
-            claims.lease_runs(
+            runs.lease_runs(
                 session, worker_id, now, lock_ttl, limit, max_running, start_new=start_new
             )
             if limit > 0
@@ -99,7 +91,7 @@ def lease_with_starts(
         marked = {run.id for run in leased if run.started_at is not None}
         # A lease that marks nothing (bench.unfair_lease's) leaves its runs to mark_started.
         unmarked = [run.id for run in leased[:start_new] if run.id not in marked]
-        started = claims.mark_started(session, worker_id, waiting + unmarked, now)
+        started = runs.mark_started(session, worker_id, waiting + unmarked, now)
     return Lease(leased, started | marked)
 
 
@@ -145,7 +137,7 @@ def start_runs(
     if not run_ids:
         return set()
     with write_transaction(session):
-        return claims.mark_started(session, worker_id, run_ids, now)
+        return runs.mark_started(session, worker_id, run_ids, now)
 
 
 def renew_leases(
@@ -160,45 +152,7 @@ def renew_leases(
     if not run_ids:
         return {}
     with write_transaction(session):
-        return claims.extend_leases(session, worker_id, run_ids, now + lock_ttl)
-
-
-def reap_statement() -> Any:
-    """One UPDATE for every outcome (the worker runs it every round: one round trip, not
-    three). A run an admin asked to stop ends cancelled: the request outlives its lost worker,
-    so the job is not started again. A run never started (no start mark: its worker was lost
-    while it waited for a slot) is queued again and its attempt does not count, whatever its
-    attempts; a started one is queued again while attempts remain, failed otherwise."""
-    now = bindparam("now", type_=UTCDateTime)
-    stop_requested = Run.cancel_requested_at.is_not(None)
-    never_started = Run.started_at.is_(None)
-    retry = and_(~stop_requested, or_(never_started, Run.attempt < Run.max_attempts))
-    return (
-        update(Run)
-        .where(Run.status == "running", Run.locked_until < now)
-        .values(
-            status=case((stop_requested, "cancelled"), (retry, "queued"), else_="failed"),
-            worker_id=case((retry, None), else_=Run.worker_id),
-            locked_until=None,
-            # A run never started keeps its place in the queue (and its jitter shown).
-            available_at=case((and_(retry, ~never_started), now), else_=Run.available_at),
-            finished_at=case((retry, Run.finished_at), else_=now),
-            cancelled_at=case((stop_requested, now), else_=Run.cancelled_at),
-            attempt=case((never_started, Run.attempt - 1), else_=Run.attempt),
-            error=case(
-                (stop_requested, STOPPED_LOST_ERROR),
-                (never_started, NOT_STARTED_ERROR),
-                (retry, REQUEUE_ERROR),
-                else_=LOST_ERROR,
-            ),
-            error_detail=None,  # an earlier attempt's traceback would not explain this
-        )
-        .returning(Run.id, Run.status, Run.schedule_id, Run.error)
-        .execution_options(synchronize_session=False)
-    )
-
-
-REAP = reap_statement()
+        return runs.extend_leases(session, worker_id, run_ids, now + lock_ttl)
 
 
 def reap_once(session: Session, now: datetime, settings: Mapping[str, Any] | None = None) -> int:
@@ -208,7 +162,7 @@ def reap_once(session: Session, now: datetime, settings: Mapping[str, Any] | Non
     A run failed so is a failure of its schedule like any other: counted, and notified in the
     same transaction (scheduler.notify). `settings`: the app's by default."""
     with write_transaction(session):
-        reaped = session.connection().execute(REAP, {"now": now}).all()
+        reaped = runs.reap_expired(session, now)
         lost = [
             FinishedAttempt(run_id, schedule_id, succeeded=False)
             for run_id, status, schedule_id, _error in sorted(reaped)
@@ -224,7 +178,7 @@ def reap_once(session: Session, now: datetime, settings: Mapping[str, Any] | Non
                 "run_id": run_id,
                 "requeued": status == "queued",
                 "cancelled": status == "cancelled",
-                "started": error != NOT_STARTED_ERROR,
+                "started": error != runs.NOT_STARTED_ERROR,
             },
         )
     return len(reaped)
@@ -236,22 +190,7 @@ def release_leases(session: Session, worker_id: int, run_ids: list[int]) -> int:
     if not run_ids:
         return 0
     with write_transaction(session):
-        released = (
-            session.execute(
-                update(Run)
-                .where(Run.id.in_(run_ids), Run.worker_id == worker_id, Run.status == "running")
-                .values(
-                    status="queued",
-                    worker_id=None,
-                    locked_until=None,
-                    attempt=Run.attempt - 1,
-                )
-                .returning(Run.id)
-                .execution_options(synchronize_session=False)
-            )
-            .scalars()
-            .all()
-        )
+        released = runs.release_leases(session, worker_id, run_ids)
     for run_id in released:
         log.info("run_released", extra={"action": "run_released", "run_id": run_id})
     return len(released)

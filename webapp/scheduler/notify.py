@@ -31,6 +31,7 @@ from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
+from webapp.database import among_ids, is_postgresql
 from webapp.models import (
     Notification,
     NotificationChannel,
@@ -39,7 +40,6 @@ from webapp.models import (
     Schedule,
     Tenant,
 )
-from webapp.scheduler import claims
 from webapp.scheduler.fire_ahead import withdraw_fires_ahead
 
 SUBJECT_LIMIT = 300  # the column's width
@@ -81,13 +81,34 @@ def recovery_statement(postgresql: bool) -> Any:
     UPDATE, a placeholder per id) cost the worker more than running it."""
     return (
         update(Schedule)
-        .where(claims.among_ids(Schedule.id, postgresql), Schedule.consecutive_failures > 0)
+        .where(among_ids(Schedule.id, postgresql), Schedule.consecutive_failures > 0)
         .values(consecutive_failures=0)
         .returning(Schedule.id)
     )
 
 
 RECOVER = {True: recovery_statement(True), False: recovery_statement(False)}
+
+
+def lock_failure_counts(session: Session, schedule_ids: list[int]) -> Sequence[Any]:
+    """The failure counts of these schedules, locked for the caller's transaction (in id order,
+    so that two workers storing outcomes never wait on each other in a circle): the count goes
+    on from what the last transaction wrote. SQLite: the write transaction is the lock."""
+    if not schedule_ids:
+        return []
+    query = (
+        select(
+            Schedule.id,
+            Schedule.consecutive_failures,
+            Schedule.pause_after_failures,
+            Schedule.active,
+        )
+        .where(Schedule.id.in_(schedule_ids))
+        .order_by(Schedule.id)
+    )
+    if is_postgresql(session):
+        query = query.with_for_update(of=Schedule)
+    return session.execute(query).all()
 
 
 def record_finished_runs(
@@ -116,13 +137,13 @@ def record_finished_runs(
         if all(attempt.succeeded for attempt in attempts)
     )
     if only_successes:
-        statement = RECOVER[claims.is_postgresql(session)]
+        statement = RECOVER[is_postgresql(session)]
         recovered = session.connection().execute(statement, {"ids": only_successes}).scalars()
         for schedule_id in sorted(recovered):
             first_success = sequences[schedule_id][0]
             events.append(NotifyEvent("recovery", schedule_id, first_success.run_id))
     failing = sorted(set(sequences) - set(only_successes))
-    for row in claims.lock_failure_counts(session, failing):
+    for row in lock_failure_counts(session, failing):
         count, active = row.consecutive_failures, row.active
         changes: dict[str, Any] = {}
         for attempt in sequences[row.id]:
@@ -307,7 +328,7 @@ def insert_notifications(session: Session, rows: list[dict[str, Any]]) -> int:
     """One INSERT; a row whose idempotency key is already written is skipped."""
     if not rows:
         return 0
-    insert = postgresql_insert if claims.is_postgresql(session) else sqlite_insert
+    insert = postgresql_insert if is_postgresql(session) else sqlite_insert
     statement = (
         insert(Notification)
         .on_conflict_do_nothing(index_elements=["idempotency_key"])

@@ -23,14 +23,14 @@ import smtplib
 import socket
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import closing
 from datetime import datetime, timedelta
 from email.message import EmailMessage
 from email.utils import formatdate
 from typing import Any, cast
 
-from sqlalchemy import update
+from sqlalchemy import Integer, bindparam, or_, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session
 
@@ -47,9 +47,8 @@ from webapp.catalog.ssrf import (
     pinned_connection,
     request_timeout,
 )
-from webapp.database import write_transaction
-from webapp.models import Notification
-from webapp.scheduler import claims
+from webapp.database import UTCDateTime, is_postgresql, write_transaction
+from webapp.models import Notification, Tenant
 from webapp.scheduler.notify import notify_settings
 
 log = logging.getLogger("webapp.scheduler")
@@ -67,6 +66,69 @@ BATCH = 10  # rows per step: sent one after another, so the lease covers them al
 ERROR_LIMIT = 2000
 USER_AGENT = "webapp-scheduler (notifications)"
 NO_SMTP_HOST = "SCHEDULER_SMTP_HOST is not set"
+
+
+def notification_due(now: Any) -> tuple[Any, ...]:
+    """A notification to send by `now`: pending, due, and not held by a live lease."""
+    return (
+        Notification.status == "pending",
+        Notification.available_at <= now,
+        or_(Notification.locked_until.is_(None), Notification.locked_until < now),
+    )
+
+
+def notification_lease_statement(skip_locked: bool) -> Any:
+    """The outbox's lease: pending rows that are due and not held by a live lease get this
+    worker, a lease and one more attempt; built once per dialect. A row stays `pending` while
+    it is sent, so that the lease of a worker that died runs out and another worker sends it."""
+    candidates = (
+        select(Notification.id)
+        .where(*notification_due(bindparam("now", type_=UTCDateTime)))
+        .order_by(Notification.available_at, Notification.id)
+        .limit(bindparam("limit", type_=Integer))
+    )
+    if skip_locked:
+        candidates = candidates.with_for_update(skip_locked=True)
+    secret = select(Tenant.webhook_secret).where(Tenant.id == Notification.tenant_id)
+    return (
+        update(Notification)
+        .where(Notification.id.in_(candidates.scalar_subquery()))
+        .values(
+            worker_id=bindparam("worker_id", type_=Integer),
+            locked_until=bindparam("locked_until", type_=UTCDateTime),
+            attempts=Notification.attempts + 1,
+        )
+        .returning(
+            Notification.id,
+            Notification.channel,
+            Notification.target,
+            Notification.subject,
+            Notification.body,
+            Notification.idempotency_key,
+            Notification.attempts,
+            secret.scalar_subquery().label("webhook_secret"),
+        )
+        .execution_options(synchronize_session=False)
+    )
+
+
+LEASE_NOTIFICATIONS_SKIP_LOCKED = notification_lease_statement(skip_locked=True)
+LEASE_NOTIFICATIONS = notification_lease_statement(skip_locked=False)
+
+
+def any_notification_due(session: Session, now: datetime) -> bool:
+    """Whether the outbox has a row to send (the partial index on pending rows answers)."""
+    query = select(Notification.id).where(*notification_due(now)).limit(1)
+    return session.scalar(query) is not None
+
+
+def lease_notifications(
+    session: Session, worker_id: int, now: datetime, locked_until: datetime, limit: int
+) -> Sequence[Row[Any]]:
+    """Takes up to `limit` due notifications for this worker until `locked_until`."""
+    statement = LEASE_NOTIFICATIONS_SKIP_LOCKED if is_postgresql(session) else LEASE_NOTIFICATIONS
+    parameters = {"now": now, "locked_until": locked_until, "limit": limit, "worker_id": worker_id}
+    return session.connection().execute(statement, parameters).all()
 
 
 class SendFailed(Exception):
@@ -189,12 +251,12 @@ def send_notifications(
 ) -> int:
     """Sends up to `limit` due notifications; returns how many were taken (0: nothing due)."""
     config = notify_settings(settings)
-    due = claims.any_notification_due(session, now)  # no write lock for an empty outbox
+    due = any_notification_due(session, now)  # no write lock for an empty outbox
     session.commit()  # ends the read: a snapshot kept open would never see new rows (SQLite)
     if not due:
         return 0
     with write_transaction(session):
-        leased = claims.lease_notifications(
+        leased = lease_notifications(
             session, worker_id, now, now + lease_length(config, limit), limit
         )
     for row in leased:

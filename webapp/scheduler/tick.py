@@ -19,15 +19,12 @@ from webapp import cron
 from webapp.catalog import ArgsError, Catalog, UnknownJobError, size_errors
 from webapp.config import args_limits
 from webapp.database import write_transaction
-from webapp.models import Schedule
-from webapp.scheduler import claims
-from webapp.scheduler.jitter import available_at, effective_jitter
+from webapp.scheduler import claims, runs
+from webapp.scheduler.jitter import effective_jitter
 from webapp.scheduler.misfire import FirePlan, MisfireSettings, PlannedRun, plan_fires
+from webapp.scheduler.run_rows import apply_overlap, run_row
 
 log = logging.getLogger("webapp.scheduler")
-
-# Why a fire or a Run now was recorded as skipped under the overlap policy `skip`.
-OVERLAP_REASON = "skipped: an earlier run of this schedule is still queued or running"
 
 
 @dataclass
@@ -83,41 +80,6 @@ class BadSchedule(Exception):
     over the size limits)."""
 
 
-def fire_key(schedule_id: int, fire: datetime) -> str:
-    """The idempotency key of a scheduled fire: the same for every attempt of that run."""
-    return f"schedule:{schedule_id}:{fire:%Y-%m-%dT%H:%M:%SZ}"
-
-
-def run_row(
-    schedule: Row[Any] | Schedule,  # a claimed row; the demo history passes the model
-    planned: PlannedRun,
-    now: datetime,
-    max_attempts: int,
-    reason: str | None,
-    jitter: int = 0,
-) -> dict[str, Any]:
-    """The run of one planned fire; a queued one may start `jitter`'s share after its fire."""
-    finished = planned.status != "queued"
-    start = now if finished else available_at(schedule.id, planned.scheduled_for, jitter, now)
-    return {
-        "tenant_id": schedule.tenant_id,
-        "schedule_id": schedule.id,
-        "job": schedule.job,
-        "args": schedule.args,
-        "trigger": planned.trigger,
-        "scheduled_for": planned.scheduled_for,
-        "idempotency_key": fire_key(schedule.id, planned.scheduled_for),
-        "status": planned.status,
-        "attempt": 0,
-        "max_attempts": max_attempts,
-        "fires_covered": planned.fires_covered,
-        "queued_at": now,
-        "available_at": start,
-        "finished_at": now if finished else None,
-        "error": reason,
-    }
-
-
 def resolve(
     schedule: Row[Any], catalog: Catalog, limits: tuple[int, int] | None = None
 ) -> tuple[cron.CronSpec, int]:
@@ -157,7 +119,7 @@ def tick_once(
         busy = claims.schedules_with_unfinished_runs(
             session, (s.id for s in due if s.overlap_policy == "skip")
         )
-        runs: list[dict[str, Any]] = []
+        rows: list[dict[str, Any]] = []
         advances: list[dict[str, Any]] = []
         deactivations: list[dict[str, Any]] = []
         for schedule in due:
@@ -166,7 +128,7 @@ def tick_once(
             except BadSchedule as error:
                 why = f"schedule deactivated: {error}"
                 failed = PlannedRun(schedule.next_run_at, "schedule", "failed")
-                runs.append(run_row(schedule, failed, now, 1, why))
+                rows.append(run_row(schedule, failed, now, 1, why))
                 deactivations.append({"id": schedule.id, "active": False, "inactive_reason": why})
                 log.warning(
                     "schedule_deactivated",
@@ -195,21 +157,13 @@ def tick_once(
                 schedule.time_zone,
                 now,
             )
-            for planned in plan.runs:
-                reason: str | None = planned.reason
-                if planned.status == "queued" and schedule.overlap_policy == "skip":
-                    if running:
-                        planned = PlannedRun(
-                            planned.scheduled_for, planned.trigger, "skipped", planned.fires_covered
-                        )
-                        reason = OVERLAP_REASON
-                    running = True
-                runs.append(run_row(schedule, planned, now, max_attempts, reason, jitter))
+            for planned, reason in apply_overlap(plan.runs, schedule.overlap_policy, running):
+                rows.append(run_row(schedule, planned, now, max_attempts, reason, jitter))
             advances.append(
                 {"id": schedule.id, "next_run_at": plan.next_run_at, "last_run_at": plan.last_fire}
             )
-        inserted = claims.insert_runs(session, runs)
-        for row in runs:
+        inserted = runs.insert_runs(session, rows)
+        for row in rows:
             recorded = (row["schedule_id"], row["scheduled_for"]) in inserted
             count_run(result, row, recorded)
         claims.advance_schedules(session, advances)

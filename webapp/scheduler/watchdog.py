@@ -10,17 +10,17 @@ worker alive; this step adds what needs a living worker: `schedules.overdue_sinc
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, select
+from sqlalchemy import and_, false, func, not_, select, update
+from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session
 
-from webapp.database import write_transaction
-from webapp.models import Run, Worker, run_overdue
-from webapp.scheduler import claims
+from webapp.database import is_postgresql, write_transaction
+from webapp.models import Run, Schedule, Worker, run_overdue, schedule_overdue
 from webapp.scheduler.notify import record_overdue
 
 log = logging.getLogger("webapp.scheduler")
@@ -41,6 +41,70 @@ class WatchResult:
     queue_overdue: bool = False  # a queued run waits longer than the grace
 
 
+def flag_overdue_schedules(
+    session: Session, now: datetime, grace: timedelta, limit: int
+) -> Sequence[Row[int, int | None, datetime | None]]:
+    """Sets overdue_since = now on up to `limit` overdue schedules not yet flagged, oldest fire
+    time first; returns (id, tenant_id, next_run_at) of those this statement flipped.
+
+    The condition is part of the UPDATE, so of several workers only one flips (and reports)
+    a row: PostgreSQL skips rows another transaction holds (a tick firing them, another
+    watchdog) and re-checks the condition on rows committed meanwhile; SQLite has one writer.
+    """
+    candidates = (
+        select(Schedule.id)
+        .where(schedule_overdue(now, grace), Schedule.overdue_since.is_(None))
+        .order_by(Schedule.next_run_at, Schedule.id)
+        .limit(limit)
+    )
+    if is_postgresql(session):
+        candidates = candidates.with_for_update(of=Schedule, skip_locked=True)
+    # Materialized: as a subquery, PostgreSQL may run it again for each row it updates (a
+    # nested loop), skipping the rows this statement has just changed, so the LIMIT would not
+    # bound it.
+    chosen = candidates.cte("overdue_candidates").prefix_with("MATERIALIZED")
+    statement = (
+        update(Schedule)
+        .where(Schedule.id.in_(select(chosen.c.id)), Schedule.overdue_since.is_(None))
+        .values(overdue_since=now)
+        .returning(Schedule.id, Schedule.tenant_id, Schedule.next_run_at)
+        .execution_options(synchronize_session=False)
+    )
+    return session.execute(statement).all()
+
+
+def clear_recovered_schedules(
+    session: Session, now: datetime, grace: timedelta, limit: int
+) -> Sequence[Row[int, int | None, datetime | None]]:
+    """Clears overdue_since on up to `limit` flagged schedules that are no longer overdue
+    (fired since, paused); returns (id, tenant_id, overdue_since) as they were flagged.
+
+    Selected with their lock first, then updated: the caller needs overdue_since from before
+    the update, which RETURNING cannot give on SQLite.
+    """
+    # NULL (an active schedule without next_run_at) counts as not overdue.
+    still_overdue = func.coalesce(schedule_overdue(now, grace), false())
+    query = (
+        select(Schedule.id, Schedule.tenant_id, Schedule.overdue_since)
+        .where(Schedule.overdue_since.is_not(None), not_(still_overdue))
+        # In ix_schedules_overdue's order (flagged schedules only): by id, SQLite walked
+        # every schedule in the table's order rather than sort the few flagged ones.
+        .order_by(Schedule.overdue_since, Schedule.id)
+        .limit(limit)
+    )
+    if is_postgresql(session):
+        query = query.with_for_update(of=Schedule, skip_locked=True)
+    rows = session.execute(query).all()
+    if rows:
+        session.execute(
+            update(Schedule)
+            .where(Schedule.id.in_([row.id for row in rows]))
+            .values(overdue_since=None)
+            .execution_options(synchronize_session=False)
+        )
+    return rows
+
+
 def watch_overdue(
     session: Session,
     now: datetime,
@@ -59,9 +123,9 @@ def watch_overdue(
     (`settings`: the app's, by default).
     """
     with write_transaction(session):
-        flagged = claims.flag_overdue_schedules(session, now, grace, limit)
+        flagged = flag_overdue_schedules(session, now, grace, limit)
         record_overdue(session, settings, [row.id for row in flagged], now)
-        recovered = claims.clear_recovered_schedules(session, now, grace, limit)
+        recovered = clear_recovered_schedules(session, now, grace, limit)
         oldest = session.execute(
             select(Run.id, Run.available_at)
             .where(run_overdue(now, grace))

@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session
 from webapp.catalog.context import job_settings
 from webapp.catalog.current import current_catalog
 from webapp.config import default_max_running, overdue_grace, uses_celery
-from webapp.database import utcnow, write_transaction
+from webapp.database import database_now, utcnow, write_transaction
 from webapp.extensions import db
 from webapp.models import Worker
 from webapp.scheduler import claims
@@ -296,7 +296,7 @@ class WorkerProcess:
         deadline it gives the pool is never later than `locked_until`)."""
         assert self.worker_id is not None and self.pool is not None
         # The database's clock, the one the reapers compare leases with.
-        now = claims.database_now(session)
+        now = database_now(session)
         held = self.pool.held_ids()
         renewed = renew_leases(session, self.worker_id, held, now, self.lock_ttl)
         self.pool.renewed(held, set(renewed), started + self.lock_ttl.total_seconds())
@@ -324,7 +324,7 @@ class WorkerProcess:
             return
         self.last_watch = started  # a failing watch waits for its next turn, like the others
         while True:
-            now = claims.database_now(session)
+            now = database_now(session)
             watched = watch_overdue(
                 session, now, self.overdue_grace, self.queue_overdue, settings=self.config
             )
@@ -384,7 +384,7 @@ class WorkerProcess:
         if self.pool.busy() or self.pool.flush_deadline() is not None:
             return False
         session = db.session()
-        now = claims.database_now(session)
+        now = database_now(session)
         earliest = claims.earliest_next_run(session)
         idle = (earliest is None or earliest > now) and not claims.any_run_available(session, now)
         session.commit()

@@ -2,7 +2,7 @@
 
 The fire times are the cron module's (the schedule's zone, Debian's DST rules). A fire time
 that already has a run is skipped by the database itself: the runs are inserted as the tick
-inserts them (`claims.insert_runs`, ON CONFLICT DO NOTHING), so the unique index on
+inserts them (`runs.insert_runs`, ON CONFLICT DO NOTHING), so the unique index on
 (schedule_id, scheduled_for) decides, even against a tick or another backfill running at once.
 The runs are queued available now: the per-tenant concurrency cap spreads their execution.
 """
@@ -21,9 +21,9 @@ from webapp.catalog import ArgsError, args_path
 from webapp.database import write_transaction
 from webapp.extensions import db
 from webapp.models import Run, Schedule
-from webapp.scheduler import claims
+from webapp.scheduler import runs
 from webapp.scheduler.misfire import PlannedRun
-from webapp.scheduler.tick import run_row
+from webapp.scheduler.run_rows import run_row
 from webapp.scheduler.wakeup import notify_workers
 from webapp.services.audit import Actor, record_event
 from webapp.services.schedules import runnable_job
@@ -205,7 +205,7 @@ def backfill(
             {**run_row(schedule, planned, now, max_attempts, None), "requested_by": actor.user_id}
             for planned in (PlannedRun(fire, "backfill", "queued") for fire in plan.fires)
         ]
-        queued = len(claims.insert_runs(session, rows))
+        queued = len(runs.insert_runs(session, rows))
         result = BackfillResult(plan=plan, queued=queued, skipped=len(rows) - queued)
         record_event(
             session,

@@ -13,7 +13,7 @@ from typing import Literal
 from webapp.database import write_transaction
 from webapp.extensions import db
 from webapp.models import Run, Tenant
-from webapp.scheduler import claims
+from webapp.scheduler import runs
 from webapp.services import scope
 from webapp.services.audit import Actor, record_event
 
@@ -38,11 +38,11 @@ def cancel_run(run: Run, actor: Actor, now: datetime) -> Cancelled:
     either took it first (then this asks it to stop) or never gets it."""
     run_id, tenant_id, job = run.id, run.tenant_id, run.job
     with write_transaction(db.session) as session:
-        if claims.cancel_queued_run(session, run_id, actor.user_id, now):
+        if runs.cancel_queued_run(session, run_id, actor.user_id, now):
             outcome: Literal["cancelled", "stop_requested"] = "cancelled"
             before = {"status": "queued"}
             after = {"status": "cancelled"}
-        elif claims.request_stop(session, run_id, actor.user_id, now):
+        elif runs.request_stop(session, run_id, actor.user_id, now):
             outcome = "stop_requested"
             before = {"status": "running"}
             after = {"status": "running", "cancel_requested_at": now.isoformat()}

@@ -17,12 +17,11 @@ from __future__ import annotations
 import json
 import random
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from flask import current_app
-from sqlalchemy import insert
 
 from webapp import cron
 from webapp.catalog import Catalog, JobSpec
@@ -31,11 +30,14 @@ from webapp.catalog.current import current_catalog
 from webapp.config import settings
 from webapp.database import write_transaction
 from webapp.extensions import db
-from webapp.models import Run, Schedule, Tenant, User
+from webapp.models import Schedule, Tenant, User
+from webapp.scheduler import runs
 from webapp.scheduler.execution import run_job
 from webapp.scheduler.leases import LeasedRun
 from webapp.scheduler.misfire import plan_fires
-from webapp.scheduler.tick import OVERLAP_REASON, TickSettings, run_row
+from webapp.scheduler.run_rows import apply_overlap, manual_run_row, run_row
+from webapp.scheduler.runs import retry_delay
+from webapp.scheduler.tick import TickSettings
 from webapp.services import scope
 from webapp.services.audit import Actor
 from webapp.services.schedules import ScheduleInput, create_schedule, pause_schedule
@@ -88,27 +90,6 @@ DOWNTIME = timedelta(minutes=40)
 # Fires more recent than this would still be queued or running: the worker of `make run`
 # fires them (next_run_at is left there).
 SETTLED = timedelta(seconds=30)
-# All the columns a run row may have, so that one INSERT takes every row.
-COLUMNS = (
-    "tenant_id",
-    "schedule_id",
-    "job",
-    "args",
-    "trigger",
-    "scheduled_for",
-    "idempotency_key",
-    "status",
-    "attempt",
-    "max_attempts",
-    "fires_covered",
-    "queued_at",
-    "available_at",
-    "started_at",
-    "finished_at",
-    "error",
-    "output",
-    "requested_by",
-)
 
 
 def seed_demo_schedules(tenant: Tenant, admin: User, now: datetime) -> int:
@@ -132,7 +113,7 @@ def seed_demo_schedules(tenant: Tenant, admin: User, now: datetime) -> int:
     with write_transaction(db.session):
         rows = [row for schedule in schedules for row in history.runs_of(schedule)]
         rows.sort(key=lambda row: (row["queued_at"], row["scheduled_for"]))  # ids follow time
-        db.session.execute(insert(Run), [{name: row.get(name) for name in COLUMNS} for row in rows])
+        runs.insert_runs(db.session(), rows)
     for schedule in schedules:
         if schedule.key == PAUSED:
             pause_schedule(schedule, actor)
@@ -186,10 +167,9 @@ class DemoHistory:
                 policy=schedule.misfire_policy,
                 settings=self.settings.misfire,
             )
-            for planned in plan.runs:
-                reason = planned.reason
-                if fire == overlapped and planned.status == "queued":
-                    planned, reason = replace(planned, status="skipped"), OVERLAP_REASON
+            # A Run now of the overlapped fire is still running: the overlap policy skips it.
+            running = fire == overlapped
+            for planned, reason in apply_overlap(plan.runs, schedule.overlap_policy, running):
                 row = run_row(schedule, planned, tick_at, job.max_attempts, reason)
                 if row["status"] == "queued":
                     self.execute(row, job, rng, worker_lost=fire in lost)
@@ -203,22 +183,10 @@ class DemoHistory:
     ) -> dict[str, Any]:
         """A Run now pressed shortly before `running_at` and still running then."""
         queued_at = running_at - seconds(rng, 0.6, 1.4)
-        row = {
-            "tenant_id": schedule.tenant_id,
-            "schedule_id": schedule.id,
-            "job": schedule.job,
-            "args": schedule.args,
-            "trigger": "manual",
-            "scheduled_for": queued_at,
-            "idempotency_key": f"manual:{uuid.UUID(int=rng.getrandbits(128), version=4)}",
-            "status": "queued",
-            "attempt": 0,
-            "max_attempts": job.max_attempts,
-            "fires_covered": 1,
-            "queued_at": queued_at,
-            "available_at": queued_at,
-            "requested_by": self.admin.id,
-        }
+        key = f"manual:{uuid.UUID(int=rng.getrandbits(128), version=4)}"
+        row = manual_run_row(
+            schedule, queued_at, queued_at, job.max_attempts, self.admin.id, idempotency_key=key
+        )
         self.execute(row, job, rng, worker_lost=False)
         return row
 
@@ -240,9 +208,7 @@ class DemoHistory:
             if error is None or attempt >= job.max_attempts:
                 break
             # A failed attempt waits for its backoff (the worker's `decide`), then runs again.
-            row["available_at"] = finished + timedelta(
-                seconds=job.retry_backoff * 2 ** (attempt - 1)
-            )
+            row["available_at"] = finished + retry_delay(job.retry_backoff, attempt)
             started = row["available_at"] + seconds(rng, 0.01, 0.3)
             attempt += 1
         row.update(

@@ -27,6 +27,7 @@ from sqlalchemy import ColumnElement, Float, RowMapping, Select, and_, case, fun
 from sqlalchemy.orm import Session
 
 from webapp.config import Settings
+from webapp.database import database_now
 from webapp.models import (
     NOTIFICATION_STATUSES,
     RUN_STATUSES,
@@ -38,7 +39,6 @@ from webapp.models import (
     run_overdue,
     schedule_overdue,
 )
-from webapp.scheduler.claims import database_now
 
 RECENT_WINDOW = timedelta(minutes=15)
 RECENT_RUNS_LIMIT = 10_000

@@ -15,10 +15,11 @@ from typing import Literal
 from sqlalchemy import ColumnElement, case, func, select
 from sqlalchemy.orm import Session
 
+from webapp import database
 from webapp.database import write_transaction
 from webapp.extensions import db
 from webapp.models import Run, Schedule, Tenant, Worker, run_overdue, schedule_overdue
-from webapp.scheduler import claims
+from webapp.scheduler import runs
 from webapp.services import audit
 from webapp.services.audit import Actor
 
@@ -34,7 +35,7 @@ WorkerState = Literal["running", "stale", "stopped"]
 
 def database_now() -> datetime:
     """The database's clock: the one heartbeats, leases and fire times are written with."""
-    return claims.database_now(db.session())
+    return database.database_now(db.session())
 
 
 class NotFound(LookupError):
@@ -238,7 +239,7 @@ def workers_overview(session: Session, lock_ttl: timedelta) -> WorkersOverview:
     """The workers (live ones first), what each holds and did in the last hour, and the
     expired leases no reaper has taken back yet; four statements. Staleness is decided on the
     database's clock, the one that heartbeats and leases are written with."""
-    now = claims.database_now(session)
+    now = database.database_now(session)
     rows = list(
         session.scalars(
             select(Worker)
@@ -300,11 +301,11 @@ def whole_seconds(age: timedelta) -> int:
 
 def release_lease(worker_id: int, run_id: int, actor: Actor, lock_ttl: timedelta) -> Released:
     """Puts a run held by a dead or silent worker back in the queue without waiting for the
-    reaper (as leases.release_leases does: the attempt is not spent), with its audit row, in
+    reaper (as a worker that stops does: the attempt is not spent), with its audit row, in
     one transaction. Refused while the lease is live: its worker heartbeats and it has not
     expired, so the job may be running right now."""
     with write_transaction(db.session) as session:
-        now = claims.database_now(session)
+        now = database.database_now(session)
         worker = session.get(Worker, worker_id)
         if worker is None:
             raise NotFound(f"There is no worker {worker_id}.")
@@ -330,7 +331,7 @@ def release_lease(worker_id: int, run_id: int, actor: Actor, lock_ttl: timedelta
             "locked_until": run.locked_until.isoformat() if run.locked_until else None,
             "attempt": run.attempt,
         }
-        if not claims.release_run(session, run.id, worker.id, now, stale_before(now, lock_ttl)):
+        if not runs.release_run(session, run.id, worker.id, now, stale_before(now, lock_ttl)):
             raise ReleaseRefused(  # its worker renewed it between our read and the update
                 f"worker {worker.id} on {worker.hostname} renewed the lease just now: it is live"
             )

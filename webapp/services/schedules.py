@@ -6,31 +6,29 @@ audit trail live in one place. Each change is one transaction.
 
 from __future__ import annotations
 
-import functools
 import re
 import unicodedata
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import Select, String, bindparam, func, insert, select
+from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from webapp import cron
 from webapp.catalog import JobSpec, UnknownJobError, args_path, size_errors
 from webapp.catalog.current import current_catalog
 from webapp.config import settings
-from webapp.database import write_transaction
+from webapp.database import is_postgresql, write_transaction
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule, Scope, Tenant
-from webapp.scheduler import claims
+from webapp.scheduler import claims, runs
 from webapp.scheduler.fire_ahead import withdraw_fires_ahead
 from webapp.scheduler.jitter import effective_jitter
-from webapp.scheduler.tick import OVERLAP_REASON
-from webapp.scheduler.wakeup import notify_workers, wake_workers_column
+from webapp.scheduler.run_rows import manual_run_row
+from webapp.scheduler.wakeup import notify_workers
 from webapp.services import scope
 from webapp.services.audit import Actor, audit_row, changed_fields, record, schedule_snapshot
 from webapp.services.schema import ScheduleError, ScheduleIn, ScheduleRules, jitter_problem
@@ -318,104 +316,22 @@ def run_now(schedule: Schedule, actor: Actor, now: datetime, at: datetime | None
     with write_transaction(db.session) as session:
         spec = runnable_job(schedule)
         start = at or now
-        values: dict[str, Any] = {
-            "tenant_id": schedule.tenant_id,
-            "schedule_id": schedule.id,
-            "job": schedule.job,
-            "args": schedule.args,
-            "trigger": "manual",
-            "scheduled_for": start,
-            "available_at": start,
-            "queued_at": now,
-            "idempotency_key": f"manual:{uuid.uuid4()}",
-            "max_attempts": spec.max_attempts,
-            "requested_by": actor.user_id,
-        }
-        if schedule.overlap_policy == "skip" and claims.schedules_with_unfinished_runs(
-            session, [schedule.id]
-        ):
-            values.update(status="skipped", finished_at=now, error=OVERLAP_REASON)
+        busy = schedule.overlap_policy == "skip" and bool(
+            claims.schedules_with_unfinished_runs(session, [schedule.id])
+        )
+        row = manual_run_row(schedule, start, now, spec.max_attempts, actor.user_id, busy)
         event = audit_row(actor, "schedule.run_now", schedule, after={"at": start.isoformat()})
-        if session.get_bind().dialect.name == "postgresql":
-            run_id = queue_manual_run_postgresql(session, values, event)
+        if is_postgresql(session):  # the run, its audit event and the wake-up: one statement
+            run_id = runs.insert_manual_run_audited(session, row, event)
         else:
-            run_id = queue_manual_run_sqlite(session, values, event)
+            run_id = runs.insert_manual_run(session, row)
+            record(session, {**event, "after": {"run_id": run_id, **event["after"]}})
+            notify_workers(session)
     run: Run | None = db.session.get(Run, run_id)
     assert run is not None
     return run
 
 
-def queue_manual_run_postgresql(
-    session: Session, values: dict[str, Any], event: dict[str, Any]
-) -> int:
-    """Inserts the run and its audit event (`event`, whose `after` gets the run's id) and
-    wakes the workers, in one statement: a click's own time is mostly round trips."""
-    parameters = {
-        **dict.fromkeys(("status", "finished_at", "error")),
-        "status": "queued",
-        **values,
-        **{f"event_{name}": value for name, value in event.items() if name != "after"},
-        "event_at": event["after"]["at"],
-    }
-    run_id: int = session.execute(queue_manual_run_statement(), parameters).one()[0]
-    return run_id
-
-
-# The columns queue_manual_run_postgresql writes (the others take their defaults).
-MANUAL_RUN_COLUMNS = (
-    "tenant_id",
-    "schedule_id",
-    "job",
-    "args",
-    "trigger",
-    "scheduled_for",
-    "available_at",
-    "queued_at",
-    "idempotency_key",
-    "max_attempts",
-    "requested_by",
-    "status",
-    "finished_at",
-    "error",
-)
-
-
-@functools.cache
-def queue_manual_run_statement() -> Select[tuple[int, Any]]:
-    """queue_manual_run_postgresql's statement, built once (building it costs about as much
-    as a round trip): WITH queued AS (INSERT INTO runs ... RETURNING id), audited AS (INSERT
-    INTO audit_events ... FROM queued) SELECT queued.id, pg_notify(...)."""
-    runs, events = Run.__table__.c, AuditEvent.__table__.c
-    queued = (
-        insert(Run)
-        .values({name: bindparam(name, type_=runs[name].type) for name in MANUAL_RUN_COLUMNS})
-        .returning(Run.id)
-        .cte("queued")
-    )
-    names = [column.name for column in events if column.name != "id"]
-    after = func.jsonb_build_object(
-        "run_id", queued.c.id, "at", bindparam("event_at", type_=String)
-    )
-    audited = insert(AuditEvent).from_select(
-        names,
-        select(
-            *(
-                after if name == "after" else bindparam(f"event_{name}", type_=events[name].type)
-                for name in names
-            )
-        ).select_from(queued),
-    )
-    return select(queued.c.id, wake_workers_column()).add_cte(audited.cte("audited"))
-
-
-def queue_manual_run_sqlite(session: Session, values: dict[str, Any], event: dict[str, Any]) -> int:
-    """The same as queue_manual_run_postgresql in three steps: SQLite has no INSERT in a WITH."""
-    run = Run(**values)
-    session.add(run)
-    session.flush()
-    record(session, {**event, "after": {"run_id": run.id, **event["after"]}})
-    notify_workers(session)
-    return run.id
 
 
 def run_at_problem(at: datetime, now: datetime, time_zone: str) -> str | None:

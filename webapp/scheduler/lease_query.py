@@ -1,0 +1,283 @@
+"""Which queued runs a lease takes: fair between tenants, within each tenant's cap.
+
+Only the query (which ids, in which order); the lease's UPDATE that marks them running is
+runs.lease_statement. PostgreSQL's version locks the rows it picks (SKIP LOCKED) and first finds
+the lease's window of tenants (lease_window_statement), locking the capped ones among them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    Integer,
+    and_,
+    any_,
+    bindparam,
+    case,
+    func,
+    literal,
+    null,
+    select,
+    text,
+    true,
+    union_all,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
+
+from webapp.database import UTCDateTime
+from webapp.models import Run, Tenant
+
+# A lease serves tenants with available queued runs in turns: each run's turn is its rank among
+# its tenant's queued runs (oldest first), and the lease takes the lowest turns (ties: oldest
+# first), each tenant at most its share (limit / tenants served). A tenant's cap
+# (tenants.max_running, else SCHEDULER_MAX_RUNNING) bounds its share by cap - running; on
+# PostgreSQL that count is sound only under the capped tenant's row lock, which the lease
+# transaction takes first (lease_window_statement, passed as :locked).
+#
+# Which tenants: on PostgreSQL a window of at most `limit` of them, found by rotation. Each worker
+# keeps a cursor, the last tenant its previous window reached; the next window is the tenants
+# after it that have an available run and (by a count outside the lock: a hint) room under their
+# cap, wrapping around to the first tenant. So a lease costs O(runs leased), not O(tenants with
+# work); the rotation, not a count of each tenant's running runs, decides who goes next.
+# SQLite, one writer at a time, visits every tenant with queued runs on each lease (its installs
+# are small), and a run's turn also counts its tenant's runs running: a tenant with 10,000 queued
+# runs and 16 running waits while one with 0 running starts its first run.
+
+QUEUED = Run.status == "queued"
+
+
+def queued_tenants() -> Any:
+    """Every tenant with a queued run, in id order, one index probe each (a loose index scan of
+    ix_runs_tenant_queue): finding who has work never reads a deep queue. The recursion ends on
+    a NULL row, which the join with `tenants` drops."""
+    first = select(func.min(Run.tenant_id).label("tenant_id")).where(QUEUED)
+    found = first.cte("queued_tenants", recursive=True)
+    following = select(func.min(Run.tenant_id)).where(QUEUED, Run.tenant_id > found.c.tenant_id)
+    return found.union_all(
+        select(following.scalar_subquery()).where(found.c.tenant_id.is_not(None))
+    )
+
+
+def window_tenants() -> Any:
+    """PostgreSQL: the tenants of this lease's window (:window, lease_window_statement's)."""
+    window = func.unnest(bindparam("window", type_=ARRAY(Integer))).label("tenant_id")
+    return select(window).subquery("lease_window")
+
+
+def running_count(group: Any) -> Any:
+    return select(func.count()).where(group, Run.status == "running").scalar_subquery()
+
+
+def lease_groups(
+    now: Any, limit: Any, default_cap: Any, locked: Any, tenants: Any, whole_queue: bool
+) -> Any:
+    """The groups this lease serves, each with how many runs it may take (`take`) and how
+    many turns it is behind (`ahead`: its runs running now with `whole_queue`, else 0). A
+    group is one of `tenants` with available queued runs, or the tenant-less (system) runs,
+    which are never capped.
+
+    `locked` is true for the tenants whose row this transaction has locked: a capped tenant
+    without it has no room in this lease (the next one locks it). Without `whole_queue` (the
+    PostgreSQL window, whose rotation spreads the turns) only capped tenants' running runs are
+    counted: the planner, whose statistics lag behind a herd, counts them through the partial
+    index of all running runs (ix_runs_leases), one whole scan per count."""
+    cap = func.coalesce(Tenant.max_running, default_cap)
+    tenant_running = running_count(Run.tenant_id == tenants.c.tenant_id)
+    if not whole_queue:
+        tenant_running = case((cap.is_(None), 0), else_=tenant_running)
+    tenant_groups = select(
+        tenants.c.tenant_id,
+        select(func.min(Run.available_at))
+        .where(QUEUED, Run.tenant_id == tenants.c.tenant_id)
+        .scalar_subquery()
+        .label("head_at"),
+        tenant_running.label("running"),
+        cap.label("cap"),
+        locked.label("locked"),
+    ).join_from(tenants, Tenant, Tenant.id == tenants.c.tenant_id)
+    system_group = select(
+        null(),
+        func.min(Run.available_at),
+        running_count(Run.tenant_id.is_(None)) if whole_queue else literal(0),
+        null(),
+        true(),
+    ).where(QUEUED, Run.tenant_id.is_(None))
+    groups = union_all(tenant_groups, system_group).cte("lease_groups").prefix_with("MATERIALIZED")
+    room = case(
+        (groups.c.cap.is_(None), limit),
+        (groups.c.locked, groups.c.cap - groups.c.running),
+        else_=0,
+    )
+    ahead = groups.c.running if whole_queue else literal(0)
+    # At most `limit` groups, the least served first: a run of any other would come after
+    # `limit` runs of these.
+    served = (
+        select(groups.c.tenant_id, ahead.label("ahead"), room.label("room"))
+        .where(groups.c.head_at <= now, room > 0)
+        .order_by(ahead, groups.c.head_at)
+        .limit(limit)
+        .subquery("served")
+    )
+    # Each its share of the lease, about limit / groups, within its room.
+    share = (limit + func.count().over() - 1) // func.count().over()
+    return select(
+        served.c.tenant_id,
+        served.c.ahead,
+        case((served.c.room < share, served.c.room), else_=share).label("take"),
+    ).cte("lease_served")
+
+
+def oldest_queued(now: Any, group: Any, take: Any) -> Any:
+    """A group's oldest available queued runs, up to `take`; rows another lease holds are
+    skipped, so that concurrent leases take disjoint runs."""
+    return (
+        select(Run.id, Run.available_at)
+        .where(QUEUED, Run.available_at <= now, group)
+        .order_by(Run.available_at, Run.id)
+        .limit(take)
+        .with_for_update(skip_locked=True)
+    )
+
+
+def lease_candidates_postgresql(now: Any, served: Any) -> Any:
+    """Each served group's runs through a LATERAL subquery that stops after its share: a
+    tenant's deep queue costs an index probe, not a scan. The tenant-less group has its own
+    (`tenant_id = NULL` matches nothing)."""
+    tenant_runs = oldest_queued(now, Run.tenant_id == served.c.tenant_id, served.c.take)
+    system_runs = oldest_queued(
+        now, and_(served.c.tenant_id.is_(None), Run.tenant_id.is_(None)), served.c.take
+    )
+    parts = []
+    for runs in (tenant_runs.lateral("tenant_runs"), system_runs.lateral("system_runs")):
+        rank = func.row_number().over(
+            partition_by=served.c.tenant_id, order_by=(runs.c.available_at, runs.c.id)
+        )
+        parts.append(
+            select(runs.c.id, runs.c.available_at, (served.c.ahead + rank).label("turn")).join_from(
+                served, runs, true()
+            )
+        )
+    return union_all(*parts)
+
+
+def lease_candidates_sqlite(now: Any, served: Any) -> Any:
+    """SQLite has no LATERAL: the served groups' available runs ranked by a window function
+    (this reads their whole available queue; the write lock makes it safe, not fast)."""
+    ranked = (
+        select(
+            Run.id,
+            Run.available_at,
+            served.c.ahead,
+            served.c.take,
+            func.row_number()
+            .over(partition_by=served.c.tenant_id, order_by=(Run.available_at, Run.id))
+            .label("rank"),
+        )
+        .join_from(served, Run, Run.tenant_id.is_not_distinct_from(served.c.tenant_id))
+        .where(QUEUED, Run.available_at <= now)
+        .subquery("ranked")
+    )
+    return select(
+        ranked.c.id, ranked.c.available_at, (ranked.c.ahead + ranked.c.rank).label("turn")
+    ).where(ranked.c.rank <= ranked.c.take)
+
+
+def lease_query(now: Any, limit: Any, skip_locked: bool) -> Any:
+    """The ids a lease takes: the lowest turns, fairly between tenants and within their caps
+    (see above); `skip_locked` builds PostgreSQL's version, else SQLite's. Parameters besides
+    `now` and `limit`: max_running (the default cap) and, on PostgreSQL, window (the tenants
+    this lease may serve) and locked (those of them that are capped and that this transaction
+    has locked).
+
+    MATERIALIZED CTEs (as the watchdog's flag_overdue_schedules): as a subquery, PostgreSQL
+    may run it again for each row it updates (a nested loop), skipping the rows this statement
+    has just locked, so the LIMIT would not bound the lease."""
+    default_cap = bindparam("max_running", type_=Integer)
+    if skip_locked:
+        locked: Any = Tenant.id == any_(bindparam("locked", type_=ARRAY(Integer)))
+        served = lease_groups(now, limit, default_cap, locked, window_tenants(), False)
+        candidates = lease_candidates_postgresql(now, served)
+    else:  # SQLite: BEGIN IMMEDIATE already holds every tenant
+        served = lease_groups(now, limit, default_cap, true(), queued_tenants(), True)
+        candidates = lease_candidates_sqlite(now, served)
+    chosen = candidates.cte("lease_candidates").prefix_with("MATERIALIZED")
+    leased = (
+        select(chosen.c.id)
+        .order_by(chosen.c.turn, chosen.c.available_at, chosen.c.id)
+        .limit(limit)
+        .cte("leased")
+        .prefix_with("MATERIALIZED")
+    )
+    return select(leased.c.id)
+
+
+def lease_window_statement() -> Any:
+    """PostgreSQL: the first statement of a lease transaction. Walks the tenants with queued
+    runs from the one after `:after` (this worker's cursor), wrapping around, until it has
+    passed `:limit` open ones (the LATERAL step) or come back to where it started; returns each
+    tenant it passed, in that order, with `open` and `locked`. It locks, in id order (no
+    deadlock between leases), the open tenants that are capped: two leases of one capped tenant
+    so take turns, and the second one's lease statement (a new snapshot under READ COMMITTED)
+    counts the runs the first has leased. NO KEY UPDATE: the tick's inserts of runs (KEY SHARE
+    on their tenant) go on meanwhile.
+
+    Tenants passed over (nothing available yet, or full at their cap) cost a probe each and
+    count for nothing: the window's cost is O(limit) plus those."""
+    statement = text(
+        """
+WITH RECURSIVE lease_window(step, tenant_id, first_id, opened, open) AS (
+    SELECT 0, CAST(:after AS INTEGER), CAST(NULL AS INTEGER), 0, false
+  UNION ALL
+    SELECT w.step + 1, n.tenant_id, COALESCE(w.first_id, n.tenant_id),
+           w.opened + CAST(n.open AS INTEGER), n.open
+    FROM lease_window AS w
+    CROSS JOIN LATERAL (
+        -- The next tenant with queued runs after `w.tenant_id` (its first index entry, so its
+        -- oldest available_at), else the first tenant: one probe of ix_runs_tenant_queue, two
+        -- when wrapping. `open`: it has a run available now (the parameter now, else the clock)
+        -- and looks to have room (a hint outside the lock; the lease statement counts again
+        -- under it).
+        SELECT h.tenant_id,
+               COALESCE(h.available_at <= COALESCE(CAST(:now AS TIMESTAMP WITH TIME ZONE),
+                                                   statement_timestamp())
+                   AND CASE WHEN c.cap IS NULL THEN true ELSE
+                   (SELECT count(*) FROM runs AS r WHERE r.tenant_id = h.tenant_id
+                    AND r.status = 'running') < c.cap END, false) AS open
+        FROM ((SELECT tenant_id, available_at FROM runs
+               WHERE status = 'queued' AND tenant_id > w.tenant_id
+               ORDER BY tenant_id, available_at LIMIT 1)
+              UNION ALL
+              (SELECT tenant_id, available_at FROM runs
+               WHERE status = 'queued' AND tenant_id IS NOT NULL
+               ORDER BY tenant_id, available_at LIMIT 1)
+              LIMIT 1) AS h
+        CROSS JOIN LATERAL (
+            SELECT COALESCE((SELECT max_running FROM tenants WHERE id = h.tenant_id),
+                            CAST(:max_running AS INTEGER)) AS cap
+        ) AS c
+    ) AS n
+    WHERE w.opened < :limit AND n.tenant_id IS DISTINCT FROM w.first_id
+),
+locked AS MATERIALIZED (
+    SELECT t.id FROM tenants AS t
+    WHERE t.id IN (SELECT tenant_id FROM lease_window WHERE open)
+      AND COALESCE(t.max_running, CAST(:max_running AS INTEGER)) IS NOT NULL
+    ORDER BY t.id
+    FOR NO KEY UPDATE
+)
+SELECT w.tenant_id, w.open, l.id IS NOT NULL AS locked
+FROM lease_window AS w LEFT JOIN locked AS l ON l.id = w.tenant_id
+WHERE w.step > 0
+ORDER BY w.step
+"""
+    )
+    return statement.bindparams(
+        bindparam("now", type_=UTCDateTime),
+        bindparam("limit", type_=Integer),
+        bindparam("after", type_=Integer),
+        bindparam("max_running", type_=Integer),
+    )
+
+
+LEASE_WINDOW = lease_window_statement()
