@@ -227,6 +227,13 @@ def overdue_grace(settings: Mapping[str, Any]) -> timedelta:
     return timedelta(seconds=settings.get(name, Settings.model_fields[name].default))
 
 
+def lock_ttl(settings: Mapping[str, Any]) -> timedelta:
+    """SCHEDULER_LOCK_TTL as a duration: how long a lease lasts unless renewed (the default where
+    the setting is missing)."""
+    name = "SCHEDULER_LOCK_TTL"
+    return timedelta(seconds=float(settings.get(name, Settings.model_fields[name].default)))
+
+
 def uses_celery(settings: Mapping[str, Any]) -> bool:
     """Whether runs are sent to a Celery fleet (SCHEDULER_EXECUTOR=celery), checked with the
     settings that need: the broker, a queue, an in-flight limit above zero."""

@@ -75,7 +75,7 @@ def health_command(max_heartbeat_age: int | None, as_json: bool) -> None:
 
     from sqlalchemy.exc import SQLAlchemyError
 
-    from webapp.config import overdue_grace
+    from webapp.config import lock_ttl, overdue_grace
     from webapp.database import database_now
     from webapp.extensions import db
     from webapp.services import health
@@ -84,7 +84,9 @@ def health_command(max_heartbeat_age: int | None, as_json: bool) -> None:
     config = current_app.config
     checks = {"database": health.database_check(session)}
     if checks["database"].ok:
-        max_age = timedelta(seconds=max_heartbeat_age or 2 * int(config["SCHEDULER_LOCK_TTL"]))
+        max_age = (
+            timedelta(seconds=max_heartbeat_age) if max_heartbeat_age else 2 * lock_ttl(config)
+        )
         grace = overdue_grace(config)
         checks["migrations"] = health.migrations_check(
             session, current_app.extensions["migrate"].directory

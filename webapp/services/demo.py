@@ -28,6 +28,7 @@ from webapp import cron
 from webapp.catalog import Catalog, JobSpec
 from webapp.catalog.context import job_settings
 from webapp.catalog.current import current_catalog
+from webapp.config import lock_ttl
 from webapp.database import write_transaction
 from webapp.extensions import db
 from webapp.models import Schedule, Tenant, User
@@ -104,7 +105,7 @@ def seed_demo_schedules(tenant: Tenant, admin: User, now: datetime) -> int:
     history = DemoHistory(
         catalog=current_catalog(),
         settings=TickSettings.from_config(current_app.config),
-        lock_ttl=timedelta(seconds=float(current_app.config["SCHEDULER_LOCK_TTL"])),
+        lock_ttl=lock_ttl(current_app.config),
         now=now,
         tenant=tenant,
         admin=admin,

@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import ColumnElement, Float, RowMapping, Select, and_, case, func, select
 from sqlalchemy.orm import Session
 
-from webapp.config import overdue_grace
+from webapp.config import lock_ttl, overdue_grace
 from webapp.database import database_now
 from webapp.models import (
     NOTIFICATION_STATUSES,
@@ -164,7 +164,7 @@ def read_figures(session: Session, settings: Mapping[str, Any]) -> Figures:
         .limit(RECENT_WORKERS_LIMIT)
         .subquery()
     )
-    fresh_after = now - 2 * timedelta(seconds=float(settings["SCHEDULER_LOCK_TTL"]))
+    fresh_after = now - 2 * lock_ttl(settings)
     alive = and_(workers.c.stopped_at.is_(None), workers.c.last_heartbeat_at >= fresh_after)
     stale = and_(
         workers.c.stopped_at.is_(None),

@@ -9,6 +9,7 @@ from flask import Blueprint, abort, current_app, flash, redirect, request, url_f
 from flask_login import login_required
 from werkzeug.wrappers import Response
 
+from webapp import config
 from webapp.config import default_max_running, overdue_grace
 from webapp.extensions import db
 from webapp.services import operations
@@ -22,7 +23,7 @@ bp.before_request(tenancy.require_operator)
 
 
 def lock_ttl() -> timedelta:
-    return timedelta(seconds=float(current_app.config["SCHEDULER_LOCK_TTL"]))
+    return config.lock_ttl(current_app.config)
 
 
 @bp.get("")

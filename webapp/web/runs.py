@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import date
 from typing import Any
 
 from flask import Blueprint, abort, current_app, request, url_for
@@ -26,7 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import defer, joinedload
 from werkzeug.wrappers import Response
 
-from webapp.config import overdue_grace
+from webapp.config import lock_ttl, overdue_grace
 from webapp.database import contains_text, like_pattern, utcnow
 from webapp.extensions import db
 from webapp.models import RUN_STATUSES, TRIGGERS, Run, Schedule, User, Worker
@@ -156,9 +156,8 @@ def waiting(runs: list[Any]) -> dict[int, Waiting]:
     """The page's overdue queued runs, by id, with why they wait (one statement, and only
     when the page shows one)."""
     config = current_app.config
-    lock_ttl = timedelta(seconds=float(config["SCHEDULER_LOCK_TTL"]))
     now = moment_settings()[1]  # the page's now, as its relative times
-    return waiting_runs(db.session(), runs, now, overdue_grace(config), lock_ttl)
+    return waiting_runs(db.session(), runs, now, overdue_grace(config), lock_ttl(config))
 
 
 @dataclass(frozen=True)
