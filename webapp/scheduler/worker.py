@@ -152,12 +152,14 @@ class WorkerProcess:
     def listen_for_notifications(self, url: str) -> None:
         """PostgreSQL only: wake the loop when a run is queued or a schedule changes."""
         import psycopg
+        from psycopg import sql
 
+        listen = sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL))
         backoff = Backoff()
         while not self.stop_requested.is_set():
             try:
                 with psycopg.connect(url, autocommit=True) as connection:
-                    connection.execute(f"LISTEN {CHANNEL}")
+                    connection.execute(listen)
                     backoff.reset()
                     while not self.stop_requested.is_set():
                         for _ in connection.notifies(timeout=1.0, stop_after=1):
