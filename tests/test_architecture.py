@@ -257,3 +257,50 @@ def test_only_the_modules_that_lock_rows_lock_them() -> None:
     page = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
     rule = page.split("- **Locking SQL**")[1].split("\n- **")[0]
     assert all(f"`webapp/{name}`" in rule for name in LOCKING_MODULES), rule
+
+
+SQL_START = re.compile(
+    r"^\s*(SELECT|INSERT|UPDATE|DELETE|WITH|LISTEN|PRAGMA)\b|\bFROM\b.*\bWHERE\b"
+)
+
+
+def assembled_sql(path: Path) -> list[str]:
+    """Where the module assembles SQL from strings: an f-string or str.format of SQL text, or
+    text() of anything but a constant."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.JoinedStr):
+            literal = "".join(
+                part.value
+                for part in node.values
+                if isinstance(part, ast.Constant) and isinstance(part.value, str)
+            )
+            if SQL_START.search(literal):
+                found.append(f"line {node.lineno}: an f-string of SQL")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            template = node.func.value
+            if (
+                node.func.attr == "format"
+                and isinstance(template, ast.Constant)
+                and isinstance(template.value, str)
+                and SQL_START.search(template.value)
+            ):
+                found.append(f"line {node.lineno}: str.format of SQL")
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "text"
+            and node.args
+            and not isinstance(node.args[0], ast.Constant | ast.Name)
+        ):
+            found.append(f"line {node.lineno}: text() of an expression")
+    return found
+
+
+def test_no_sql_is_assembled_from_strings() -> None:
+    found = {
+        str(path.relative_to(PACKAGE)): places
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (places := assembled_sql(path))
+    }
+    assert not found, f"SQL as Core or named text() constants with bound parameters: {found}"

@@ -5,10 +5,12 @@ side (a worker killed mid-task, the broker restarted) lose no run."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -25,6 +27,7 @@ from tests.scheduler_helpers import add_run, add_schedule, get_run
 from tests.worker_support import PROJECT, Workers, postgresql_only, wait_for
 from webapp.extensions import db
 from webapp.models import Run, Worker
+from webapp.scheduler.celery_tasks import CeleryNode
 from webapp.services.audit import Actor
 
 __all__ = ["redis_server"]  # the session fixture, used here
@@ -307,3 +310,23 @@ def test_the_celery_executor_needs_its_broker() -> None:
         ConfigError, match="SCHEDULER_EXECUTOR=celery needs SCHEDULER_CELERY_BROKER"
     ):
         load_settings("/nonexistent", {**celery, "SCHEDULER_CELERY_BROKER_URL": ""})
+
+
+def test_a_long_package_version_registers_its_worker_cut_to_the_column(
+    app: Flask, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build whose version is longer than workers.version (32 characters) registers its
+    Celery worker, the version cut to the column as the scheduler worker's is. It used to be
+    written whole: refused on PostgreSQL, and retried forever as "database unavailable"."""
+    long = "0.1.0.dev42+g1234567.d20261206.local.build"
+    installed = tmp_path / "webapp-0.1.0.dist-info"
+    installed.mkdir()
+    (installed / "METADATA").write_text(f"Metadata-Version: 2.1\nName: webapp\nVersion: {long}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert importlib.metadata.version("webapp") == long  # as if installed so
+    node = CeleryNode(app)
+    registering = threading.Thread(target=node.register, args=(2,), daemon=True)
+    registering.start()
+    registering.join(20)
+    assert node.worker_id is not None, "the Celery worker is still trying to register"
+    assert db.session.get(Worker, node.worker_id).version == long[:32]  # type: ignore[union-attr]

@@ -360,6 +360,10 @@ def default_max_running(config: Mapping[str, Any]) -> int | None:
     return None if value is None else int(value)
 
 
+def lock_ttl(config: Mapping[str, Any]) -> timedelta:
+    return timedelta(seconds=config.get("SCHEDULER_LOCK_TTL", DEFAULTS.SCHEDULER_LOCK_TTL))
+
+
 def overdue_grace(config: Mapping[str, Any]) -> timedelta:
     return timedelta(
         seconds=config.get("SCHEDULER_OVERDUE_GRACE", DEFAULTS.SCHEDULER_OVERDUE_GRACE)

@@ -26,6 +26,7 @@ from celery import Celery
 from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError
 
+from webapp.config import lock_ttl
 from webapp.extensions import db
 from webapp.models import Run
 from webapp.scheduler.execution import job_timeout
@@ -89,7 +90,7 @@ class CeleryJobPool(JobPool):
         self.celery = make_celery(config)
         self.queue = config["SCHEDULER_CELERY_QUEUE"]
         self.max_in_flight = int(config["SCHEDULER_CELERY_MAX_IN_FLIGHT"])
-        self.resend_after = float(config["SCHEDULER_LOCK_TTL"])
+        self.resend_after = lock_ttl(config).total_seconds()
         self.sent_at: dict[int, float] = {}
         self.send_again_at = 0.0  # time.monotonic(): the broker refused; nothing sent before
         self.send_retry = SEND_RETRY_FIRST

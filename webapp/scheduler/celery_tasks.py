@@ -22,39 +22,44 @@ Celery delivers again later is stale.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import sys
 import threading
 import time
 from datetime import timedelta
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from celery import Celery, Task, signals
 from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
 from flask import Flask
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from webapp.catalog.context import job_settings
 from webapp.catalog.current import current_catalog
+from webapp.config import lock_ttl
 from webapp.database import database_now, utcnow, write_transaction
 from webapp.extensions import db
-from webapp.models import Run, Worker
+from webapp.models import Run
 from webapp.scheduler import runs
 from webapp.scheduler.celery_executor import TASK_NAME
 from webapp.scheduler.execution import (
     FinishedRun,
-    JobResult,
     RunOutputStream,
     finish,
     job_timeout,
     run_job,
     store_outcomes,
-    timed_out,
+    timed_out_result,
 )
+from webapp.scheduler.executor import (
+    Backoff,
+    deregister_worker,
+    heartbeat,
+    register_worker,
+    retry_while_database_down,
+)
+from webapp.scheduler.lease_query import LEASED_COLUMNS
 from webapp.scheduler.leases import LeasedRun, renew_leases
 
 log = logging.getLogger("webapp.worker")
@@ -84,7 +89,7 @@ def take_over(
 def held_run(session: Session, run_id: int, attempt: int, worker_id: int) -> LeasedRun | None:
     """The run if this Celery worker holds that attempt's lease."""
     row = session.execute(
-        select(*runs.LEASED_COLUMNS).where(
+        select(*LEASED_COLUMNS).where(
             Run.id == run_id,
             Run.attempt == attempt,
             Run.status == "running",
@@ -156,7 +161,7 @@ class CeleryNode:
 
     def __init__(self, app: Flask) -> None:
         self.app = app
-        self.lock_ttl = timedelta(seconds=float(app.config["SCHEDULER_LOCK_TTL"]))
+        self.lock_ttl = lock_ttl(app.config)
         self.worker_id: int | None = None
         self.stopping = threading.Event()
         self.registering = threading.Lock()
@@ -166,26 +171,11 @@ class CeleryNode:
     def register(self, concurrency: int) -> int:
         """Adds this Celery worker's row; waits for the database if it is away."""
         with self.registering:
-            delay = 1.0
-            while self.worker_id is None:
-                try:
-                    with self.app.app_context(), write_transaction(db.session) as session:
-                        worker = Worker(
-                            hostname=socket.gethostname(),
-                            pid=os.getpid(),
-                            concurrency=concurrency,
-                            version=package_version(),
-                        )
-                        session.add(worker)
-                        session.flush()
-                        self.worker_id = worker.id
-                except DBAPIError as error:
-                    log.warning(
-                        "database_unavailable",
-                        extra={"action": "database_unavailable", "error": str(error.orig)},
-                    )
-                    time.sleep(delay)
-                    delay = min(2 * delay, 30.0)
+            if self.worker_id is None:
+                with self.app.app_context():
+                    added = retry_while_database_down(lambda: self.add_row(concurrency))
+                assert added is not None, "without a stop, it tries until it gets through"
+                self.worker_id = added
             log.info(
                 "celery_worker_started",
                 extra={
@@ -194,7 +184,11 @@ class CeleryNode:
                     "concurrency": concurrency,
                 },
             )
-        return self.worker_id
+            return self.worker_id
+
+    def add_row(self, concurrency: int) -> int:
+        with write_transaction(db.session) as session:
+            return register_worker(session, concurrency)
 
     def start_heartbeat(self) -> None:
         threading.Thread(target=self.beat, daemon=True, name="heartbeat").start()
@@ -203,12 +197,9 @@ class CeleryNode:
         with self.app.app_context():
             while not self.stopping.wait(self.lock_ttl.total_seconds() / 3):
                 try:
+                    assert self.worker_id is not None
                     with write_transaction(db.session) as session:
-                        session.execute(
-                            update(Worker)
-                            .where(Worker.id == self.worker_id)
-                            .values(last_heartbeat_at=database_now(session))
-                        )
+                        heartbeat(session, self.worker_id, database_now(session))
                 except DBAPIError as error:
                     log.warning(
                         "heartbeat_failed",
@@ -222,9 +213,7 @@ class CeleryNode:
         if self.worker_id is None:
             return
         with self.app.app_context(), write_transaction(db.session) as session:
-            session.execute(
-                update(Worker).where(Worker.id == self.worker_id).values(stopped_at=utcnow())
-            )
+            deregister_worker(session, self.worker_id)
         log.info("worker_stopped", extra={"action": "worker_stopped", "worker_id": self.worker_id})
 
     # --- a task ------------------------------------------------------------------------------
@@ -252,41 +241,30 @@ class CeleryNode:
             extra={"action": "run_started", "run_id": run.id, "attempt": run.attempt},
         )
         catalog = current_catalog()
-        timeout = job_timeout(catalog, run.job)
-        backoff = catalog.get(run.job).retry_backoff if run.job in catalog else 0.0
         started_at = utcnow()
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + job_timeout(catalog, run.job)
         with LeaseKeeper(self.app, worker_id, run, self.lock_ttl) as keeper:
             try:
                 settings = job_settings(self.app.config)
                 result = run_job(run, catalog, settings, session, deadline, keeper.stop)
             except SoftTimeLimitExceeded:  # arrived after the job's own code had returned
-                result = JobResult(timed_out(timeout), "", backoff)
+                result = timed_out_result(catalog, run.job)
             session.rollback()
             if result.error is not None and time.monotonic() >= deadline:
                 # Celery's soft limit, or whatever the job raised once its time was up.
-                result = JobResult(timed_out(timeout), result.output, result.backoff)
+                result = timed_out_result(catalog, run.job, result.output)
             self.store(session, worker_id, finish(run, result, started_at))
 
     def store(self, session: Session, worker_id: int, done: FinishedRun) -> None:
         """Stores the outcome (fenced); while the database is away, tries again for as long as
         the lease would last, after which a reaper's requeue repeats the attempt anyway."""
-        give_up = time.monotonic() + self.lock_ttl.total_seconds()
-        delay = 0.5
-        while True:
-            try:
-                store_outcomes(session, worker_id, [done])
-                return
-            except DBAPIError:
-                session.rollback()
-                if time.monotonic() >= give_up:
-                    raise
-                log.warning(
-                    "run_outcomes_not_stored",
-                    extra={"action": "run_outcomes_not_stored", "count": 1, "retry_in": delay},
-                )
-                time.sleep(delay)
-                delay = min(2 * delay, STORE_RETRY_MAX)
+        retry_while_database_down(
+            lambda: store_outcomes(session, worker_id, [done]),
+            give_up_after=self.lock_ttl.total_seconds(),
+            backoff=Backoff(0.5, STORE_RETRY_MAX),
+            action="run_outcomes_not_stored",
+            count=1,
+        )
 
     def record_hard_timeout(self, run_id: int, attempt: int) -> None:
         """Celery killed the task's process at its hard limit: the attempt timed out."""
@@ -296,18 +274,9 @@ class CeleryNode:
         run = held_run(session, run_id, attempt, self.worker_id)
         if run is None:
             return
-        catalog = current_catalog()
-        backoff = catalog.get(run.job).retry_backoff if run.job in catalog else 0.0
-        result = JobResult(timed_out(job_timeout(catalog, run.job)), "", backoff)
+        result = timed_out_result(current_catalog(), run.job)
         assert run.started_at is not None, "take_over wrote the start mark"
         store_outcomes(session, self.worker_id, [finish(run, result, run.started_at)])
-
-
-def package_version() -> str | None:
-    try:
-        return version("webapp")
-    except PackageNotFoundError:
-        return None
 
 
 def install_tasks(celery: Celery, app: Flask) -> CeleryNode:

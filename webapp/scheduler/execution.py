@@ -167,15 +167,30 @@ def describe_error(error: BaseException, job_module: str) -> JobError:
     )
 
 
-DEFAULT_TIMEOUT = 60.0  # seconds, for a job the catalog no longer has (it fails at once anyway)
+# A job's defaults where the catalog no longer has it (its run fails at once anyway).
+DEFAULT_TIMEOUT = 60.0  # seconds
+DEFAULT_BACKOFF = 0.0  # seconds
 
 
 def job_timeout(catalog: Catalog, job: str) -> float:
+    """How long an attempt of this job may run (JobSpec.timeout), whichever executor runs it."""
     return catalog.get(job).timeout if job in catalog else DEFAULT_TIMEOUT
+
+
+def job_backoff(catalog: Catalog, job: str) -> float:
+    """The wait before this job's first retry, doubled for each later one (runs.retry_delay)."""
+    return catalog.get(job).retry_backoff if job in catalog else DEFAULT_BACKOFF
 
 
 def timed_out(timeout: float) -> JobError:
     return JobError(f"timed out after {timeout:g} s")
+
+
+def timed_out_result(catalog: Catalog, job: str, output: str = "") -> JobResult:
+    """The attempt's result when its job ran past its timeout, as every executor records it
+    (the thread pool's abandoned thread, the process pool's killed child, Celery's time
+    limits): failed, retried after the job's backoff while attempts remain."""
+    return JobResult(timed_out(job_timeout(catalog, job)), output, job_backoff(catalog, job))
 
 
 def run_job(

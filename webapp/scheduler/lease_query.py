@@ -1,4 +1,5 @@
-"""Which queued runs a lease takes: fair between tenants, within each tenant's cap.
+"""Which queued runs a lease takes, fair between tenants and within each tenant's cap, and what
+it returns of each (LEASED_COLUMNS).
 
 Only the query (which ids, in which order); the lease's UPDATE that marks them running is
 runs.lease_statement. PostgreSQL's version locks the rows it picks (SKIP LOCKED) and first finds
@@ -26,7 +27,28 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 
 from webapp.database import UTCDateTime
-from webapp.models import Run, Tenant
+from webapp.models import Run, Schedule, Tenant
+
+# What a lease returns of each run (a worker's LeasedRun): its columns, its tenant's slug and its
+# schedule's key (correlated subqueries, which spare the lease a second query).
+LEASED_COLUMNS = (
+    Run.id,
+    Run.tenant_id,
+    Run.schedule_id,
+    Run.job,
+    Run.args,
+    Run.trigger,
+    Run.scheduled_for,
+    Run.idempotency_key,
+    Run.attempt,
+    Run.max_attempts,
+    Run.started_at,
+    select(Tenant.slug).where(Tenant.id == Run.tenant_id).scalar_subquery().label("tenant_slug"),
+    select(Schedule.key)
+    .where(Schedule.id == Run.schedule_id)
+    .scalar_subquery()
+    .label("schedule_key"),
+)
 
 # A lease serves tenants with available queued runs in turns: each run's turn is its rank among
 # its tenant's queued runs (oldest first), and the lease takes the lowest turns (ties: oldest

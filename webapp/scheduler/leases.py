@@ -1,4 +1,17 @@
-"""Leases on runs: take queued runs, keep them alive, take back those of dead workers."""
+"""Leases on runs: take queued runs, mark them started, keep them alive, take back those of dead
+workers; each step one transaction (the statements are runs.py's).
+
+The start mark, the one protocol between a worker's lease and its slots: a slot starts only a
+run whose `started_at` is written, so that a run leased and never started goes back to the queue
+without spending an attempt if its worker is lost (the reaper tells them apart by the mark).
+1. Each round the pool says what its free slots take next (pool.to_start): runs leased before
+   and still waiting, and how many of the runs leased now.
+2. lease_with_starts writes those marks in the lease's own transaction: the lease statement
+   marks the first `start_new` runs it leases, runs.mark_started the waiting ones. Both are
+   fenced (this worker's lease, not passed): a run not marked is no longer this worker's.
+3. The pool starts the marked runs and drops the others, never started (pool.start_marked).
+A Celery worker's take-over writes the mark itself (runs.take_over).
+"""
 
 from __future__ import annotations
 

@@ -13,12 +13,8 @@ A slot starts only a run whose deadline has not passed: a worker that was frozen
 renew, starts nothing it may no longer own. Such a run waits for the next renewal, which either
 extends it (nobody took it: it may start) or finds it lost (it is dropped, never started).
 
-Start marks: a slot starts only a run whose start is written (`runs.started_at`, each round
-for the runs the free slots take next, see `to_start`: by the lease statement for those it
-leases, by one statement for those leased before), so that a run leased here and
-never started goes back to the queue without spending an attempt if this worker is lost (the
-reaper tells them apart by the mark). The statement is fenced too: a run it does not mark is no
-longer ours, and is dropped, never started.
+Start marks: a slot starts only a run whose start is written; the protocol (to_start, the
+lease's transaction, start_marked) is told once, in leases.py.
 
 Two kinds of slots:
 - ThreadJobPool (the default): long-lived threads in the worker. A job past its timeout is
@@ -56,7 +52,7 @@ from webapp.scheduler.execution import (
     finish,
     job_timeout,
     run_attempt,
-    timed_out,
+    timed_out_result,
 )
 from webapp.scheduler.leases import LeasedRun
 
@@ -215,9 +211,7 @@ class JobPool(ABC):
 
     def timed_out(self, held: Held) -> FinishedRun:
         assert held.started_at is not None
-        job = held.run.job
-        backoff = self.catalog.get(job).retry_backoff if job in self.catalog else 0.0
-        return finish(held.run, JobResult(timed_out(held.timeout), "", backoff), held.started_at)
+        return finish(held.run, timed_out_result(self.catalog, held.run.job), held.started_at)
 
     # --- in the main thread ------------------------------------------------------------------
 

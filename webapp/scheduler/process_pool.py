@@ -34,6 +34,7 @@ from webapp.scheduler.execution import (
     prints_go_to_runs,
     run_job,
 )
+from webapp.scheduler.executor import Backoff
 from webapp.scheduler.pool import Held, JobPool, Slot
 
 log = logging.getLogger("webapp.worker")
@@ -100,8 +101,9 @@ class ProcessJobPool(JobPool):
         if the pool stops first. A child that cannot start (a job module that fails to import
         in a fresh interpreter, no memory) is logged and tried again: the runs wait in the
         queue with their leases renewed, and the worker hands them back when it stops."""
-        delay = SPAWN_RETRY_FIRST
+        backoff = Backoff(SPAWN_RETRY_FIRST, SPAWN_RETRY_MAX)
         while not self.stopping:
+            delay = backoff.next()
             try:
                 return self.start_child()
             except (OSError, EOFError, RuntimeError) as error:
@@ -115,7 +117,6 @@ class ProcessJobPool(JobPool):
                 )
             with self.run_waiting:
                 self.run_waiting.wait_for(lambda: self.stopping, timeout=delay)
-            delay = min(delay * 2, SPAWN_RETRY_MAX)
         return None
 
     def start_child(self) -> tuple[BaseProcess, Connection]:

@@ -50,32 +50,11 @@ from webapp.database import (
     now_or_database_clock,
     utcnow,
 )
-from webapp.models import AuditEvent, Run, Schedule, Tenant, Worker
-from webapp.scheduler.lease_query import LEASE_WINDOW, lease_query
+from webapp.models import AuditEvent, Run, Worker
+from webapp.scheduler.lease_query import LEASE_WINDOW, LEASED_COLUMNS, lease_query
 from webapp.scheduler.wakeup import wake_workers_column
 
 RUNS: Table = Run.__table__  # type: ignore[assignment]
-
-# What a lease returns of each run (a worker's LeasedRun): its columns, its tenant's slug and its
-# schedule's key (correlated subqueries, which spare the lease a second query).
-LEASED_COLUMNS = (
-    Run.id,
-    Run.tenant_id,
-    Run.schedule_id,
-    Run.job,
-    Run.args,
-    Run.trigger,
-    Run.scheduled_for,
-    Run.idempotency_key,
-    Run.attempt,
-    Run.max_attempts,
-    Run.started_at,
-    select(Tenant.slug).where(Tenant.id == Run.tenant_id).scalar_subquery().label("tenant_slug"),
-    select(Schedule.key)
-    .where(Schedule.id == Run.schedule_id)
-    .scalar_subquery()
-    .label("schedule_key"),
-)
 
 # --- new runs: a fire of the tick, a backfill, a Run now ----------------------------------------
 
@@ -375,7 +354,7 @@ def request_stop(session: Session, run_id: int, user_id: int | None, now: dateti
     return session.execute(statement).first() is not None
 
 
-# --- queued -> cancelled, queued -> deleted -----------------------------------------------------
+# --- queued -> cancelled -----------------------------------------------------------------------
 
 
 def cancel_queued_run(session: Session, run_id: int, user_id: int | None, now: datetime) -> bool:

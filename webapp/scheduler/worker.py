@@ -12,32 +12,36 @@ and the outcomes of finished jobs are stored together, one transaction per batch
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 import math
-import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from types import FrameType
 from typing import Any
 
 from flask import Flask
-from sqlalchemy import update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from webapp.catalog.context import job_settings
 from webapp.catalog.current import current_catalog
-from webapp.config import default_max_running, overdue_grace, uses_celery
+from webapp.config import default_max_running, lock_ttl, overdue_grace, uses_celery
 from webapp.database import database_now, utcnow, write_transaction
 from webapp.extensions import db
-from webapp.models import Worker
 from webapp.scheduler import claims
 from webapp.scheduler.execution import prints_go_to_runs, store_outcomes
+from webapp.scheduler.executor import (
+    MAX_BACKOFF,
+    Backoff,
+    database_unavailable,
+    deregister_worker,
+    heartbeat,
+    register_worker,
+    retry_while_database_down,
+)
 from webapp.scheduler.leases import (
     lease_with_starts,
     reap_once,
@@ -55,7 +59,6 @@ from webapp.scheduler.watchdog import watch_overdue
 
 log = logging.getLogger("webapp.worker")
 
-MAX_BACKOFF = 30.0
 WATCH_INTERVAL = 30.0  # the overdue watchdog's period (at least the poll interval)
 # The name of the thread that sends the outbox (send_notifications_loop).
 NOTIFICATIONS_THREAD = "scheduler-notifications"
@@ -69,27 +72,6 @@ def pool_kind(config: Mapping[str, Any], pool: str) -> type[JobPool]:
 
         return CeleryJobPool
     return POOLS[pool]
-
-
-def database_unavailable(
-    error: DBAPIError, delay: float, max_delay: float = MAX_BACKOFF
-) -> tuple[float, float]:
-    """Logs a lost database and returns (this wait, the next one): the worker never dies of it."""
-    db.session.rollback()
-    log.warning(
-        "database_unavailable",
-        extra={"action": "database_unavailable", "error": str(error.orig), "retry_in": delay},
-    )
-    return delay, min(delay * 2, max_delay)
-
-
-def installed_version() -> str:
-    """The installed package's release, for the workers page (a checkout run without
-    installing has none)."""
-    try:
-        return importlib.metadata.version("webapp")[:32]  # the column's width
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
 
 
 class WorkerProcess:
@@ -109,7 +91,7 @@ class WorkerProcess:
         self.worker_id: int | None = None
         self.pool: JobPool | None = None
         self.wake_socket: WakeSocket | None = None
-        self.lock_ttl = timedelta(seconds=float(self.config["SCHEDULER_LOCK_TTL"]))
+        self.lock_ttl = lock_ttl(self.config)
         self.poll_interval = float(self.config["SCHEDULER_POLL_INTERVAL"])
         self.settings = TickSettings.from_config(self.config)
         # Leases are renewed three times per TTL, so one late round never lets them lapse.
@@ -134,15 +116,7 @@ class WorkerProcess:
 
     def register(self) -> int:
         with write_transaction(db.session) as session:
-            worker = Worker(
-                hostname=socket.gethostname(),
-                pid=os.getpid(),
-                concurrency=self.concurrency,
-                version=installed_version(),
-            )
-            session.add(worker)
-            session.flush()
-            self.worker_id = worker.id
+            self.worker_id = register_worker(session, self.concurrency)
         bind_process_fields(worker_id=self.worker_id)
         log.info(
             "worker_started",
@@ -158,18 +132,14 @@ class WorkerProcess:
     def heartbeat(self, now: datetime) -> None:
         # The operator's workers page shows the job threads left running past their timeout.
         abandoned = self.pool.abandoned_threads if self.pool is not None else 0
+        assert self.worker_id is not None
         with write_transaction(db.session) as session:
-            session.execute(
-                update(Worker)
-                .where(Worker.id == self.worker_id)
-                .values(last_heartbeat_at=now, abandoned_jobs=abandoned)
-            )
+            heartbeat(session, self.worker_id, now, abandoned)
 
     def deregister(self) -> None:
+        assert self.worker_id is not None
         with write_transaction(db.session) as session:
-            session.execute(
-                update(Worker).where(Worker.id == self.worker_id).values(stopped_at=utcnow())
-            )
+            deregister_worker(session, self.worker_id)
         log.info("worker_stopped", extra={"action": "worker_stopped", "worker_id": self.worker_id})
 
     # --- signals and waking ------------------------------------------------------------------
@@ -182,21 +152,22 @@ class WorkerProcess:
     def listen_for_notifications(self, url: str) -> None:
         """PostgreSQL only: wake the loop when a run is queued or a schedule changes."""
         import psycopg
+        from psycopg import sql
 
-        delay = 1.0
+        listen = sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL))
+        backoff = Backoff()
         while not self.stop_requested.is_set():
             try:
                 with psycopg.connect(url, autocommit=True) as connection:
-                    connection.execute(f"LISTEN {CHANNEL}")
-                    delay = 1.0
+                    connection.execute(listen)
+                    backoff.reset()
                     while not self.stop_requested.is_set():
                         for _ in connection.notifies(timeout=1.0, stop_after=1):
                             self.notified.set()
                             self.wake.set()
             except psycopg.Error as error:
                 log.warning("listen_failed", extra={"action": "listen_failed", "error": str(error)})
-                self.stop_requested.wait(delay)
-                delay = min(delay * 2, MAX_BACKOFF)
+                self.stop_requested.wait(backoff.next())
 
     def listen_locally(self, wake_socket: WakeSocket) -> None:
         """SQLite: wake the loop when the web process on this machine queues a run or changes a
@@ -340,8 +311,7 @@ class WorkerProcess:
 
     def lease(self) -> bool:
         """Leases what the slots can start soon and, in the same transaction, writes the start
-        marks of the runs the free slots take next (pool.to_start); a run the statement does
-        not mark is no longer ours and never starts (logged `run_lease_lost`)."""
+        marks of the runs the free slots take next: the start mark protocol of leases.py."""
         assert self.worker_id is not None and self.pool is not None
         leased_at = time.monotonic()  # before the statement: never later than `locked_until`
         wanted = self.pool.wanted(leased_at)
@@ -436,30 +406,24 @@ class WorkerProcess:
                 notifications.join(self.poll_interval)  # it wakes at once unless it is sending
 
     def loop(self) -> None:
-        delay = min(1.0, self.max_backoff)
+        backoff = Backoff(1.0, self.max_backoff)
         while not self.stop_requested.is_set():
             try:
                 worked = self.round()
                 if self.burst and not worked and self.idle():
                     break
                 pause = 0.0 if worked else self.seconds_to_sleep()
-                delay = min(1.0, self.max_backoff)
+                backoff.reset()
             except DBAPIError as error:
-                pause, delay = database_unavailable(error, delay, self.max_backoff)
+                pause = backoff.next()
+                database_unavailable(error, pause)
                 self.connection_lost()
             if pause:
                 self.wake.wait(pause)
             self.wake.clear()
 
     def connect_and_register(self) -> None:
-        delay = 1.0
-        while not self.stop_requested.is_set():
-            try:
-                self.register()
-                return
-            except DBAPIError as error:
-                pause, delay = database_unavailable(error, delay)
-                self.stop_requested.wait(pause)
+        retry_while_database_down(self.register, stop=self.stop_requested)
 
     def shut_down(self) -> None:
         """Lets running jobs finish within the grace period, returns the rest to the queue."""
