@@ -88,6 +88,7 @@ def project(url: str, now: datetime, batch_size: int) -> dict[str, Any]:
     from sqlalchemy import event, text
 
     from bench.common import make_app
+    from webapp import config
     from webapp.catalog.current import current_catalog
     from webapp.extensions import db
     from webapp.scheduler.tick import TickResult, TickSettings, tick
@@ -98,7 +99,7 @@ def project(url: str, now: datetime, batch_size: int) -> dict[str, Any]:
         event.listen(db.engine, "commit", lambda _conn: commits.__setitem__(0, commits[0] + 1))
         session = db.session()
         catalog = current_catalog()
-        settings = TickSettings.from_config(app.config)
+        settings = TickSettings.of(config.settings(app))
         session.execute(text("SELECT 1"))
         session.commit()
         commits[0] = 0

@@ -67,6 +67,7 @@ class Ticker:
     """One app and session per database; `block(k)` times k ticks of the real tick."""
 
     def __init__(self, server: Server, database: str) -> None:
+        from webapp import config
         from webapp.catalog.current import current_catalog
         from webapp.extensions import db
         from webapp.scheduler.tick import TickSettings
@@ -74,7 +75,7 @@ class Ticker:
         self.app = make_app(server.url(database))
         with self.app.app_context():
             self.catalog = current_catalog()
-        self.settings = TickSettings.from_config(self.app.config)
+        self.settings = TickSettings.of(config.settings(self.app))
         self.db = db
         self.times: list[float] = []
         self.raw_times: list[float] = []

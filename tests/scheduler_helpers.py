@@ -5,11 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from flask import current_app
 from sqlalchemy import select
 
+from webapp import config
 from webapp.catalog import Catalog
-from webapp.catalog.context import job_settings
 from webapp.catalog.current import current_catalog
 from webapp.extensions import db
 from webapp.models import Run, Schedule, Worker
@@ -62,7 +61,7 @@ def all_runs() -> list[Run]:
 
 
 def settings(**changes: Any) -> TickSettings:
-    base = TickSettings.from_config(current_app.config)
+    base = TickSettings.of(config.settings())
     values = {**vars(base), **changes}
     if "grace" in changes and not isinstance(changes["grace"], timedelta):
         values["grace"] = timedelta(seconds=changes["grace"])
@@ -83,7 +82,7 @@ def add_worker() -> int:
 def execute_leased(run: LeasedRun, worker_id: int) -> FinishedRun:
     """What a worker's job slot and its flush do with a leased run, in this thread: run it,
     then store its outcome."""
-    done = run_attempt(run, current_catalog(), job_settings(current_app.config), db.session())
+    done = run_attempt(run, current_catalog(), config.settings().job_settings(), db.session())
     store_outcomes(db.session(), worker_id, [done])
     return done
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from flask import Flask
 
-from webapp.config import EXTENSION_KEY, SCHEDULER_SETTINGS, Settings, settings
+from webapp.config import EXTENSION_KEY, Settings, settings
 
 
 def reconfigure(app: Flask, **changes: Any) -> Settings:
@@ -14,5 +14,4 @@ def reconfigure(app: Flask, **changes: Any) -> Settings:
     a ValidationError here), in place of the old ones."""
     changed = Settings.model_validate({**settings(app).model_dump(), **changes})
     app.extensions[EXTENSION_KEY] = changed
-    app.config.update(changed.model_dump(include=SCHEDULER_SETTINGS))
     return changed

@@ -11,8 +11,9 @@ import pytest
 from flask import Flask
 
 from tests.scheduler_helpers import leased_run
+from webapp import config
 from webapp.catalog import Catalog, JobContext, JobTimeout, build_catalog
-from webapp.catalog.context import JOB_SETTINGS, job_settings
+from webapp.config import JOB_SETTINGS
 from webapp.extensions import db
 from webapp.scheduler.execution import (
     CappedOutput,
@@ -33,7 +34,7 @@ def attempt(app: Flask, catalog: Catalog, run: LeasedRun) -> FinishedRun:
     """What a worker's job slot does with a leased run."""
     with app.app_context():
         try:
-            return run_attempt(run, catalog, job_settings(app.config), db.session())
+            return run_attempt(run, catalog, config.settings(app).job_settings(), db.session())
         finally:
             db.session.remove()
 

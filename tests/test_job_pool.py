@@ -19,8 +19,8 @@ from sqlalchemy.exc import DBAPIError
 
 from tests.conftest import World
 from tests.scheduler_helpers import add_run, add_worker, get_run, leased_run
+from webapp import config
 from webapp.catalog import build_catalog
-from webapp.catalog.context import job_settings
 from webapp.extensions import db
 from webapp.scheduler.execution import Outcome, run_attempt
 from webapp.scheduler.leases import LeasedRun, lease_once, reap_once, renew_leases
@@ -31,7 +31,7 @@ from webapp.scheduler.worker import WorkerProcess
 @pytest.fixture
 def pool(app: Flask) -> Iterator[ThreadJobPool]:
     catalog = build_catalog(demo_jobs=True)
-    started = ThreadJobPool(app, catalog, job_settings(app.config), 8, threading.Event())
+    started = ThreadJobPool(app, catalog, config.settings(app).job_settings(), 8, threading.Event())
     started.start()
     yield started
     started.stop()
@@ -99,7 +99,9 @@ NOW = datetime(2026, 3, 7, 12, 0, tzinfo=UTC)
 def idle_pool(app: Flask) -> ThreadJobPool:
     """A pool with two slots and no threads: the test takes runs for the slots itself, with an
     explicit time.monotonic() value."""
-    idle = ThreadJobPool(app, build_catalog(demo_jobs=True), job_settings(app.config), 2, Event())
+    idle = ThreadJobPool(
+        app, build_catalog(demo_jobs=True), config.settings(app).job_settings(), 2, Event()
+    )
     idle.slots = [Slot(), Slot()]
     return idle
 

@@ -17,6 +17,7 @@ from sqlalchemy import func, select, update
 
 from tests.conftest import World
 from tests.panel_helpers import Panel
+from webapp import config
 from webapp.catalog import Catalog, CatalogError, JobContext
 from webapp.catalog.current import current_catalog
 from webapp.database import utcnow
@@ -230,6 +231,6 @@ def test_reactivating_restarts_from_now_and_skips_the_missed_fires(
     assert fresh is not None and fresh.active
     assert fresh.next_run_at is not None
     assert before < fresh.next_run_at <= before + timedelta(hours=1)  # the next hour, not 2020
-    settings = TickSettings.from_config(app.config)
+    settings = TickSettings.of(config.settings(app))
     assert tick(db.session(), current_catalog(), settings, utcnow()).queued == 0
     assert db.session.scalar(select(func.count()).select_from(Run)) == 0

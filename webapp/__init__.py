@@ -15,7 +15,6 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 from webapp.config import (
     EXTENSION_KEY,
     INSTANCE_FILE,
-    SCHEDULER_SETTINGS,
     ConfigError,
     is_secret_key_optional,
     load_settings,
@@ -60,8 +59,6 @@ def build_app(config: Mapping[str, Any] | None) -> Flask:
     loaded = load_settings(app.instance_path, config)
     settings = app.extensions[EXTENSION_KEY] = loaded.settings
     app.config.update(loaded.flask_config(app.instance_path))
-    # Until every module reads settings(): the SCHEDULER_* values, typed, for those that don't.
-    app.config.update(settings.model_dump(include=SCHEDULER_SETTINGS))
     if not app.config.get("SECRET_KEY"):
         if not is_secret_key_optional(app.config):
             raise ConfigError(

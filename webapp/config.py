@@ -344,34 +344,12 @@ def is_secret_key_optional(config: Mapping[str, Any]) -> bool:
     return bool(config.get("DEBUG") or config.get("TESTING"))
 
 
-# Readers of the Flask config's copy of the settings, for the scheduler's modules until they
-# read settings() (no checks: create_app validated every value).
-
-
-def args_limits(config: Mapping[str, Any] | None) -> tuple[int, int]:
-    """Settings.args_limits from a mapping of settings (a job's, the app's); the defaults where
-    it has none (a default schedule checked at registration)."""
-    values = {**DEFAULTS.job_settings(), **(config or {})}
+def args_limits(job_settings: Mapping[str, Any] | None) -> tuple[int, int]:
+    """Settings.args_limits from a job's settings (Settings.job_settings(), what the catalog
+    checks arguments with); the defaults where none are given (a default schedule checked at
+    registration)."""
+    values = {**DEFAULTS.job_settings(), **(job_settings or {})}
     return int(values["SCHEDULER_MAX_ARG_BYTES"]), int(values["SCHEDULER_MAX_ARGS_BYTES"])
-
-
-def default_max_running(config: Mapping[str, Any]) -> int | None:
-    value = config.get("SCHEDULER_MAX_RUNNING")
-    return None if value is None else int(value)
-
-
-def lock_ttl(config: Mapping[str, Any]) -> timedelta:
-    return timedelta(seconds=config.get("SCHEDULER_LOCK_TTL", DEFAULTS.SCHEDULER_LOCK_TTL))
-
-
-def overdue_grace(config: Mapping[str, Any]) -> timedelta:
-    return timedelta(
-        seconds=config.get("SCHEDULER_OVERDUE_GRACE", DEFAULTS.SCHEDULER_OVERDUE_GRACE)
-    )
-
-
-def uses_celery(config: Mapping[str, Any]) -> bool:
-    return config.get("SCHEDULER_EXECUTOR") == "celery"
 
 
 DEFAULTS = Settings()

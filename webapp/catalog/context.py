@@ -8,16 +8,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from types import MappingProxyType
 from typing import Protocol
-
-from webapp.config import JOB_SETTINGS
-
-
-def job_settings(config: Mapping[str, object]) -> Mapping[str, object]:
-    """The app's settings cut down to config.JOB_SETTINGS, read-only (Settings.job_settings
-    from the Flask config's copy, until the scheduler reads settings())."""
-    return MappingProxyType({name: config[name] for name in JOB_SETTINGS if name in config})
 
 
 class PermanentError(Exception):

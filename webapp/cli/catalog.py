@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import click
-from flask import current_app
 from flask.cli import AppGroup
 
 from webapp.catalog.current import current_catalog
@@ -24,7 +23,7 @@ def list_catalog() -> None:
     )
     for spec in current_catalog().jobs():
         click.echo(f"{spec.name}  [{spec.scope}]  {spec.title}")
-        for field in spec.form_fields(current_app.config):
+        for field in spec.form_fields(settings().job_settings()):
             required = "required" if field.required else f"default {field.default!r}"
             choices = f", one of {', '.join(field.choices)}" if field.choices else ""
             bounds = "".join(

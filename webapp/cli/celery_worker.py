@@ -15,13 +15,14 @@ from typing import Any
 @cache
 def build() -> Any:
     from webapp import create_app
+    from webapp.config import settings
     from webapp.scheduler.celery_executor import make_celery
     from webapp.scheduler.celery_tasks import install_tasks
     from webapp.scheduler.logs import configure_worker_logging
 
     configure_worker_logging()
     app = create_app()
-    celery = make_celery(app.config)
+    celery = make_celery(settings(app))
     install_tasks(celery, app)
     return celery
 

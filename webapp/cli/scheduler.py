@@ -53,7 +53,7 @@ def tick_command() -> None:
     from webapp.extensions import db
     from webapp.scheduler.tick import TickSettings, tick
 
-    result = tick(db.session(), current_catalog(), TickSettings.from_config(current_app.config))
+    result = tick(db.session(), current_catalog(), TickSettings.of(settings()))
     click.echo(
         f"fired {result.queued} runs ({result.skipped} skipped, {result.failed} failed, "
         f"{result.already_recorded} already recorded) for {result.claimed} schedules"

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
 from typing import Any
 
 from celery import Celery
 from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError
 
-from webapp.config import lock_ttl
+from webapp.config import Settings, settings
 from webapp.extensions import db
 from webapp.models import Run
 from webapp.scheduler.execution import job_timeout
@@ -51,12 +50,12 @@ SEND_RETRY_MAX = 30.0
 BROKER_CHECK_TIMEOUT = 5.0  # seconds: the check at start
 
 
-def make_celery(config: Mapping[str, Any]) -> Celery:
+def make_celery(chosen: Settings) -> Celery:
     """The Celery app of the scheduler's settings: its broker and queue, no result backend
     (outcomes live in the runs table), and late acknowledgement, so that a task whose worker
     died is delivered again (and dropped as stale if its lease has moved on meanwhile)."""
-    queue = config["SCHEDULER_CELERY_QUEUE"]
-    celery = Celery("webapp", broker=config["SCHEDULER_CELERY_BROKER_URL"], set_as_current=False)
+    queue = chosen.SCHEDULER_CELERY_QUEUE
+    celery = Celery("webapp", broker=chosen.SCHEDULER_CELERY_BROKER_URL, set_as_current=False)
     celery.conf.update(
         task_default_queue=queue,
         task_routes={TASK_NAME: {"queue": queue}},
@@ -86,11 +85,11 @@ class CeleryJobPool(JobPool):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        config = self.app.config
-        self.celery = make_celery(config)
-        self.queue = config["SCHEDULER_CELERY_QUEUE"]
-        self.max_in_flight = int(config["SCHEDULER_CELERY_MAX_IN_FLIGHT"])
-        self.resend_after = lock_ttl(config).total_seconds()
+        chosen = settings(self.app)
+        self.celery = make_celery(chosen)
+        self.queue = chosen.SCHEDULER_CELERY_QUEUE
+        self.max_in_flight = chosen.SCHEDULER_CELERY_MAX_IN_FLIGHT
+        self.resend_after = chosen.lock_ttl.total_seconds()
         self.sent_at: dict[int, float] = {}
         self.send_again_at = 0.0  # time.monotonic(): the broker refused; nothing sent before
         self.send_retry = SEND_RETRY_FIRST

@@ -35,9 +35,8 @@ from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from webapp.catalog.context import job_settings
 from webapp.catalog.current import current_catalog
-from webapp.config import lock_ttl
+from webapp.config import settings
 from webapp.database import database_now, utcnow, write_transaction
 from webapp.extensions import db
 from webapp.models import Run
@@ -161,7 +160,7 @@ class CeleryNode:
 
     def __init__(self, app: Flask) -> None:
         self.app = app
-        self.lock_ttl = lock_ttl(app.config)
+        self.lock_ttl = settings(app).lock_ttl
         self.worker_id: int | None = None
         self.stopping = threading.Event()
         self.registering = threading.Lock()
@@ -245,8 +244,8 @@ class CeleryNode:
         deadline = time.monotonic() + job_timeout(catalog, run.job)
         with LeaseKeeper(self.app, worker_id, run, self.lock_ttl) as keeper:
             try:
-                settings = job_settings(self.app.config)
-                result = run_job(run, catalog, settings, session, deadline, keeper.stop)
+                given = settings(self.app).job_settings()
+                result = run_job(run, catalog, given, session, deadline, keeper.stop)
             except SoftTimeLimitExceeded:  # arrived after the job's own code had returned
                 result = timed_out_result(catalog, run.job)
             session.rollback()

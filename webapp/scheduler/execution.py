@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 
 from webapp.catalog import ArgsError, Catalog, PermanentError, UnknownJobError
 from webapp.catalog.context import JobContext, JobTimeout, RunCancelled
+from webapp.config import Settings
 from webapp.database import utcnow, write_transaction
 from webapp.models import RunStatus
 from webapp.scheduler import runs
@@ -291,7 +292,7 @@ def store_outcomes(
     session: Session,
     worker_id: int,
     finished: list[FinishedRun],
-    settings: Mapping[str, Any] | None = None,
+    settings: Settings | None = None,
 ) -> set[int]:
     """Stores the outcomes in one transaction, each if this worker still holds the attempt.
 

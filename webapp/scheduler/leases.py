@@ -16,13 +16,14 @@ A Celery worker's take-over writes the mark itself (runs.take_over).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session
 
+from webapp.config import Settings
 from webapp.database import write_transaction
 from webapp.models import Trigger
 from webapp.scheduler import runs
@@ -168,7 +169,7 @@ def renew_leases(
         return runs.extend_leases(session, worker_id, run_ids, now + lock_ttl)
 
 
-def reap_once(session: Session, now: datetime, settings: Mapping[str, Any] | None = None) -> int:
+def reap_once(session: Session, now: datetime, settings: Settings | None = None) -> int:
     """Takes back runs whose lease expired: queued again, or failed when attempts are spent;
     a run its worker never started is queued again without spending an attempt.
 

@@ -7,7 +7,9 @@ import json
 import logging
 from datetime import UTC, datetime
 
-from flask import current_app, has_app_context
+from flask import has_app_context
+
+from webapp.config import settings
 
 STANDARD_ATTRIBUTES = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 # An extra field printed on the lines after the event, as an exception would be: a failed run's
@@ -83,7 +85,7 @@ def configure_worker_logging(log_format: str | None = None, level: int = logging
     """Sends the `webapp` loggers to stderr in `log_format`; by default SCHEDULER_LOG_FORMAT's
     (the settings validate it), key=value outside an app."""
     if log_format is None:
-        log_format = current_app.config["SCHEDULER_LOG_FORMAT"] if has_app_context() else "keyvalue"
+        log_format = settings().SCHEDULER_LOG_FORMAT if has_app_context() else "keyvalue"
     handler = logging.StreamHandler()
     handler.setFormatter(FORMATTERS[log_format]())
     root = logging.getLogger("webapp")

@@ -20,17 +20,17 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from flask import current_app
 from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
+from webapp.config import Settings, settings
 from webapp.database import among_ids, is_postgresql
 from webapp.models import (
     Notification,
@@ -66,9 +66,9 @@ class FinishedAttempt:
     succeeded: bool
 
 
-def notify_settings(settings: Mapping[str, Any] | None) -> Mapping[str, Any]:
+def notify_settings(given: Settings | None) -> Settings:
     """The given settings, or the app's (the worker's steps run in its app context)."""
-    return settings if settings is not None else current_app.config
+    return given if given is not None else settings()
 
 
 def pause_reason(failures: int, run_id: int) -> str:
@@ -113,7 +113,7 @@ def lock_failure_counts(session: Session, schedule_ids: list[int]) -> Sequence[A
 
 def record_finished_runs(
     session: Session,
-    settings: Mapping[str, Any] | None,
+    settings: Settings | None,
     finished: Sequence[FinishedAttempt],
     now: datetime,
 ) -> int:
@@ -172,7 +172,7 @@ def record_finished_runs(
 
 def record_overdue(
     session: Session,
-    settings: Mapping[str, Any] | None,
+    settings: Settings | None,
     schedule_ids: Iterable[int],
     now: datetime,
 ) -> int:
@@ -226,7 +226,7 @@ def idempotency_key(
 
 def record_events(
     session: Session,
-    settings: Mapping[str, Any] | None,
+    settings: Settings | None,
     events: Sequence[NotifyEvent],
     now: datetime,
 ) -> int:
@@ -266,7 +266,7 @@ def record_events(
             )
         )
     }
-    window = timedelta(seconds=int(config["SCHEDULER_NOTIFY_WINDOW"]))
+    window = timedelta(seconds=config.SCHEDULER_NOTIFY_WINDOW)
     notified = set(
         session.scalars(
             select(Notification.schedule_id)
@@ -278,7 +278,7 @@ def record_events(
             .distinct()
         )
     )
-    base_url = str(config.get("SCHEDULER_BASE_URL") or "").rstrip("/")
+    base_url = config.SCHEDULER_BASE_URL.rstrip("/")
     rows: list[dict[str, Any]] = []
     needs_secret: set[int] = set()
     for event in events:

@@ -23,30 +23,27 @@ import smtplib
 import socket
 import ssl
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import closing
 from datetime import datetime, timedelta
 from email.message import EmailMessage
 from email.utils import formatdate
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import Integer, bindparam, or_, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session
 
 from webapp.catalog.ssrf import (
-    ALLOW_PRIVATE_SETTING,
-    ALLOWED_HOSTS_SETTING,
     RETRYABLE_CLIENT_ERRORS,
     Deadline,
-    HostList,
     Resolver,
     WebhookError,
     WebhookRefused,
     check_webhook_target,
     pinned_connection,
-    request_timeout,
 )
+from webapp.config import Settings
 from webapp.database import UTCDateTime, is_postgresql, write_transaction
 from webapp.models import Notification, Tenant
 from webapp.scheduler.notify import notify_settings
@@ -151,11 +148,11 @@ def message_id(idempotency_key: str, sender: str) -> str:
     return f"<{idempotency_key}@{domain}>"
 
 
-def send_email(row: Row[Any], config: Mapping[str, Any]) -> None:
-    host = str(config.get("SCHEDULER_SMTP_HOST") or "")
+def send_email(row: Row[Any], config: Settings) -> None:
+    host = config.SCHEDULER_SMTP_HOST
     if not host:
         raise SendFailed(NO_SMTP_HOST, permanent=True)
-    sender = str(config["SCHEDULER_SMTP_FROM"])
+    sender = config.SCHEDULER_SMTP_FROM
     email = EmailMessage()
     email["From"] = sender
     email["To"] = row.target
@@ -164,8 +161,8 @@ def send_email(row: Row[Any], config: Mapping[str, Any]) -> None:
     email["Message-ID"] = message_id(row.idempotency_key, sender)
     email["X-Scheduler-Idempotency-Key"] = row.idempotency_key
     email.set_content(row.body)
-    port = int(config["SCHEDULER_SMTP_PORT"])
-    security = config["SCHEDULER_SMTP_SECURITY"]
+    port = config.SCHEDULER_SMTP_PORT
+    security = config.SCHEDULER_SMTP_SECURITY
     try:
         client: smtplib.SMTP
         if security == "ssl":
@@ -176,26 +173,24 @@ def send_email(row: Row[Any], config: Mapping[str, Any]) -> None:
         with client:
             if security == "starttls":
                 client.starttls(context=ssl.create_default_context())
-            username = str(config.get("SCHEDULER_SMTP_USERNAME") or "")
+            username = config.SCHEDULER_SMTP_USERNAME
             if username:
-                client.login(username, str(config.get("SCHEDULER_SMTP_PASSWORD") or ""))
+                client.login(username, config.SCHEDULER_SMTP_PASSWORD)
             client.send_message(email)
     except (OSError, smtplib.SMTPException) as error:
         # The server's words (never the password, which smtplib does not echo).
         raise SendFailed(f"SMTP {host}:{port}: {error}") from error
 
 
-def send_webhook(
-    row: Row[Any], config: Mapping[str, Any], resolve: Resolver = socket.getaddrinfo
-) -> None:
+def send_webhook(row: Row[Any], config: Settings, resolve: Resolver = socket.getaddrinfo) -> None:
     if not row.webhook_secret:
         raise SendFailed("the tenant has no webhook secret", permanent=True)
     try:
-        timeout = request_timeout(config)
+        timeout = config.SCHEDULER_WEBHOOK_TIMEOUT
         target = check_webhook_target(
             row.target,
-            cast(HostList, config.get(ALLOWED_HOSTS_SETTING)),
-            cast(HostList, config.get(ALLOW_PRIVATE_SETTING)),
+            config.SCHEDULER_WEBHOOK_ALLOWED_HOSTS,
+            config.SCHEDULER_WEBHOOK_ALLOW_PRIVATE,
             resolve,
         )
     except WebhookRefused as refused:
@@ -226,25 +221,22 @@ def send_webhook(
         raise SendFailed(message, permanent=permanent)
 
 
-def deliver(row: Row[Any], config: Mapping[str, Any]) -> None:
+def deliver(row: Row[Any], config: Settings) -> None:
     if row.channel == "email":
         send_email(row, config)
     else:
         send_webhook(row, config)
 
 
-def lease_length(config: Mapping[str, Any], limit: int) -> timedelta:
+def lease_length(config: Settings, limit: int) -> timedelta:
     """Long enough to send the whole batch at the slowest, and a minute more."""
-    try:
-        webhook_timeout = request_timeout(config)
-    except WebhookError:
-        webhook_timeout = 10.0
+    webhook_timeout = config.SCHEDULER_WEBHOOK_TIMEOUT
     return timedelta(seconds=limit * max(webhook_timeout, SMTP_TIMEOUT) + 60)
 
 
 def send_notifications(
     session: Session,
-    settings: Mapping[str, Any] | None,
+    settings: Settings | None,
     worker_id: int,
     now: datetime,
     limit: int = BATCH,

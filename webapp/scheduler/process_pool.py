@@ -24,6 +24,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from webapp.catalog import build_catalog
+from webapp.config import settings
 from webapp.database import install_engine_hooks
 from webapp.extensions import db
 from webapp.scheduler.execution import (
@@ -82,10 +83,10 @@ class ProcessJobPool(JobPool):
     kind = "process"
 
     def setup(self) -> ChildSetup:
-        config = self.app.config
+        chosen = settings(self.app)
         return ChildSetup(
-            demo_jobs=bool(config["SCHEDULER_DEMO_JOBS"]),
-            job_modules=tuple(config["SCHEDULER_JOB_MODULES"]),
+            demo_jobs=chosen.SCHEDULER_DEMO_JOBS,
+            job_modules=tuple(chosen.SCHEDULER_JOB_MODULES),
             settings=dict(self.settings),
             database_url=db.engine.url.render_as_string(hide_password=False),
         )

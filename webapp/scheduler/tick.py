@@ -7,8 +7,8 @@ index on runs (schedule_id, scheduled_for) refuses a fire that another worker al
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from webapp import cron
 from webapp.catalog import ArgsError, Catalog, UnknownJobError, size_errors
-from webapp.config import args_limits
+from webapp.config import DEFAULTS, Settings
 from webapp.database import write_transaction
 from webapp.scheduler import claims, runs
 from webapp.scheduler.jitter import effective_jitter
@@ -55,19 +55,19 @@ class TickSettings:
     grace: timedelta
     recovery_window: timedelta
     max_catchup: int
-    args_limits: tuple[int, int] = field(default_factory=lambda: args_limits({}))
+    args_limits: tuple[int, int] = DEFAULTS.args_limits
     # SCHEDULER_FIRE_AHEAD: a fire is queued this long before its time (its run waits for it).
     fire_ahead: timedelta = timedelta(0)
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> TickSettings:
+    def of(cls, settings: Settings) -> TickSettings:
         return cls(
-            batch_size=int(config["SCHEDULER_BATCH_SIZE"]),
-            grace=timedelta(seconds=float(config["SCHEDULER_MISFIRE_GRACE"])),
-            recovery_window=timedelta(seconds=float(config["SCHEDULER_RECOVERY_WINDOW"])),
-            max_catchup=int(config["SCHEDULER_MAX_CATCHUP"]),
-            args_limits=args_limits(config),
-            fire_ahead=timedelta(seconds=float(config["SCHEDULER_FIRE_AHEAD"])),
+            batch_size=settings.SCHEDULER_BATCH_SIZE,
+            grace=timedelta(seconds=settings.SCHEDULER_MISFIRE_GRACE),
+            recovery_window=timedelta(seconds=settings.SCHEDULER_RECOVERY_WINDOW),
+            max_catchup=settings.SCHEDULER_MAX_CATCHUP,
+            args_limits=settings.args_limits,
+            fire_ahead=timedelta(seconds=settings.SCHEDULER_FIRE_AHEAD),
         )
 
     @property
@@ -93,7 +93,7 @@ def resolve(
         job = catalog.get(schedule.job)
     except (cron.CronError, UnknownJobError) as error:
         raise BadSchedule(str(error)) from None
-    too_large = size_errors(schedule.args, limits or args_limits({}))
+    too_large = size_errors(schedule.args, limits or DEFAULTS.args_limits)
     if too_large:
         raise BadSchedule(str(ArgsError(too_large)))
     # The claim does not read the scope: the database ties it to tenant_id (scope_tenant).

@@ -10,15 +10,15 @@ worker alive; this step adds what needs a living worker: `schedules.overdue_sinc
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import and_, false, func, not_, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session
 
+from webapp.config import Settings
 from webapp.database import is_postgresql, write_transaction
 from webapp.models import Run, Schedule, Worker, run_overdue, schedule_overdue
 from webapp.scheduler.notify import record_overdue
@@ -111,7 +111,7 @@ def watch_overdue(
     grace: timedelta,
     queue_was_overdue: bool | None = None,
     limit: int = WATCH_BATCH,
-    settings: Mapping[str, Any] | None = None,
+    settings: Settings | None = None,
 ) -> WatchResult:
     """One transaction: flags newly overdue schedules, clears recovered ones (up to `limit`
     each), logs each change, and logs the queue's change of state.

@@ -17,18 +17,15 @@ import math
 import signal
 import threading
 import time
-from collections.abc import Mapping
 from datetime import datetime
 from types import FrameType
-from typing import Any
 
 from flask import Flask
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from webapp.catalog.context import job_settings
 from webapp.catalog.current import current_catalog
-from webapp.config import default_max_running, lock_ttl, overdue_grace, uses_celery
+from webapp.config import Settings, settings
 from webapp.database import database_now, utcnow, write_transaction
 from webapp.extensions import db
 from webapp.scheduler import claims
@@ -65,9 +62,9 @@ NOTIFICATIONS_THREAD = "scheduler-notifications"
 POOLS: dict[str, type[JobPool]] = {"thread": ThreadJobPool, "process": ProcessJobPool}
 
 
-def pool_kind(config: Mapping[str, Any], pool: str) -> type[JobPool]:
+def pool_kind(chosen: Settings, pool: str) -> type[JobPool]:
     """The chosen pool, or the hand-off to Celery (imported only then: Celery is an extra)."""
-    if uses_celery(config):
+    if chosen.uses_celery:
         from webapp.scheduler.celery_executor import CeleryJobPool
 
         return CeleryJobPool
@@ -81,7 +78,7 @@ class WorkerProcess:
         self, app: Flask, concurrency: int, burst: bool = False, pool: str = "thread"
     ) -> None:
         self.app = app
-        self.config = app.config
+        self.config = settings(app)
         self.concurrency = concurrency
         self.burst = burst
         self.pool_kind = pool_kind(self.config, pool)
@@ -91,9 +88,9 @@ class WorkerProcess:
         self.worker_id: int | None = None
         self.pool: JobPool | None = None
         self.wake_socket: WakeSocket | None = None
-        self.lock_ttl = lock_ttl(self.config)
-        self.poll_interval = float(self.config["SCHEDULER_POLL_INTERVAL"])
-        self.settings = TickSettings.from_config(self.config)
+        self.lock_ttl = self.config.lock_ttl
+        self.poll_interval = self.config.SCHEDULER_POLL_INTERVAL
+        self.settings = TickSettings.of(self.config)
         # Leases are renewed three times per TTL, so one late round never lets them lapse.
         self.renewal_interval = self.lock_ttl.total_seconds() / 3
         # Retried within a renewal interval: back in time to renew before the leases lapse.
@@ -106,8 +103,8 @@ class WorkerProcess:
         self.last_tick = 0.0
         self.next_fire: datetime | None = None
         self.next_start: datetime | None = None  # of the first run its ticks queued ahead
-        self.overdue_grace = overdue_grace(self.config)
-        self.max_running = default_max_running(self.config)
+        self.overdue_grace = self.config.overdue_grace
+        self.max_running = self.config.SCHEDULER_MAX_RUNNING
         self.watch_interval = max(WATCH_INTERVAL, self.poll_interval)
         self.last_watch: float | None = None  # None: watch in the first round
         self.queue_overdue: bool | None = None  # the watchdog's last view of the queue
@@ -386,7 +383,7 @@ class WorkerProcess:
             if self.worker_id is None:
                 return
             self.pool = self.pool_kind(
-                self.app, current_catalog(), job_settings(self.config), self.concurrency, self.wake
+                self.app, current_catalog(), self.config.job_settings(), self.concurrency, self.wake
             )
             self.pool.worker_id = self.worker_id
             self.pool.start()
@@ -434,7 +431,7 @@ class WorkerProcess:
         pool = self.pool
         try:
             not_started = [held.run.id for held in pool.take_waiting()]
-            grace_ends = time.monotonic() + float(self.config["SCHEDULER_SHUTDOWN_GRACE"])
+            grace_ends = time.monotonic() + self.config.SCHEDULER_SHUTDOWN_GRACE
             while pool.busy() and time.monotonic() < grace_ends:
                 self.wake.wait(0.05)
                 self.wake.clear()

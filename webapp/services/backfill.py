@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from flask import current_app
 from sqlalchemy import select
 
 from webapp import cron
 from webapp.catalog import ArgsError, args_path
+from webapp.config import settings
 from webapp.database import write_transaction
 from webapp.extensions import db
 from webapp.models import Run, Schedule
@@ -185,7 +185,7 @@ def check_job(schedule: Schedule) -> int:
     up front. Returns the job's max attempts."""
     spec = runnable_job(schedule)
     try:
-        spec.parse_args(schedule.args, current_app.config)
+        spec.parse_args(schedule.args, settings().job_settings())
     except ArgsError as error:
         raise ScheduleError({args_path(path): message for path, message in error.errors}) from None
     return spec.max_attempts

@@ -21,11 +21,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from flask import current_app
-
 from webapp import cron
 from webapp.catalog import Catalog, JobSpec
-from webapp.catalog.context import job_settings
 from webapp.catalog.current import current_catalog
 from webapp.config import settings
 from webapp.database import write_transaction
@@ -104,7 +101,7 @@ def seed_demo_schedules(tenant: Tenant, admin: User, now: datetime) -> int:
     schedules = [create_schedule(tenant, data, actor, now) for data in DEMO_SCHEDULES]
     history = DemoHistory(
         catalog=current_catalog(),
-        settings=TickSettings.from_config(current_app.config),
+        settings=TickSettings.of(settings()),
         lock_ttl=settings().lock_ttl,
         now=now,
         tenant=tenant,
@@ -242,7 +239,7 @@ class DemoHistory:
                 max_attempts=job.max_attempts,
                 started_at=self.now,
             )
-            result = run_job(leased, self.catalog, job_settings(current_app.config), db.session())
+            result = run_job(leased, self.catalog, settings().job_settings(), db.session())
             self.outcomes[key] = (result.error.shown if result.error else None, result.output)
         return self.outcomes[key]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, current_app, request, url_for
+from flask import Blueprint, request, url_for
 from flask_login import login_required
 from werkzeug.wrappers import Response
 
@@ -40,6 +40,7 @@ def page(status: int = 200, **context: Any) -> Response:
         max_running=tenant.max_running
         if tenant.max_running is not None
         else settings().SCHEDULER_MAX_RUNNING,
+        window_minutes=round(settings().SCHEDULER_NOTIFY_WINDOW / 60),
         **{"errors": {}, "form": form, **context},
     )
 
@@ -61,7 +62,7 @@ def save() -> Response:
             split_emails(form["notify_emails"]),
             form["notify_webhook_url"],
             actor(),
-            current_app.config,
+            settings().job_settings(),
         )
     except notifications.NotificationSettingsError as error:
         return page(422, errors=error.errors, form=form)

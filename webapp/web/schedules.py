@@ -10,7 +10,7 @@ from typing import Any
 from urllib.parse import urlencode
 from zoneinfo import ZoneInfo
 
-from flask import Blueprint, abort, current_app, request, url_for
+from flask import Blueprint, abort, request, url_for
 from flask_login import login_required
 from flask_wtf.csrf import generate_csrf
 from markupsafe import Markup, escape
@@ -405,7 +405,7 @@ def form_context(form: ScheduleForm, schedule: Schedule | None) -> dict[str, Any
         "form": form,
         "schedule": schedule,
         "jobs": catalog.jobs(scope="tenant"),
-        "params": spec.form_fields(current_app.config) if spec else [],
+        "params": spec.form_fields(settings().job_settings()) if spec else [],
         "misfire_choices": MISFIRE_CHOICES,
         "overlap_choices": OVERLAP_CHOICES,
         "time_zones": time_zone_names(),
