@@ -332,8 +332,6 @@ def run_now(schedule: Schedule, actor: Actor, now: datetime, at: datetime | None
     return run
 
 
-
-
 def run_at_problem(at: datetime, now: datetime, time_zone: str) -> str | None:
     """Why a run may not be queued for `at` (shown in the schedule's zone), or None: the one
     rule of the panel's "Run once later", the API's `at` and `schedule run --at`."""
