@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from flask import Flask
 from flask.testing import FlaskCliRunner
 from sqlalchemy import func, select
 
@@ -14,7 +15,8 @@ from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule, Tenant, User, Worker
 from webapp.scheduler.run_rows import OVERLAP_REASON, fire_key
 from webapp.scheduler.runs import REQUEUE_ERROR
-from webapp.services.demo import DOWNTIME
+from webapp.services import accounts
+from webapp.services.demo import DOWNTIME, seed_demo_schedules
 
 
 def known(moment: datetime | None) -> datetime:
@@ -160,3 +162,23 @@ def test_demo_touches_nothing_else_when_other_work_is_waiting(cli: FlaskCliRunne
     )
     assert len(demo_schedules) == 4
     assert all(known(s.next_run_at) > overdue_since + timedelta(hours=3) for s in demo_schedules)
+
+
+def test_demo_history_is_the_same_for_the_same_present(app: Flask) -> None:
+    """Lags and durations are seeded by what they belong to: two tenants seeded for the same
+    present get the same history, so screenshots are stable."""
+    now = datetime.now(UTC)
+    histories = []
+    for slug in ("first", "second"):
+        tenant = accounts.create_tenant(slug, slug.title(), "Europe/Berlin")
+        password = "demo-password" if slug == "first" else None  # then a second membership
+        admin = accounts.add_user("admin@demo.example", slug, "admin", password).user
+        assert seed_demo_schedules(tenant, admin, now) == 4
+        mine = select(Run).where(Run.tenant_id == tenant.id)
+        histories.append(
+            sorted(
+                (r.scheduled_for, r.job, r.status, r.attempt, r.started_at, r.finished_at)
+                for r in db.session.scalars(mine)
+            )
+        )
+    assert len(histories[0]) > 200 and histories[0] == histories[1]

@@ -1,24 +1,17 @@
 """Demo schedules and their history, so that `make run` shows what the product does.
 
-The history is made by the scheduler itself: the worker's real steps (the tick that claims due
-schedules and records their runs by the misfire and overlap policies, the lease with its start
-marks, the job run through the catalog, its outcome stored with retries and backoff, the
-reaper) run on a fake clock, stepped from a day ago (a few days for rare crons) to the present,
-each given its `now`. A Run now goes through the service, as a click on the panel would. The
-clock stops at each moment something happens: a fire (a fraction of a second after its time,
-when a worker's tick would see it), a job's end, a retry's time, an expired lease.
-
-Three stories are told on the way: the worker was down for 40 minutes (the misfire policy's
-catch-up run stands for the missed fires), a worker was lost in the middle of a run (its lease
-expires, the reaper queues it again, attempt 2 succeeds), and a fire came while a Run now was
-still running (skipped by the overlap policy). Lags and durations vary, seeded by what they
-belong to, so screenshots are stable. `demo.sleep` does not sleep: it runs with 0 seconds and
-its `seconds` are the attempt's duration on the fake clock, so `flask demo` takes a few seconds.
+The history is made by the worker's own steps on a fake clock, stepped from a day ago (a few days
+for rare crons) to the present and given to each step as its `now`: the tick (the misfire and
+overlap policies), the lease with its start marks, the job run through the catalog, its outcome
+stored (retries, backoff, failures in a row), the reaper, and a Run now through the service. It
+tells three stories: the worker was down for 40 minutes (a catch-up run stands for the missed
+fires), a worker was lost in the middle of a run (the reaper queues it again; attempt 2
+succeeds), and a fire came while a Run now was still running (skipped by the overlap policy).
+Lags and durations are seeded by what they belong to, so screenshots are stable; `demo.sleep`
+runs with 0 seconds and its `seconds` are the attempt's duration on the fake clock.
 
 Idempotent: a tenant that has the demo schedules already is left alone. The steps see the whole
-database, so the history is played only when they would touch nothing else (no other schedule
-due, no run to lease or reap before the present, no live worker); otherwise the schedules are
-created without one. Schedules go through the service layer (validated and audited).
+database, so the history is played only where they would touch nothing else (`quiet`).
 """
 
 from __future__ import annotations
@@ -28,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from flask import current_app
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import and_, func, or_, select, update
 
 from webapp import cron
 from webapp.catalog.current import current_catalog
@@ -119,7 +112,8 @@ def seed_demo_schedules(tenant: Tenant, admin: User, now: datetime) -> int:
         create_schedule(tenant, data, actor, starts[data["key"]]) for data in DEMO_SCHEDULES
     ]
     if play:
-        worker = FakeClockWorker.starting(min(starts.values()), end, actor)
+        down = (now - DOWNTIME_AGO).replace(minute=10, second=0, microsecond=0)
+        worker = FakeClockWorker(actor, min(starts.values()), (down, down + DOWNTIME))
         worker.play(next(s for s in schedules if s.key == STORIES), starts[STORIES], end)
     for schedule in schedules:
         if schedule.key == PAUSED:
@@ -161,37 +155,33 @@ class FakeClockWorker:
     """A worker's rounds on a fake clock: the tick, the reaper, the lease, the jobs and their
     outcomes, each step given the round's `now`."""
 
-    worker_id: int
     actor: Actor
     now: datetime
     downtime: tuple[datetime, datetime]
-    settings: TickSettings
+    settings: TickSettings = field(
+        default_factory=lambda: TickSettings.from_config(current_app.config)
+    )
+    worker_id: int = 0
     # Attempts under way, stored by the first round after their end (as a worker's flush).
     running: list[FinishedRun] = field(default_factory=list)
-    lost_until: list[datetime] = field(default_factory=list)  # leases of the lost attempts
-    lost_fires: set[tuple[int, datetime]] = field(default_factory=set)  # schedule id, fire
+    lost: tuple[int, datetime] | None = None  # the fire whose worker dies during its job
+    lost_until: datetime | None = None  # when that attempt's lease runs out
     run_now_at: datetime | None = None
 
-    @classmethod
-    def starting(cls, start: datetime, end: datetime, actor: Actor) -> FakeClockWorker:
+    def play(self, stories: Schedule, since: datetime, end: datetime) -> None:
+        """The rounds from now to `end`, by a worker that starts and stops with them.
+        `stories`: the schedule of the lost worker and the Run now; its history starts at
+        `since`."""
+        fires = cron.validate(stories.cron, stories.time_zone).fire_times_between(since, end, 99)
+        overlapped = fires[len(fires) // 2]
+        self.run_now_at = overlapped - lag(f"run now {overlapped}", 0.6, 1.4)
+        self.lost = stories.id, fires[len(fires) // 4]
         with write_transaction(db.session) as session:
-            worker = Worker(hostname="demo", pid=0, concurrency=CONCURRENCY, started_at=start)
-            worker.last_heartbeat_at = start
+            worker = Worker(hostname="demo", pid=0, concurrency=CONCURRENCY)
+            worker.started_at = worker.last_heartbeat_at = self.now
             session.add(worker)
             session.flush()
-        down = (end + SETTLED - DOWNTIME_AGO).replace(minute=10, second=0, microsecond=0)
-        tick_settings = TickSettings.from_config(current_app.config)
-        return cls(worker.id, actor, start, (down, down + DOWNTIME), tick_settings)
-
-    def play(self, stories: Schedule, since: datetime, end: datetime) -> None:
-        """The rounds from now to `end`, then the worker stops. `stories`: the schedule of the
-        lost worker and of the Run now, whose history starts at `since`."""
-        spec = cron.validate(stories.cron, stories.time_zone)
-        fires = spec.fire_times_between(since, end, 10_000)
-        if fires:
-            overlapped = fires[len(fires) // 2]
-            self.run_now_at = overlapped - lag(f"run now {overlapped}", 0.6, 1.4)
-            self.lost_fires = {(stories.id, fires[len(fires) // 4])}
+            self.worker_id = worker.id
         moment = self.next_moment(end)
         while moment is not None:
             self.round(moment, stories)
@@ -199,18 +189,17 @@ class FakeClockWorker:
         stopped = max([self.now, *(done.finished_at for done in self.running)])
         self.store(self.running)
         with write_transaction(db.session) as session:
-            worker = session.get(Worker, self.worker_id)
-            assert worker is not None
-            worker.last_heartbeat_at = worker.stopped_at = stopped
+            stop = {"last_heartbeat_at": stopped, "stopped_at": stopped}
+            session.execute(update(Worker).where(Worker.id == self.worker_id).values(stop))
 
     def next_moment(self, end: datetime) -> datetime | None:
         """When the next round comes: the first of a due fire (when a tick would see it), a
         queued run's start (a retry), an expired lease, the Run now; never while the worker is
         down. None: the history is done."""
         session = db.session()
-        retries = [done.outcome.retry_at for done in self.running]
-        moments = [retry for retry in retries if retry is not None]
-        moments += [until + lag(f"reap {until}", 0.1, 1.0) for until in self.lost_until]
+        moments = [d.outcome.retry_at for d in self.running if d.outcome.retry_at is not None]
+        if self.lost_until is not None:
+            moments.append(self.lost_until + lag(f"reap {self.lost_until}", 0.1, 1.0))
         fire = claims.earliest_next_run(session)
         waiting = select(func.min(Run.available_at)).where(
             Run.status == "queued", Run.available_at > self.now
@@ -236,8 +225,8 @@ class FakeClockWorker:
         session = db.session()
         self.now = now
         self.store([done for done in self.running if done.finished_at <= now])
-        if any(until < now for until in self.lost_until):
-            self.lost_until = [until for until in self.lost_until if until >= now]
+        if self.lost_until is not None and self.lost_until < now:
+            self.lost_until = None
             reap_once(session, now)
         if self.run_now_at is not None and self.run_now_at <= now:
             self.run_now_at = None
@@ -255,9 +244,9 @@ class FakeClockWorker:
             settings().SCHEDULER_MAX_RUNNING,
         )
         for run in lease.runs:
-            if (run.schedule_id, run.scheduled_for) in self.lost_fires and run.attempt == 1:
+            if (run.schedule_id, run.scheduled_for) == self.lost and run.attempt == 1:
                 # Its worker dies during the job: nothing is stored, the lease runs out.
-                self.lost_until.append(self.now + settings().lock_ttl)
+                self.lost_until = self.now + settings().lock_ttl
             else:
                 self.running.append(self.execute(run))
 
