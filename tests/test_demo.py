@@ -1,16 +1,22 @@
-"""`flask demo`: the demo tenant's schedules and a history that the product could have made."""
+"""`flask demo`: the demo tenant's schedules and the history the worker's own steps made."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
+from flask import Flask
 from flask.testing import FlaskCliRunner
 from sqlalchemy import func, select
 
+from tests.scheduler_helpers import add_schedule
 from webapp import cron
+from webapp.config import settings
 from webapp.extensions import db
-from webapp.models import AuditEvent, Run, Schedule, Tenant, User
+from webapp.models import AuditEvent, Run, Schedule, Tenant, User, Worker
 from webapp.scheduler.run_rows import OVERLAP_REASON, fire_key
+from webapp.scheduler.runs import REQUEUE_ERROR
+from webapp.services import accounts
+from webapp.services.demo import DOWNTIME, seed_demo_schedules
 
 
 def known(moment: datetime | None) -> datetime:
@@ -21,7 +27,7 @@ def known(moment: datetime | None) -> datetime:
 def counts() -> dict[str, int]:
     return {
         model.__name__: db.session.scalar(select(func.count()).select_from(model)) or 0
-        for model in (Tenant, User, Schedule, Run, AuditEvent)
+        for model in (Tenant, User, Schedule, Run, AuditEvent, Worker)
     }
 
 
@@ -31,14 +37,24 @@ def demo(cli: FlaskCliRunner) -> None:
     db.session.expire_all()
 
 
+def all_runs() -> list[Run]:
+    return list(db.session.scalars(select(Run).order_by(Run.id)))
+
+
 def test_demo_runs_are_the_fire_times_of_their_schedules(cli: FlaskCliRunner) -> None:
+    before = datetime.now(UTC)
     demo(cli)
     schedules = {s.id: s for s in db.session.scalars(select(Schedule))}
-    runs = list(db.session.scalars(select(Run).order_by(Run.id)))
+    runs = all_runs()
     assert len({run.schedule_id for run in runs}) == 4  # every demo schedule has a history
     for run in runs:
         assert run.schedule_id is not None
         schedule = schedules[run.schedule_id]
+        # Every moment is the fake clock's, in the past of the command, in the order a run
+        # lives them (not the real clock's: the history took a second or two to make).
+        moments = [run.queued_at, run.available_at, run.started_at, run.finished_at]
+        lived = [moment for moment in moments if moment is not None]
+        assert lived == sorted(lived) and lived[-1] < before, (schedule.name, moments)
         if run.trigger == "manual":
             assert run.idempotency_key.startswith("manual:") and run.requested_by is not None
             continue
@@ -59,11 +75,12 @@ def test_demo_runs_are_the_fire_times_of_their_schedules(cli: FlaskCliRunner) ->
         )
         spec = cron.validate(schedule.cron, schedule.time_zone)
         assert schedule.next_run_at == spec.next_fire_after(schedule.last_run_at)
+        assert before - timedelta(minutes=1) < schedule.next_run_at or not schedule.active
 
 
 def test_demo_runs_vary_and_tell_the_products_stories(cli: FlaskCliRunner) -> None:
     demo(cli)
-    runs = list(db.session.scalars(select(Run).order_by(Run.id)))
+    runs = all_runs()
     executed = [run for run in runs if run.started_at is not None]
     lags = {
         known(run.started_at) - run.scheduled_for for run in executed if run.trigger == "schedule"
@@ -72,16 +89,27 @@ def test_demo_runs_vary_and_tell_the_products_stories(cli: FlaskCliRunner) -> No
     assert len(lags) > len(executed) // 2 and len(durations) > len(executed) // 2
     assert all(timedelta(0) < lag < timedelta(minutes=2) for lag in lags)
     assert all(run.finished_at is not None and run.status != "queued" for run in runs)
-    # Failed: one attempt of a job that allows one, with the job's own error.
+    # The slow report lasts its 3 seconds (on the fake clock), the echoes a few milliseconds.
+    for run in executed:
+        took = known(run.finished_at) - known(run.started_at)
+        expected = (3, 3.1) if run.job == "demo.sleep" else (0, 0.1)
+        assert expected[0] < took.total_seconds() < expected[1], (run.job, took)
+    # Failed: one attempt of a job that allows one, with the job's own error; the schedule
+    # counts them in a row, and it is the paused one.
     failed = [run for run in runs if run.status == "failed"]
     assert failed and all(run.job == "demo.fail" and run.attempt == 1 for run in failed)
     upstream = "RuntimeError: upstream returned 503"
     assert all((run.error or "").startswith(upstream) for run in failed)
-    # Retried after a lost worker: attempt 2 succeeded, started after the lease expired.
+    flaky = failed[0].schedule
+    assert flaky is not None and not flaky.active and flaky.consecutive_failures == len(failed) >= 3
+    # Retried after a lost worker: the lease ran out, the reaper queued it again, attempt 2
+    # succeeded.
     retried = [run for run in runs if run.attempt == 2]
     assert retried and all(run.status == "succeeded" and run.error is None for run in retried)
     assert all(run.job == "demo.sleep" and run.max_attempts == 2 for run in retried)
-    assert all(run.available_at - run.queued_at > timedelta(seconds=60) for run in retried)
+    lock_ttl = settings().lock_ttl
+    assert all(run.available_at - run.queued_at > lock_ttl for run in retried)
+    assert all(known(run.started_at) >= run.available_at for run in retried)
     # Catch-ups after the worker's downtime, one standing for several missed fires (another
     # schedule's fire may fall into the downtime too, depending on the time of day).
     # A schedule whose misfire policy is `skip` records its missed fire as skipped, saying why.
@@ -91,6 +119,7 @@ def test_demo_runs_vary_and_tell_the_products_stories(cli: FlaskCliRunner) -> No
     for run in catchups:
         policy = run.schedule.misfire_policy if run.schedule else None
         assert run.status == ("skipped" if policy == "skip" else "succeeded"), run.error
+        assert run.queued_at - run.scheduled_for <= DOWNTIME + timedelta(seconds=1)
     # One fire skipped because a Run now of the same schedule was still running.
     (skipped,) = [run for run in runs if run.status == "skipped" and run.trigger != "catchup"]
     (manual,) = [run for run in runs if run.trigger == "manual"]
@@ -99,6 +128,7 @@ def test_demo_runs_vary_and_tell_the_products_stories(cli: FlaskCliRunner) -> No
     assert known(manual.started_at) < skipped.queued_at < known(manual.finished_at)
     echoed = {run.output for run in runs if run.job == "demo.echo"}
     assert echoed == {"Good morning!\n", "still alive\n"}
+    assert REQUEUE_ERROR not in {run.error for run in runs}
 
 
 def test_demo_twice_adds_nothing(cli: FlaskCliRunner) -> None:
@@ -115,3 +145,40 @@ def test_demo_leaves_the_default_schedules_as_production_would(cli: FlaskCliRunn
     ).all()
     assert defaults == [("maintenance.prune_runs", "system", True)]
     assert cli.invoke(args=["scheduler", "sync"]).stdout == "created 0 default schedules\n"
+
+
+def test_demo_touches_nothing_else_when_other_work_is_waiting(cli: FlaskCliRunner) -> None:
+    """The history's steps see the whole database: with another schedule overdue (its worker
+    stopped), the demo's schedules come without a history, and the other one is left to its
+    worker."""
+    overdue_since = datetime.now(UTC) - timedelta(hours=3)
+    other = add_schedule(None, "other-overdue", overdue_since)
+    demo(cli)
+    assert all_runs() == []
+    db.session.refresh(other)
+    assert other.next_run_at == overdue_since
+    demo_schedules = list(
+        db.session.scalars(select(Schedule).where(Schedule.tenant_id.is_not(None)))
+    )
+    assert len(demo_schedules) == 4
+    assert all(known(s.next_run_at) > overdue_since + timedelta(hours=3) for s in demo_schedules)
+
+
+def test_demo_history_is_the_same_for_the_same_present(app: Flask) -> None:
+    """Lags and durations are seeded by what they belong to: two tenants seeded for the same
+    present get the same history, so screenshots are stable."""
+    now = datetime.now(UTC)
+    histories = []
+    for slug in ("first", "second"):
+        tenant = accounts.create_tenant(slug, slug.title(), "Europe/Berlin")
+        password = "demo-password" if slug == "first" else None  # then a second membership
+        admin = accounts.add_user("admin@demo.example", slug, "admin", password).user
+        assert seed_demo_schedules(tenant, admin, now) == 4
+        mine = select(Run).where(Run.tenant_id == tenant.id)
+        histories.append(
+            sorted(
+                (r.scheduled_for, r.job, r.status, r.attempt, r.started_at, r.finished_at)
+                for r in db.session.scalars(mine)
+            )
+        )
+    assert len(histories[0]) > 200 and histories[0] == histories[1]

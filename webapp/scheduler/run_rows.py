@@ -1,5 +1,5 @@
-"""The rows of new runs, before runs.insert_runs writes them: a fire's (the tick, a backfill, the
-demo history), a Run now's, and the overlap policy that may record either as skipped. Pure."""
+"""The rows of new runs, before runs.insert_runs writes them: a fire's (the tick, a backfill), a
+Run now's, and the overlap policy that may record either as skipped. Pure."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def fire_key(schedule_id: int, fire: datetime) -> str:
 
 
 def run_row(
-    schedule: Any,  # a claimed row (tick), or the model (backfill, the demo history)
+    schedule: Any,  # a claimed row (tick), or the model (backfill)
     planned: PlannedRun,
     now: datetime,
     max_attempts: int,

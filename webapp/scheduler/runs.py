@@ -1,6 +1,6 @@
 """A run's lifecycle: every statement that inserts or updates `runs`, one function per transition.
 
-    (insert) -> queued | skipped | failed       fire (tick), Run now, backfill, the demo history
+    (insert) -> queued | skipped | failed       fire (tick), Run now, backfill
     queued   -> running                         lease_runs (a worker's lease), start mark after
     queued   -> cancelled                       cancel_queued_run
     running  -> running                         mark_started, extend_leases, request_stop,

@@ -1,43 +1,45 @@
 """Demo schedules and their history, so that `make run` shows what the product does.
 
-The history is what the tick and the workers would have left: every run is a fire time of its
-schedule's cron, planned by the misfire policy exactly as the tick plans it (same rows, same
-idempotency keys), with the output and error text that the job itself produces. Lags and
-durations vary, pseudo-randomly but seeded by the schedule's key, so screenshots are stable.
-Three stories are told on the way: the worker was down for 40 minutes (a catch-up run stands
-for the missed fires), a worker was lost in the middle of a run (retried; attempt 2
-succeeded), and a fire came while a Run now was still running (skipped by the overlap policy).
+The history is made by the worker's own steps on a fake clock, stepped from a day ago (a few days
+for rare crons) to the present and given to each step as its `now`: the tick (the misfire and
+overlap policies), the lease with its start marks, the job run through the catalog, its outcome
+stored (retries, backoff, failures in a row), the reaper, and a Run now through the service. It
+tells three stories: the worker was down for 40 minutes (a catch-up run stands for the missed
+fires), a worker was lost in the middle of a run (the reaper queues it again; attempt 2
+succeeds), and a fire came while a Run now was still running (skipped by the overlap policy).
+Lags and durations are seeded by what they belong to, so screenshots are stable; `demo.sleep`
+runs with 0 seconds and its `seconds` are the attempt's duration on the fake clock.
 
-Idempotent: a tenant that has the demo schedules already is left alone. Schedules go through
-the service layer (validated and audited like any other).
+Idempotent: a tenant that has the demo schedules already is left alone. The steps see the whole
+database, so the history is played only where they would touch nothing else (`quiet`).
 """
 
 from __future__ import annotations
 
-import json
 import random
-import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+
+from sqlalchemy import and_, func, or_, select, update
 
 from webapp import cron
-from webapp.catalog import Catalog, JobSpec
 from webapp.catalog.current import current_catalog
 from webapp.config import settings
 from webapp.database import write_transaction
 from webapp.extensions import db
-from webapp.models import Schedule, Tenant, User
-from webapp.scheduler import runs
-from webapp.scheduler.execution import run_job
-from webapp.scheduler.leases import LeasedRun
-from webapp.scheduler.misfire import plan_fires
-from webapp.scheduler.run_rows import apply_overlap, manual_run_row, run_row
-from webapp.scheduler.runs import retry_delay
-from webapp.scheduler.tick import TickSettings
+from webapp.models import Run, Schedule, Tenant, User, Worker
+from webapp.scheduler import claims
+from webapp.scheduler.execution import FinishedRun, decide, run_job, store_outcomes
+from webapp.scheduler.leases import LeasedRun, lease_with_starts, reap_once
+from webapp.scheduler.tick import TickSettings, tick
 from webapp.services import scope
 from webapp.services.audit import Actor
-from webapp.services.schedules import ScheduleInput, create_schedule, pause_schedule
+from webapp.services.schedules import (
+    ScheduleInput,
+    create_schedule,
+    pause_schedule,
+    run_now,
+)
 
 DEMO_SCHEDULES = (
     ScheduleInput(
@@ -76,6 +78,9 @@ DEMO_SCHEDULES = (
     ),
 )
 PAUSED = "flaky-import"
+# The schedule of the stories of a lost worker and of a Run now still running at a fire.
+STORIES = "slow-report"
+SLEEP_JOB = "demo.sleep"  # runs with 0 seconds; its `seconds` are the fake clock's duration
 
 HISTORY = timedelta(days=1)
 MAX_HISTORY = timedelta(days=14)
@@ -87,6 +92,7 @@ DOWNTIME = timedelta(minutes=40)
 # Fires more recent than this would still be queued or running: the worker of `make run`
 # fires them (next_run_at is left there).
 SETTLED = timedelta(seconds=30)
+CONCURRENCY = 4
 
 
 def seed_demo_schedules(tenant: Tenant, admin: User, now: datetime) -> int:
@@ -98,159 +104,43 @@ def seed_demo_schedules(tenant: Tenant, admin: User, now: datetime) -> int:
     if "demo.echo" not in current_catalog():
         return 0  # SCHEDULER_DEMO_JOBS is off
     actor = Actor.for_user(admin)
-    schedules = [create_schedule(tenant, data, actor, now) for data in DEMO_SCHEDULES]
-    history = DemoHistory(
-        catalog=current_catalog(),
-        settings=TickSettings.of(settings()),
-        lock_ttl=settings().lock_ttl,
-        now=now,
-        tenant=tenant,
-        admin=admin,
-    )
-    with write_transaction(db.session):
-        rows = [row for schedule in schedules for row in history.runs_of(schedule)]
-        rows.sort(key=lambda row: (row["queued_at"], row["scheduled_for"]))  # ids follow time
-        runs.insert_runs(db.session(), rows)
+    end = now - SETTLED
+    play = quiet(now, end)
+    starts = {data["key"]: history_start(data, end) if play else now for data in DEMO_SCHEDULES}
+    schedules = [
+        create_schedule(tenant, data, actor, starts[data["key"]]) for data in DEMO_SCHEDULES
+    ]
+    if play:
+        down = (now - DOWNTIME_AGO).replace(minute=10, second=0, microsecond=0)
+        worker = FakeClockWorker(actor, min(starts.values()), (down, down + DOWNTIME))
+        worker.play(next(s for s in schedules if s.key == STORIES), starts[STORIES], end)
     for schedule in schedules:
         if schedule.key == PAUSED:
             pause_schedule(schedule, actor)
     return len(schedules)
 
 
-@dataclass
-class DemoHistory:
-    """The runs a schedule would have had, as the tick and a worker record them."""
-
-    catalog: Catalog
-    settings: TickSettings
-    lock_ttl: timedelta
-    now: datetime
-    tenant: Tenant
-    admin: User
-    outcomes: dict[str, tuple[str | None, str]] = field(default_factory=dict)
-
-    @property
-    def downtime(self) -> tuple[datetime, datetime]:
-        hour = (self.now - DOWNTIME_AGO).replace(minute=0, second=0, microsecond=0)
-        start = hour + timedelta(minutes=10)
-        return start, start + DOWNTIME
-
-    def runs_of(self, schedule: Schedule) -> list[dict[str, Any]]:
-        """The schedule's history; advances its next_run_at and last_run_at as the tick does."""
-        spec = cron.validate(schedule.cron, schedule.time_zone)
-        job = self.catalog.get(schedule.job)
-        rng = random.Random(schedule.key)
-        end = self.now - SETTLED
-        fires = spec.fire_times_between(first_day(spec, end), end, 10_000)
-        down_start, down_end = self.downtime
-        usual = [fire for fire in fires if not down_start <= fire <= down_end]
-        # The stories, each on a fire of its own, away from the ends of the history.
-        overlapped, lost = None, set()
-        if usual and schedule.overlap_policy == "skip":
-            overlapped = usual[len(usual) // 2]
-        if usual and job.max_attempts > 1:
-            lost = {usual[len(usual) // 4], usual[3 * len(usual) // 4]} - {overlapped}
-        rows: list[dict[str, Any]] = []
-        fire = fires[0] if fires else None
-        while fire is not None and fire <= end:
-            missed = down_start <= fire <= down_end
-            tick_at = (down_end if missed else fire) + seconds(rng, 0.02, 0.95)
-            if fire == overlapped:
-                rows.append(self.run_now(schedule, job, rng, running_at=tick_at))
-            plan = plan_fires(
-                spec,
-                first_due=fire,
-                now=tick_at,
-                policy=schedule.misfire_policy,
-                settings=self.settings.misfire,
-            )
-            # A Run now of the overlapped fire is still running: the overlap policy skips it.
-            running = fire == overlapped
-            for planned, reason in apply_overlap(plan.runs, schedule.overlap_policy, running):
-                row = run_row(schedule, planned, tick_at, job.max_attempts, reason)
-                if row["status"] == "queued":
-                    self.execute(row, job, rng, worker_lost=fire in lost)
-                rows.append(row)
-            schedule.last_run_at, schedule.next_run_at = plan.last_fire, plan.next_run_at
-            fire = plan.next_run_at
-        return rows
-
-    def run_now(
-        self, schedule: Schedule, job: JobSpec, rng: random.Random, running_at: datetime
-    ) -> dict[str, Any]:
-        """A Run now pressed shortly before `running_at` and still running then."""
-        queued_at = running_at - seconds(rng, 0.6, 1.4)
-        key = f"manual:{uuid.UUID(int=rng.getrandbits(128), version=4)}"
-        row = manual_run_row(
-            schedule, queued_at, queued_at, job.max_attempts, self.admin.id, idempotency_key=key
+def quiet(now: datetime, end: datetime) -> bool:
+    """Whether the worker's steps, played back to `end`, would touch nothing but the demo's:
+    no other schedule due, no run waiting for a lease or a reaper, and no live worker that
+    would fire the demo's schedules itself (they are created in the past)."""
+    ahead = TickSettings.of(settings()).fire_ahead
+    due = select(Schedule.id).where(Schedule.active, Schedule.next_run_at <= end + ahead)
+    waiting = select(Run.id).where(
+        or_(
+            and_(Run.status == "queued", Run.available_at <= end),
+            and_(Run.status == "running", Run.locked_until <= end),
         )
-        self.execute(row, job, rng, worker_lost=False)
-        return row
-
-    def execute(
-        self, row: dict[str, Any], job: JobSpec, rng: random.Random, worker_lost: bool
-    ) -> None:
-        """Runs the attempts a worker would, and records the outcome on the row."""
-        error, output = self.outcome(job, row)
-        started = row["available_at"] + seconds(rng, 0.004, 0.15)
-        attempt = 1
-        if worker_lost:
-            # The worker died during attempt 1; its lease expired and the reaper queued the run
-            # again (available at once), and another worker took it.
-            row["available_at"] = started + self.lock_ttl + seconds(rng, 0.1, 1.0)
-            started = row["available_at"] + seconds(rng, 0.01, 0.3)
-            attempt = 2
-        while True:
-            finished = started + self.duration(job, row, rng)
-            if error is None or attempt >= job.max_attempts:
-                break
-            # A failed attempt waits for its backoff (the worker's `decide`), then runs again.
-            row["available_at"] = finished + retry_delay(job.retry_backoff, attempt)
-            started = row["available_at"] + seconds(rng, 0.01, 0.3)
-            attempt += 1
-        row.update(
-            status="failed" if error else "succeeded",
-            attempt=attempt,
-            started_at=started,
-            finished_at=finished,
-            output=output,
-            error=error,
-        )
-
-    def outcome(self, job: JobSpec, row: dict[str, Any]) -> tuple[str | None, str]:
-        """What the job reports (error, output): it is run once, here, as a worker runs it."""
-        args = dict(row["args"])
-        if "seconds" in args:
-            args["seconds"] = 0  # demo.sleep prints nothing, however long it sleeps
-        key = f"{job.name} {json.dumps(args, sort_keys=True)}"
-        if key not in self.outcomes:
-            leased = LeasedRun(
-                id=0,
-                tenant_id=self.tenant.id,
-                tenant_slug=self.tenant.slug,
-                schedule_id=row["schedule_id"],
-                schedule_key=None,
-                job=job.name,
-                args=args,
-                trigger=row["trigger"],
-                scheduled_for=row["scheduled_for"],
-                idempotency_key=row["idempotency_key"],
-                attempt=1,
-                max_attempts=job.max_attempts,
-                started_at=self.now,
-            )
-            result = run_job(leased, self.catalog, settings().job_settings(), db.session())
-            self.outcomes[key] = (result.error.shown if result.error else None, result.output)
-        return self.outcomes[key]
-
-    @staticmethod
-    def duration(job: JobSpec, row: dict[str, Any], rng: random.Random) -> timedelta:
-        """The job's own time (demo.sleep's seconds) and a few milliseconds of overhead."""
-        return timedelta(seconds=float(row["args"].get("seconds", 0))) + seconds(rng, 0.002, 0.04)
+    )
+    alive = select(Worker.id).where(
+        Worker.stopped_at.is_(None), Worker.last_heartbeat_at >= now - 2 * settings().lock_ttl
+    )
+    return all(db.session.scalar(query.limit(1)) is None for query in (due, waiting, alive))
 
 
-def first_day(spec: cron.CronSpec, end: datetime) -> datetime:
+def history_start(data: ScheduleInput, end: datetime) -> datetime:
     """A day back, or as many days as it takes for MIN_FIRES fires (at most MAX_HISTORY)."""
+    spec = cron.validate(data["cron"], data["time_zone"])
     start = end - HISTORY
     while len(spec.fire_times_between(start, end, MIN_FIRES)) < MIN_FIRES:
         if end - start >= MAX_HISTORY:
@@ -259,5 +149,125 @@ def first_day(spec: cron.CronSpec, end: datetime) -> datetime:
     return start
 
 
-def seconds(rng: random.Random, low: float, high: float) -> timedelta:
-    return timedelta(seconds=rng.uniform(low, high))
+@dataclass
+class FakeClockWorker:
+    """A worker's rounds on a fake clock: the tick, the reaper, the lease, the jobs and their
+    outcomes, each step given the round's `now`."""
+
+    actor: Actor
+    now: datetime
+    downtime: tuple[datetime, datetime]
+    settings: TickSettings = field(default_factory=lambda: TickSettings.of(settings()))
+    worker_id: int = 0
+    # Attempts under way, stored by the first round after their end (as a worker's flush).
+    running: list[FinishedRun] = field(default_factory=list)
+    lost: tuple[int, datetime] | None = None  # the fire whose worker dies during its job
+    lost_until: datetime | None = None  # when that attempt's lease runs out
+    run_now_at: datetime | None = None
+
+    def play(self, stories: Schedule, since: datetime, end: datetime) -> None:
+        """The rounds from now to `end`, by a worker that starts and stops with them.
+        `stories`: the schedule of the lost worker and the Run now; its history starts at
+        `since`."""
+        fires = cron.validate(stories.cron, stories.time_zone).fire_times_between(since, end, 99)
+        overlapped = fires[len(fires) // 2]
+        self.run_now_at = overlapped - lag(f"run now {overlapped}", 0.6, 1.4)
+        self.lost = stories.id, fires[len(fires) // 4]
+        with write_transaction(db.session) as session:
+            worker = Worker(hostname="demo", pid=0, concurrency=CONCURRENCY)
+            worker.started_at = worker.last_heartbeat_at = self.now
+            session.add(worker)
+            session.flush()
+            self.worker_id = worker.id
+        moment = self.next_moment(end)
+        while moment is not None:
+            self.round(moment, stories)
+            moment = self.next_moment(end)
+        stopped = max([self.now, *(done.finished_at for done in self.running)])
+        self.store(self.running)
+        with write_transaction(db.session) as session:
+            stop = {"last_heartbeat_at": stopped, "stopped_at": stopped}
+            session.execute(update(Worker).where(Worker.id == self.worker_id).values(stop))
+
+    def next_moment(self, end: datetime) -> datetime | None:
+        """When the next round comes: the first of a due fire (when a tick would see it), a
+        queued run's start (a retry), an expired lease, the Run now; never while the worker is
+        down. None: the history is done."""
+        session = db.session()
+        moments = [d.outcome.retry_at for d in self.running if d.outcome.retry_at is not None]
+        if self.lost_until is not None:
+            moments.append(self.lost_until + lag(f"reap {self.lost_until}", 0.1, 1.0))
+        fire = claims.earliest_next_run(session)
+        waiting = select(func.min(Run.available_at)).where(
+            Run.status == "queued", Run.available_at > self.now
+        )
+        starts = [
+            None if fire is None else fire + lag(f"tick {fire}", 0.02, 0.95),
+            session.scalar(waiting),
+            self.run_now_at,
+        ]
+        moments += [start for start in starts if start is not None and start <= end]
+        moment = min(moments, default=None)
+        if moment is None:
+            return None
+        down_start, down_end = self.downtime
+        if down_start <= moment < down_end:
+            moment = down_end + lag(f"tick {down_end}", 0.02, 0.95)
+        return max(moment, self.now)
+
+    def round(self, now: datetime, stories: Schedule) -> None:
+        """What one round of the worker does at `now`: stores the attempts that have ended,
+        reaps expired leases (the rounds between find none), fires what is due and leases what
+        may start."""
+        session = db.session()
+        self.now = now
+        self.store([done for done in self.running if done.finished_at <= now])
+        if self.lost_until is not None and self.lost_until < now:
+            self.lost_until = None
+            reap_once(session, now)
+        if self.run_now_at is not None and self.run_now_at <= now:
+            self.run_now_at = None
+            run_now(stories, self.actor, now)
+        tick(session, current_catalog(), self.settings, now)
+        self.now = now + lag(f"lease {now}", 0.004, 0.15)
+        lease = lease_with_starts(
+            session,
+            self.worker_id,
+            self.now,
+            settings().lock_ttl,
+            CONCURRENCY - len(self.running),
+            [],
+            CONCURRENCY,
+            settings().SCHEDULER_MAX_RUNNING,
+        )
+        for run in lease.runs:
+            if (run.schedule_id, run.scheduled_for) == self.lost and run.attempt == 1:
+                # Its worker dies during the job: nothing is stored, the lease runs out.
+                self.lost_until = self.now + settings().lock_ttl
+            else:
+                self.running.append(self.execute(run))
+
+    def store(self, done: list[FinishedRun]) -> None:
+        if done:
+            store_outcomes(db.session(), self.worker_id, done)
+            self.running = [attempt for attempt in self.running if attempt not in done]
+
+    def execute(self, run: LeasedRun) -> FinishedRun:
+        """Runs the job through the catalog as a worker's slot does; the attempt ends on the
+        fake clock, after the job's own time (a sleep's seconds) and a few milliseconds."""
+        assert run.started_at is not None
+        seconds = float(run.args.get("seconds", 0)) if run.job == SLEEP_JOB else 0.0
+        job = replace(run, args={**run.args, "seconds": 0}) if seconds else run
+        session = db.session()
+        result = run_job(job, current_catalog(), settings().job_settings(), session)
+        session.rollback()  # as execution.run_attempt: nothing the job left open goes on
+        took = timedelta(seconds=seconds) + lag(
+            f"{run.job} {run.scheduled_for} {run.attempt}", 0.002, 0.04
+        )
+        finished_at = run.started_at + took
+        return FinishedRun(run, decide(run, result, finished_at), run.started_at, finished_at)
+
+
+def lag(seed: str, low: float, high: float) -> timedelta:
+    """A duration between `low` and `high` seconds, the same for the same seed."""
+    return timedelta(seconds=random.Random(seed).uniform(low, high))
