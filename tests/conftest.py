@@ -6,7 +6,7 @@ import contextvars
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,7 +24,7 @@ from tests.pg_cluster import Cluster, ClusterUnavailable, start_cluster
 from tests.worker_support import Workers
 from webapp import create_app
 from webapp.extensions import db
-from webapp.models import Membership, Run, RunStatus, Schedule, Tenant, Trigger, User
+from webapp.models import Membership, Run, RunStatus, Schedule, Tenant, Trigger, User, Worker
 from webapp.services.accounts import hash_password
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -262,6 +262,22 @@ def make_run(
     )
     db.session.add(run)
     return run
+
+
+WorkerFactory = Callable[..., Worker]
+
+
+@pytest.fixture
+def make_worker(app: Flask) -> WorkerFactory:
+    """A worker row, committed: `fields` over a two-slot worker that has just heartbeated."""
+
+    def make(**fields: Any) -> Worker:
+        worker = Worker(**{"hostname": "test", "pid": 1, "concurrency": 2, **fields})
+        db.session.add(worker)
+        db.session.commit()
+        return worker
+
+    return make
 
 
 @pytest.fixture

@@ -21,9 +21,9 @@ from sqlalchemy.orm import Session
 from tests import test_panel_browser as panel_browser
 from tests.api_helpers import Api, problem_fields
 from tests.browser_support import LiveServer, log_in
-from tests.conftest import World, make_run, migrated_app
+from tests.conftest import WorkerFactory, World, make_run, migrated_app
 from tests.panel_helpers import Panel
-from tests.scheduler_helpers import add_worker, catalog
+from tests.scheduler_helpers import catalog
 from tests.worker_support import Workers, postgresql_only, wait_for
 from webapp.database import utcnow
 from webapp.extensions import db
@@ -175,7 +175,7 @@ def test_one_offs_at_a_page_boundary_of_next_runs_show_on_the_next_page(
 
 
 def test_a_cancelled_queued_run_is_never_leased_and_the_cancel_is_audited(
-    app: Flask, world: World
+    app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     schedule = echo_schedule(world)
     run = run_now(schedule, Actor.for_user(world.alice), utcnow())
@@ -187,7 +187,9 @@ def test_a_cancelled_queued_run_is_never_leased_and_the_cancel_is_audited(
     assert answer.status_code == 200
     text = answer.get_data(as_text=True)
     assert "Cancelled by alice@example.com at" in text and "badge-cancelled" in text
-    assert lease_once(db.session(), add_worker(), utcnow() + timedelta(minutes=1), TTL, 10) == []
+    assert (
+        lease_once(db.session(), make_worker().id, utcnow() + timedelta(minutes=1), TTL, 10) == []
+    )
     db.session.expire_all()
     stored = db.session.get(Run, run_id)
     assert stored is not None
@@ -265,13 +267,13 @@ def test_the_command_line_cancels_a_run_of_its_tenant(
 
 
 def test_a_run_asked_to_stop_before_its_job_began_ends_cancelled_and_is_no_failure(
-    app: Flask, world: World
+    app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     schedule = echo_schedule(world)
     schedule.consecutive_failures = 2
     db.session.commit()
     run_id = run_now(schedule, Actor.cli(), utcnow()).id
-    worker = add_worker()
+    worker = make_worker().id
     (leased,) = lease_once(db.session(), worker, None, TTL, 1)
     run = db.session.get(Run, run_id)
     assert run is not None
@@ -295,13 +297,13 @@ def test_a_run_asked_to_stop_before_its_job_began_ends_cancelled_and_is_no_failu
 
 
 def test_a_run_asked_to_stop_whose_worker_is_lost_ends_cancelled_not_run_again(
-    app: Flask, world: World
+    app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     schedule = echo_schedule(world)
     schedule.consecutive_failures = 1
     db.session.commit()
     asked, untouched = (run_now(schedule, Actor.cli(), utcnow()).id for _ in range(2))
-    worker = add_worker()
+    worker = make_worker().id
     leased = lease_once(db.session(), worker, None, TTL, 2)
     assert sorted(run.id for run in leased) == [asked, untouched]
     run = db.session.get(Run, asked)
@@ -318,16 +320,18 @@ def test_a_run_asked_to_stop_whose_worker_is_lost_ends_cancelled_not_run_again(
     assert stopped.error is not None and "asked to stop" in stopped.error
     other = db.session.get(Run, untouched)
     assert other is not None and other.status == "queued"  # never started: back, unspent
-    (again,) = lease_once(db.session(), add_worker(), later, TTL, 5)
+    (again,) = lease_once(db.session(), make_worker().id, later, TTL, 5)
     assert again.id == untouched
     assert db.session.get(Schedule, schedule.id).consecutive_failures == 1  # type: ignore[union-attr]
 
 
 @postgresql_only
-def test_cancel_and_lease_at_the_same_instant_never_both_win(app: Flask, world: World) -> None:
+def test_cancel_and_lease_at_the_same_instant_never_both_win(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
     schedule = echo_schedule(world)
     ids = [run_now(schedule, Actor.cli(), utcnow()).id for _ in range(40)]
-    worker = add_worker()
+    worker = make_worker().id
     cancelled: list[int] = []
     leased: list[int] = []
     start = threading.Barrier(2)
