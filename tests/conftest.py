@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
@@ -25,7 +25,10 @@ from tests.worker_support import Workers
 from webapp import create_app
 from webapp.extensions import db
 from webapp.models import Membership, Run, RunStatus, Schedule, Tenant, Trigger, User, Worker
-from webapp.services.accounts import hash_password
+from webapp.services.accounts import add_user, create_tenant, hash_password
+
+if TYPE_CHECKING:  # browser_support imports this module
+    from tests.browser_support import LiveServer, PageErrors
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 PASSWORD = "correct-horse-battery"
@@ -262,6 +265,52 @@ def make_run(
     )
     db.session.add(run)
     return run
+
+
+@pytest.fixture
+def live_panel(sqlite_template: str, tmp_path: Path) -> Iterator[LiveServer]:
+    """The panel served on a free port, on a fresh SQLite database: tenant alpha (Europe/Berlin)
+    with alice (admin) and bob (viewer). Tests add what else they need in its app context."""
+    from tests.browser_support import live_server, require_chromium
+
+    require_chromium()
+    with live_server(sqlite_template, str(tmp_path)) as live, live.app.app_context():
+        create_tenant("alpha", "Alpha Corp", "Europe/Berlin")
+        add_user("alice@example.com", "alpha", "admin", PASSWORD)
+        add_user("bob@example.com", "alpha", "viewer", PASSWORD)
+        db.session.remove()
+        yield live
+        db.session.remove()
+        db.engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[Any]:
+    """One headless Chromium per test process; each test opens its own context (new_page)."""
+    from tests.browser_support import chromium_browser
+
+    with chromium_browser() as browser:
+        yield browser
+
+
+@pytest.fixture
+def errors() -> PageErrors:
+    from tests.browser_support import PageErrors
+
+    return PageErrors()
+
+
+@pytest.fixture
+def new_page(chromium: Any, errors: PageErrors) -> Iterator[Any]:
+    """A page in a context of its own (no cookies from other tests), JavaScript on, dialogs
+    (hx-confirm) accepted, its errors collected in `errors`."""
+    context = chromium.new_context()
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    errors.watch(page)
+    page.on("dialog", lambda dialog: dialog.accept())
+    yield page
+    context.close()
 
 
 WorkerFactory = Callable[..., Worker]

@@ -18,7 +18,6 @@ from flask.testing import FlaskCliRunner
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from tests import test_panel_browser as panel_browser
 from tests.api_helpers import Api, problem_fields
 from tests.browser_support import LiveServer, log_in
 from tests.conftest import WorkerFactory, World, make_run, migrated_app
@@ -442,17 +441,12 @@ def test_a_running_job_asked_to_stop_ends_cancelled_if_it_checks_and_runs_on_if_
 
 # --- The panel in Chromium -------------------------------------------------------------------
 
-server = panel_browser.server
-chromium = panel_browser.chromium
-errors = panel_browser.errors
-new_page = panel_browser.new_page  # JavaScript on, dialogs accepted
-
 
 @pytest.mark.browser
 def test_pressing_cancel_on_the_run_page_cancels_it_in_place(
-    server: LiveServer, new_page: Any
+    live_panel: LiveServer, new_page: Any
 ) -> None:
-    with server.app.app_context():
+    with live_panel.app.app_context():
         schedule = create_schedule(
             find_tenant("alpha"),
             ScheduleInput(
@@ -468,8 +462,8 @@ def test_pressing_cancel_on_the_run_page_cancels_it_in_place(
         run_id = run_now(schedule, Actor.cli(), utcnow(), utcnow() + timedelta(hours=3)).id
         db.session.remove()
     page = new_page
-    log_in(page, server, "alice@example.com")
-    page.goto(f"{server.url}/runs/{run_id}")
+    log_in(page, live_panel, "alice@example.com")
+    page.goto(f"{live_panel.url}/runs/{run_id}")
     page.click(f"#run-{run_id}-cancel")
     page.wait_for_selector(f"#run-{run_id}-cancelled")
     assert page.inner_text(f"#run-{run_id}-cancelled").startswith(
@@ -477,6 +471,6 @@ def test_pressing_cancel_on_the_run_page_cancels_it_in_place(
     )
     assert page.get_attribute(f"#run-{run_id}-status", "data-status") == "cancelled"
     assert page.query_selector(f"#run-{run_id}-cancel") is None
-    with server.app.app_context():
+    with live_panel.app.app_context():
         assert db.session.get(Run, run_id).status == "cancelled"  # type: ignore[union-attr]
         db.session.remove()
