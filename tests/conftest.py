@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import logging
 import os
 import shutil
 import uuid
@@ -23,6 +24,7 @@ from werkzeug.test import TestResponse
 from tests.pg_cluster import Cluster, ClusterUnavailable, start_cluster
 from tests.worker_support import Workers
 from webapp import create_app
+from webapp.catalog import JobContext
 from webapp.extensions import db
 from webapp.models import Membership, Run, RunStatus, Schedule, Tenant, Trigger, User, Worker
 from webapp.services.accounts import add_user, create_tenant, hash_password
@@ -311,6 +313,20 @@ def new_page(chromium: Any, errors: PageErrors) -> Iterator[Any]:
     page.on("dialog", lambda dialog: dialog.accept())
     yield page
     context.close()
+
+
+@pytest.fixture
+def job_context(caplog: pytest.LogCaptureFixture) -> Callable[..., JobContext]:
+    """A job's context (run 7 of schedule 3) whose lines go to caplog, as a worker's run logger
+    collects them: `caplog.messages` are what the job wrote. `fields` over JobContext's."""
+
+    def make(**fields: Any) -> JobContext:
+        logger = logging.Logger("run")  # outside logging's registry: only the job writes here
+        logger.addHandler(caplog.handler)
+        key = "schedule-3-1700000000"
+        return JobContext(**{"run_id": 7, "idempotency_key": key, "logger": logger, **fields})
+
+    return make
 
 
 WorkerFactory = Callable[..., Worker]
