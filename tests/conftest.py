@@ -246,9 +246,18 @@ def make_run(
     **fields: Any,
 ) -> Run:
     """A run of `schedule`, added to the session: scheduled `minutes_ago` (or at
-    `scheduled_for`), started and finished as its status says, other columns from `fields`."""
+    `scheduled_for`), started and finished as its status says, other columns (those times among
+    them) from `fields`."""
     scheduled = scheduled_for or datetime.now(UTC) - timedelta(minutes=minutes_ago)
     finished = status in ("succeeded", "failed")
+    columns = {
+        "attempt": 1 if status != "queued" else 0,
+        "queued_at": scheduled,
+        "available_at": scheduled,
+        "started_at": scheduled + timedelta(seconds=2) if status != "queued" else None,
+        "finished_at": scheduled + timedelta(seconds=5) if finished else None,
+        **fields,
+    }
     run = Run(
         tenant_id=schedule.tenant_id,
         schedule_id=schedule.id,
@@ -258,12 +267,7 @@ def make_run(
         scheduled_for=scheduled,
         idempotency_key=idempotency_key or f"{schedule.id}:{scheduled.isoformat()}:{status}",
         status=status,
-        attempt=1 if status != "queued" else 0,
-        queued_at=scheduled,
-        available_at=scheduled,
-        started_at=scheduled + timedelta(seconds=2) if status != "queued" else None,
-        finished_at=scheduled + timedelta(seconds=5) if finished else None,
-        **fields,
+        **columns,
     )
     db.session.add(run)
     return run
