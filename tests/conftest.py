@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import contextvars
+import logging
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
@@ -23,9 +24,13 @@ from werkzeug.test import TestResponse
 from tests.pg_cluster import Cluster, ClusterUnavailable, start_cluster
 from tests.worker_support import Workers
 from webapp import create_app
+from webapp.catalog import JobContext
 from webapp.extensions import db
-from webapp.models import Membership, Run, RunStatus, Schedule, Tenant, Trigger, User
-from webapp.services.accounts import hash_password
+from webapp.models import Membership, Run, RunStatus, Schedule, Tenant, Trigger, User, Worker
+from webapp.services.accounts import add_user, create_tenant, hash_password
+
+if TYPE_CHECKING:  # browser_support imports this module
+    from tests.browser_support import LiveServer, PageErrors
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 PASSWORD = "correct-horse-battery"
@@ -241,9 +246,18 @@ def make_run(
     **fields: Any,
 ) -> Run:
     """A run of `schedule`, added to the session: scheduled `minutes_ago` (or at
-    `scheduled_for`), started and finished as its status says, other columns from `fields`."""
+    `scheduled_for`), started and finished as its status says, other columns (those times among
+    them) from `fields`."""
     scheduled = scheduled_for or datetime.now(UTC) - timedelta(minutes=minutes_ago)
     finished = status in ("succeeded", "failed")
+    columns = {
+        "attempt": 1 if status != "queued" else 0,
+        "queued_at": scheduled,
+        "available_at": scheduled,
+        "started_at": scheduled + timedelta(seconds=2) if status != "queued" else None,
+        "finished_at": scheduled + timedelta(seconds=5) if finished else None,
+        **fields,
+    }
     run = Run(
         tenant_id=schedule.tenant_id,
         schedule_id=schedule.id,
@@ -253,15 +267,86 @@ def make_run(
         scheduled_for=scheduled,
         idempotency_key=idempotency_key or f"{schedule.id}:{scheduled.isoformat()}:{status}",
         status=status,
-        attempt=1 if status != "queued" else 0,
-        queued_at=scheduled,
-        available_at=scheduled,
-        started_at=scheduled + timedelta(seconds=2) if status != "queued" else None,
-        finished_at=scheduled + timedelta(seconds=5) if finished else None,
-        **fields,
+        **columns,
     )
     db.session.add(run)
     return run
+
+
+@pytest.fixture
+def live_panel(sqlite_template: str, tmp_path: Path) -> Iterator[LiveServer]:
+    """The panel served on a free port, on a fresh SQLite database: tenant alpha (Europe/Berlin)
+    with alice (admin) and bob (viewer). Tests add what else they need in its app context."""
+    from tests.browser_support import live_server, require_chromium
+
+    require_chromium()
+    with live_server(sqlite_template, str(tmp_path)) as live, live.app.app_context():
+        create_tenant("alpha", "Alpha Corp", "Europe/Berlin")
+        add_user("alice@example.com", "alpha", "admin", PASSWORD)
+        add_user("bob@example.com", "alpha", "viewer", PASSWORD)
+        db.session.remove()
+        yield live
+        db.session.remove()
+        db.engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[Any]:
+    """One headless Chromium per test process; each test opens its own context (new_page)."""
+    from tests.browser_support import chromium_browser
+
+    with chromium_browser() as browser:
+        yield browser
+
+
+@pytest.fixture
+def errors() -> PageErrors:
+    from tests.browser_support import PageErrors
+
+    return PageErrors()
+
+
+@pytest.fixture
+def new_page(chromium: Any, errors: PageErrors) -> Iterator[Any]:
+    """A page in a context of its own (no cookies from other tests), JavaScript on, dialogs
+    (hx-confirm) accepted, its errors collected in `errors`."""
+    context = chromium.new_context()
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    errors.watch(page)
+    page.on("dialog", lambda dialog: dialog.accept())
+    yield page
+    context.close()
+
+
+@pytest.fixture
+def job_context(caplog: pytest.LogCaptureFixture) -> Callable[..., JobContext]:
+    """A job's context (run 7 of schedule 3) whose lines go to caplog, as a worker's run logger
+    collects them: `caplog.messages` are what the job wrote. `fields` over JobContext's."""
+
+    def make(**fields: Any) -> JobContext:
+        logger = logging.Logger("run")  # outside logging's registry: only the job writes here
+        logger.addHandler(caplog.handler)
+        key = "schedule-3-1700000000"
+        return JobContext(**{"run_id": 7, "idempotency_key": key, "logger": logger, **fields})
+
+    return make
+
+
+WorkerFactory = Callable[..., Worker]
+
+
+@pytest.fixture
+def make_worker(app: Flask) -> WorkerFactory:
+    """A worker row, committed: `fields` over a two-slot worker that has just heartbeated."""
+
+    def make(**fields: Any) -> Worker:
+        worker = Worker(**{"hostname": "test", "pid": 1, "concurrency": 2, **fields})
+        db.session.add(worker)
+        db.session.commit()
+        return worker
+
+    return make
 
 
 @pytest.fixture

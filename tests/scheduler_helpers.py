@@ -11,7 +11,7 @@ from webapp import config
 from webapp.catalog import Catalog
 from webapp.catalog.current import current_catalog
 from webapp.extensions import db
-from webapp.models import Run, Schedule, Worker
+from webapp.models import Run, Schedule
 from webapp.scheduler.execution import FinishedRun, run_attempt, store_outcomes
 from webapp.scheduler.leases import LeasedRun, lease_once, start_runs
 from webapp.scheduler.tick import TickSettings
@@ -70,13 +70,6 @@ def settings(**changes: Any) -> TickSettings:
 
 def catalog() -> Catalog:
     return current_catalog()
-
-
-def add_worker() -> int:
-    worker = Worker(hostname="test", pid=1, concurrency=2)
-    db.session.add(worker)
-    db.session.commit()
-    return worker.id
 
 
 def execute_leased(run: LeasedRun, worker_id: int) -> FinishedRun:

@@ -4,15 +4,13 @@ reference, with no console error and no CSP violation; without, the server's ref
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.browser_support import LiveServer, PageErrors, chromium_browser, live_server
+from tests.browser_support import LiveServer, PageErrors
 
-# One test process for the file (pytest -n): its module fixtures are set up once.
-pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("api-docs-browser")]
+pytestmark = pytest.mark.browser
 
 # Registered before any of the page's scripts run (through the DevTools protocol, which the CSP
 # does not govern): every `securitypolicyviolation` event of the page, refused or reported.
@@ -27,33 +25,23 @@ document.addEventListener("securitypolicyviolation", (event) => {
 """
 
 
-@pytest.fixture(scope="module")
-def server(sqlite_template: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    with live_server(sqlite_template, str(tmp_path_factory.mktemp("docs"))) as live:
-        yield live
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    with chromium_browser() as browser:
-        yield browser
-
-
-def open_docs(chromium: Any, server: LiveServer, js: bool) -> tuple[Any, Any, PageErrors]:
+def open_docs(chromium: Any, live_panel: LiveServer, js: bool) -> tuple[Any, Any, PageErrors]:
     context = chromium.new_context(java_script_enabled=js)
     page = context.new_page()
     page.set_default_timeout(15_000)
     errors = PageErrors()
     errors.watch(page)
     page.add_init_script(RECORD_VIOLATIONS)
-    response = page.goto(server.url + "/api/docs")
+    response = page.goto(live_panel.url + "/api/docs")
     assert response is not None and response.status == 200
     assert "script-src 'self'" in response.headers["content-security-policy"]
     return context, page, errors
 
 
-def test_swagger_ui_renders_the_operations_under_the_csp(chromium: Any, server: LiveServer) -> None:
-    context, page, errors = open_docs(chromium, server, js=True)
+def test_swagger_ui_renders_the_operations_under_the_csp(
+    chromium: Any, live_panel: LiveServer
+) -> None:
+    context, page, errors = open_docs(chromium, live_panel, js=True)
     renderer = page.locator(".api-renderer .swagger-ui")
     create = renderer.locator("#operations-schedules-create_schedule")
     create.wait_for()
@@ -75,8 +63,10 @@ def test_swagger_ui_renders_the_operations_under_the_csp(chromium: Any, server: 
     assert errors.messages == []
 
 
-def test_without_javascript_the_server_reference_stays(chromium: Any, server: LiveServer) -> None:
-    context, page, errors = open_docs(chromium, server, js=False)
+def test_without_javascript_the_server_reference_stays(
+    chromium: Any, live_panel: LiveServer
+) -> None:
+    context, page, errors = open_docs(chromium, live_panel, js=False)
     page.locator("#op-create_schedule").wait_for()
     assert page.locator(".api-renderer").count() == 0
     assert page.locator("#schema-ScheduleIn").is_visible()
@@ -85,10 +75,10 @@ def test_without_javascript_the_server_reference_stays(chromium: Any, server: Li
 
 
 def test_a_problem_type_link_lands_on_its_entry_after_the_renderer_ran(
-    chromium: Any, server: LiveServer
+    chromium: Any, live_panel: LiveServer
 ) -> None:
-    context, page, errors = open_docs(chromium, server, js=True)
-    page.goto(server.url + "/api/docs#problem-rate-limited")
+    context, page, errors = open_docs(chromium, live_panel, js=True)
+    page.goto(live_panel.url + "/api/docs#problem-rate-limited")
     page.locator(".api-renderer .opblock").first.wait_for()
     entry = page.locator("#problem-rate-limited")
     page.wait_for_function(

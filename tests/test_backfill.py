@@ -13,7 +13,6 @@ from flask import Flask
 from flask.testing import FlaskCliRunner
 from sqlalchemy import select, update
 
-from tests import test_panel_browser as panel_browser
 from tests.api_helpers import Api, problem_fields
 from tests.browser_support import LiveServer, PageErrors, log_in
 from tests.conftest import World, make_run
@@ -437,17 +436,12 @@ def test_the_openapi_document_describes_the_backfill(app: Flask) -> None:
 
 # --- In the browser --------------------------------------------------------------------------
 
-server = panel_browser.server  # the live server (tenant alpha, alice admin)
-chromium = panel_browser.chromium
-errors = panel_browser.errors
-new_page = panel_browser.new_page
-
 
 @pytest.mark.browser
 def test_backfill_preview_queue_in_chromium(
-    new_page: Any, server: LiveServer, errors: PageErrors
+    new_page: Any, live_panel: LiveServer, errors: PageErrors
 ) -> None:
-    with server.app.app_context():
+    with live_panel.app.app_context():
         tenant = find_tenant("alpha")
         schedule = create_schedule(
             tenant,
@@ -466,8 +460,8 @@ def test_backfill_preview_queue_in_chromium(
         db.session.commit()
         db.session.remove()
     page = new_page
-    log_in(page, server, "alice@example.com")
-    page.goto(f"{server.url}/schedules/{schedule_id}")
+    log_in(page, live_panel, "alice@example.com")
+    page.goto(f"{live_panel.url}/schedules/{schedule_id}")
     page.get_by_role("link", name="Backfill").click()
     page.get_by_label("From").fill(JANUARY["from"])
     page.get_by_label("To").fill(JANUARY["to"])
@@ -476,8 +470,8 @@ def test_backfill_preview_queue_in_chromium(
     page.get_by_text("2026-01-05 11:00 CET (+01:00)").wait_for()
     page.get_by_role("button", name="Queue 5 runs").click()
     page.locator("#flashes").get_by_text("5 runs queued, 1 skipped").wait_for()
-    assert page.url == f"{server.url}/runs?schedule={schedule_id}&trigger=backfill"
-    with server.app.app_context():
+    assert page.url == f"{live_panel.url}/runs?schedule={schedule_id}&trigger=backfill"
+    with live_panel.app.app_context():
         assert len(backfill_runs(schedule_id)) == 5
         db.session.remove()
     assert errors.messages == []

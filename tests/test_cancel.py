@@ -18,12 +18,11 @@ from flask.testing import FlaskCliRunner
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from tests import test_panel_browser as panel_browser
 from tests.api_helpers import Api, problem_fields
 from tests.browser_support import LiveServer, log_in
-from tests.conftest import World, make_run, migrated_app
+from tests.conftest import WorkerFactory, World, make_run, migrated_app
 from tests.panel_helpers import Panel
-from tests.scheduler_helpers import add_worker, catalog
+from tests.scheduler_helpers import catalog
 from tests.worker_support import Workers, postgresql_only, wait_for
 from webapp.database import utcnow
 from webapp.extensions import db
@@ -175,7 +174,7 @@ def test_one_offs_at_a_page_boundary_of_next_runs_show_on_the_next_page(
 
 
 def test_a_cancelled_queued_run_is_never_leased_and_the_cancel_is_audited(
-    app: Flask, world: World
+    app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     schedule = echo_schedule(world)
     run = run_now(schedule, Actor.for_user(world.alice), utcnow())
@@ -187,7 +186,9 @@ def test_a_cancelled_queued_run_is_never_leased_and_the_cancel_is_audited(
     assert answer.status_code == 200
     text = answer.get_data(as_text=True)
     assert "Cancelled by alice@example.com at" in text and "badge-cancelled" in text
-    assert lease_once(db.session(), add_worker(), utcnow() + timedelta(minutes=1), TTL, 10) == []
+    assert (
+        lease_once(db.session(), make_worker().id, utcnow() + timedelta(minutes=1), TTL, 10) == []
+    )
     db.session.expire_all()
     stored = db.session.get(Run, run_id)
     assert stored is not None
@@ -265,13 +266,13 @@ def test_the_command_line_cancels_a_run_of_its_tenant(
 
 
 def test_a_run_asked_to_stop_before_its_job_began_ends_cancelled_and_is_no_failure(
-    app: Flask, world: World
+    app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     schedule = echo_schedule(world)
     schedule.consecutive_failures = 2
     db.session.commit()
     run_id = run_now(schedule, Actor.cli(), utcnow()).id
-    worker = add_worker()
+    worker = make_worker().id
     (leased,) = lease_once(db.session(), worker, None, TTL, 1)
     run = db.session.get(Run, run_id)
     assert run is not None
@@ -295,13 +296,13 @@ def test_a_run_asked_to_stop_before_its_job_began_ends_cancelled_and_is_no_failu
 
 
 def test_a_run_asked_to_stop_whose_worker_is_lost_ends_cancelled_not_run_again(
-    app: Flask, world: World
+    app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     schedule = echo_schedule(world)
     schedule.consecutive_failures = 1
     db.session.commit()
     asked, untouched = (run_now(schedule, Actor.cli(), utcnow()).id for _ in range(2))
-    worker = add_worker()
+    worker = make_worker().id
     leased = lease_once(db.session(), worker, None, TTL, 2)
     assert sorted(run.id for run in leased) == [asked, untouched]
     run = db.session.get(Run, asked)
@@ -318,16 +319,18 @@ def test_a_run_asked_to_stop_whose_worker_is_lost_ends_cancelled_not_run_again(
     assert stopped.error is not None and "asked to stop" in stopped.error
     other = db.session.get(Run, untouched)
     assert other is not None and other.status == "queued"  # never started: back, unspent
-    (again,) = lease_once(db.session(), add_worker(), later, TTL, 5)
+    (again,) = lease_once(db.session(), make_worker().id, later, TTL, 5)
     assert again.id == untouched
     assert db.session.get(Schedule, schedule.id).consecutive_failures == 1  # type: ignore[union-attr]
 
 
 @postgresql_only
-def test_cancel_and_lease_at_the_same_instant_never_both_win(app: Flask, world: World) -> None:
+def test_cancel_and_lease_at_the_same_instant_never_both_win(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
     schedule = echo_schedule(world)
     ids = [run_now(schedule, Actor.cli(), utcnow()).id for _ in range(40)]
-    worker = add_worker()
+    worker = make_worker().id
     cancelled: list[int] = []
     leased: list[int] = []
     start = threading.Barrier(2)
@@ -438,17 +441,12 @@ def test_a_running_job_asked_to_stop_ends_cancelled_if_it_checks_and_runs_on_if_
 
 # --- The panel in Chromium -------------------------------------------------------------------
 
-server = panel_browser.server
-chromium = panel_browser.chromium
-errors = panel_browser.errors
-new_page = panel_browser.new_page  # JavaScript on, dialogs accepted
-
 
 @pytest.mark.browser
 def test_pressing_cancel_on_the_run_page_cancels_it_in_place(
-    server: LiveServer, new_page: Any
+    live_panel: LiveServer, new_page: Any
 ) -> None:
-    with server.app.app_context():
+    with live_panel.app.app_context():
         schedule = create_schedule(
             find_tenant("alpha"),
             ScheduleInput(
@@ -464,8 +462,8 @@ def test_pressing_cancel_on_the_run_page_cancels_it_in_place(
         run_id = run_now(schedule, Actor.cli(), utcnow(), utcnow() + timedelta(hours=3)).id
         db.session.remove()
     page = new_page
-    log_in(page, server, "alice@example.com")
-    page.goto(f"{server.url}/runs/{run_id}")
+    log_in(page, live_panel, "alice@example.com")
+    page.goto(f"{live_panel.url}/runs/{run_id}")
     page.click(f"#run-{run_id}-cancel")
     page.wait_for_selector(f"#run-{run_id}-cancelled")
     assert page.inner_text(f"#run-{run_id}-cancelled").startswith(
@@ -473,6 +471,6 @@ def test_pressing_cancel_on_the_run_page_cancels_it_in_place(
     )
     assert page.get_attribute(f"#run-{run_id}-status", "data-status") == "cancelled"
     assert page.query_selector(f"#run-{run_id}-cancel") is None
-    with server.app.app_context():
+    with live_panel.app.app_context():
         assert db.session.get(Run, run_id).status == "cancelled"  # type: ignore[union-attr]
         db.session.remove()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import logging
 import sys
 import textwrap
 import time
@@ -27,23 +26,6 @@ from webapp.catalog import (
     load_job_modules,
 )
 from webapp.config import ConfigError
-
-
-class LineCollector(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
-def run_context(**fields: Any) -> tuple[JobContext, list[str]]:
-    """A context whose logger collects the lines a job writes, as the worker's does."""
-    collector = LineCollector()
-    logger = logging.Logger("run")  # not in logging's global registry: nothing leaks between tests
-    logger.addHandler(collector)
-    return JobContext(run_id=1, idempotency_key="run-1", logger=logger, **fields), collector.lines
 
 
 def noop(ctx: JobContext, params: Any) -> None:
@@ -368,15 +350,17 @@ def test_an_extra_key_is_reported_once_when_the_model_forbids_extras_itself() ->
     assert refused.value.errors == [("x", "Extra inputs are not permitted")]
 
 
-def test_calling_a_job_validates_its_stored_arguments_again() -> None:
+def test_calling_a_job_validates_its_stored_arguments_again(
+    job_context: Callable[..., JobContext], caplog: pytest.LogCaptureFixture
+) -> None:
     catalog = build_catalog(demo_jobs=True)
-    ctx, lines = run_context()
+    ctx = job_context()
 
     catalog.get("demo.echo").call(ctx, {"message": "hello"})
     with pytest.raises(ArgsError):
         catalog.get("demo.echo").call(ctx, {"message": "hello", "code": "import os"})
 
-    assert lines == ["hello"]
+    assert caplog.messages == ["hello"]
 
 
 # Size limits (SCHEDULER_MAX_ARG_BYTES, SCHEDULER_MAX_ARGS_BYTES)
@@ -657,6 +641,8 @@ def write_module(
 
 def test_it_loads_the_jobs_and_defaults_of_a_job_module(
     write_module: Callable[[str, str], None],
+    job_context: Callable[..., JobContext],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     write_module("acme_greeter", GREETER_MODULE)
 
@@ -671,9 +657,9 @@ def test_it_loads_the_jobs_and_defaults_of_a_job_module(
         ("greet-world", {"name": "world"}),
         ("maintenance.prune_runs", {}),
     ]
-    ctx, lines = run_context()
+    ctx = job_context()
     catalog.get("acme.greet").call(ctx, {"name": "Ada"})
-    assert lines == ["Hello, Ada!"]
+    assert caplog.messages == ["Hello, Ada!"]
 
 
 def test_a_job_module_can_be_loaded_into_several_catalogs(
@@ -783,23 +769,25 @@ def test_a_job_module_cannot_replace_a_bundled_job(
 # The bundled demo jobs and the context
 
 
-def test_echo_writes_its_message_to_the_run_output() -> None:
-    ctx, lines = run_context()
+def test_echo_writes_its_message_to_the_run_output(
+    job_context: Callable[..., JobContext], caplog: pytest.LogCaptureFixture
+) -> None:
+    ctx = job_context()
 
     build_catalog(demo_jobs=True).get("demo.echo").call(ctx, {"message": "100% done"})
 
-    assert lines == ["100% done"]
+    assert caplog.messages == ["100% done"]
 
 
-def test_fail_raises_its_message() -> None:
-    ctx, _ = run_context()
+def test_fail_raises_its_message(job_context: Callable[..., JobContext]) -> None:
+    ctx = job_context()
 
     with pytest.raises(RuntimeError, match=r"^disk full$"):
         build_catalog(demo_jobs=True).get("demo.fail").call(ctx, {"message": "disk full"})
 
 
-def test_sleep_lasts_the_given_seconds() -> None:
-    ctx, _ = run_context()
+def test_sleep_lasts_the_given_seconds(job_context: Callable[..., JobContext]) -> None:
+    ctx = job_context()
     started = time.monotonic()
 
     build_catalog(demo_jobs=True).get("demo.sleep").call(ctx, {"seconds": 0.01})
@@ -807,9 +795,11 @@ def test_sleep_lasts_the_given_seconds() -> None:
     assert time.monotonic() - started >= 0.01
 
 
-def test_the_context_takes_only_an_aware_utc_fire_time() -> None:
-    ctx, _ = run_context(scheduled_for=datetime(2024, 3, 10, 7, 0, tzinfo=UTC))
+def test_the_context_takes_only_an_aware_utc_fire_time(
+    job_context: Callable[..., JobContext],
+) -> None:
+    ctx = job_context(scheduled_for=datetime(2024, 3, 10, 7, 0, tzinfo=UTC))
     assert ctx.scheduled_for == datetime(2024, 3, 10, 7, 0, tzinfo=UTC)
 
     with pytest.raises(ValueError, match="aware UTC datetime"):
-        run_context(scheduled_for=datetime(2024, 3, 10, 7, 0))
+        job_context(scheduled_for=datetime(2024, 3, 10, 7, 0))

@@ -4,11 +4,10 @@ fixed DNS answer)."""
 
 from __future__ import annotations
 
-import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -33,26 +32,6 @@ from webapp.catalog.webhook import Resolver, WebhookParams, WebhookRefused, webh
 from webapp.extensions import db
 from webapp.models import Run, Worker
 from webapp.scheduler.leases import lease_once
-
-
-class LineCollector(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
-def run_context(config: Mapping[str, object]) -> tuple[JobContext, list[str]]:
-    """A context whose logger collects the lines a job writes, as the worker's does."""
-    collector = LineCollector()
-    logger = logging.Logger("run")
-    logger.addHandler(collector)
-    ctx = JobContext(
-        run_id=7, idempotency_key="schedule-3-1700000000", logger=logger, config=config
-    )
-    return ctx, collector.lines
 
 
 def resolves_to(*addresses: str) -> Resolver:
@@ -368,9 +347,11 @@ LOOPBACK_ALLOWED = {
 }
 
 
-def test_it_sends_the_request_and_records_the_answer(server: LoopbackServer) -> None:
+def test_it_sends_the_request_and_records_the_answer(
+    server: LoopbackServer, job_context: Callable[..., JobContext], caplog: pytest.LogCaptureFixture
+) -> None:
     spec = build_catalog(demo_jobs=False).get("http.webhook")
-    ctx, lines = run_context(LOOPBACK_ALLOWED)
+    ctx = job_context(config=LOOPBACK_ALLOWED)
 
     spec.call(ctx, {"url": server.url("/hook?token=s3cret"), "body": '{"event": "tick"}'})
 
@@ -383,11 +364,16 @@ def test_it_sends_the_request_and_records_the_answer(server: LoopbackServer) -> 
     assert request.headers["Host"] == f"127.0.0.1:{server.port}"
     assert request.headers["Content-Type"] == "application/json"
     assert request.headers["Idempotency-Key"] == "schedule-3-1700000000"
-    assert lines == [f"POST http://127.0.0.1:{server.port}/hook -> HTTP 200 OK", '{"ok": true}']
+    assert caplog.messages == [
+        f"POST http://127.0.0.1:{server.port}/hook -> HTTP 200 OK",
+        '{"ok": true}',
+    ]
 
 
-def test_a_request_without_body_sends_no_content_type(server: LoopbackServer) -> None:
-    ctx, _ = run_context(LOOPBACK_ALLOWED)
+def test_a_request_without_body_sends_no_content_type(
+    server: LoopbackServer, job_context: Callable[..., JobContext]
+) -> None:
+    ctx = job_context(config=LOOPBACK_ALLOWED)
 
     webhook(ctx, WebhookParams(method="GET", url=server.url()))
 
@@ -396,12 +382,14 @@ def test_a_request_without_body_sends_no_content_type(server: LoopbackServer) ->
     assert "Content-Type" not in request.headers
 
 
-def test_it_connects_to_the_checked_address_and_names_the_url_host(server: LoopbackServer) -> None:
+def test_it_connects_to_the_checked_address_and_names_the_url_host(
+    server: LoopbackServer, job_context: Callable[..., JobContext]
+) -> None:
     config = {
         "SCHEDULER_WEBHOOK_ALLOWED_HOSTS": "hooks.internal.test",
         "SCHEDULER_WEBHOOK_ALLOW_PRIVATE": "hooks.internal.test",
     }
-    ctx, _ = run_context(config)
+    ctx = job_context(config=config)
 
     params = WebhookParams(url=server.url(host="hooks.internal.test"))
     webhook(ctx, params, resolve=resolves_to("127.0.0.1"))
@@ -410,8 +398,10 @@ def test_it_connects_to_the_checked_address_and_names_the_url_host(server: Loopb
     assert request.headers["Host"] == f"hooks.internal.test:{server.port}"
 
 
-def test_the_loopback_server_is_refused_unless_allowed_private(server: LoopbackServer) -> None:
-    ctx, _ = run_context({"SCHEDULER_WEBHOOK_ALLOWED_HOSTS": ["127.0.0.1"]})
+def test_the_loopback_server_is_refused_unless_allowed_private(
+    server: LoopbackServer, job_context: Callable[..., JobContext]
+) -> None:
+    ctx = job_context(config={"SCHEDULER_WEBHOOK_ALLOWED_HOSTS": ["127.0.0.1"]})
 
     with pytest.raises(WebhookError, match="not a public address"):
         webhook(ctx, WebhookParams(url=server.url()))
@@ -419,21 +409,25 @@ def test_the_loopback_server_is_refused_unless_allowed_private(server: LoopbackS
     assert server.received == []
 
 
-def test_an_unexpected_status_fails_the_run(server: LoopbackServer) -> None:
+def test_an_unexpected_status_fails_the_run(
+    server: LoopbackServer, job_context: Callable[..., JobContext], caplog: pytest.LogCaptureFixture
+) -> None:
     server.status, server.answer = 500, b"database down"
-    ctx, lines = run_context(LOOPBACK_ALLOWED)
+    ctx = job_context(config=LOOPBACK_ALLOWED)
 
     with pytest.raises(WebhookError) as failed:
         webhook(ctx, WebhookParams(url=server.url(), expected_status=204))
 
     assert str(failed.value) == "webhook answered HTTP 500, expected 204"
-    assert lines[1] == "database down"
+    assert caplog.messages[1] == "database down"
 
 
-def test_it_does_not_follow_redirects(server: LoopbackServer) -> None:
+def test_it_does_not_follow_redirects(
+    server: LoopbackServer, job_context: Callable[..., JobContext]
+) -> None:
     server.status, server.answer = 302, b""
     server.extra_headers = {"Location": server.url("/elsewhere")}
-    ctx, _ = run_context(LOOPBACK_ALLOWED)
+    ctx = job_context(config=LOOPBACK_ALLOWED)
 
     with pytest.raises(WebhookError) as failed:
         webhook(ctx, WebhookParams(url=server.url()))
@@ -444,20 +438,24 @@ def test_it_does_not_follow_redirects(server: LoopbackServer) -> None:
     assert [request.path for request in server.received] == ["/hook"]
 
 
-def test_it_keeps_only_the_first_4_kib_of_the_answer(server: LoopbackServer) -> None:
+def test_it_keeps_only_the_first_4_kib_of_the_answer(
+    server: LoopbackServer, job_context: Callable[..., JobContext], caplog: pytest.LogCaptureFixture
+) -> None:
     server.answer = b"x" * 10_000
-    ctx, lines = run_context(LOOPBACK_ALLOWED)
+    ctx = job_context(config=LOOPBACK_ALLOWED)
 
     webhook(ctx, WebhookParams(url=server.url()))
 
-    assert lines[1:] == ["x" * 4096, "(answer cut at 4096 bytes)"]
+    assert caplog.messages[1:] == ["x" * 4096, "(answer cut at 4096 bytes)"]
 
 
 @pytest.mark.parametrize("scheme", ["http", "https"])  # https: the TLS handshake never ends
-def test_a_server_that_never_answers_times_out(scheme: str) -> None:
+def test_a_server_that_never_answers_times_out(
+    scheme: str, job_context: Callable[..., JobContext]
+) -> None:
     with socket.create_server(("127.0.0.1", 0)) as silent:  # listens, never accepts
         port = silent.getsockname()[1]
-        ctx, _ = run_context({**LOOPBACK_ALLOWED, "SCHEDULER_WEBHOOK_TIMEOUT": 0.05})
+        ctx = job_context(config={**LOOPBACK_ALLOWED, "SCHEDULER_WEBHOOK_TIMEOUT": 0.05})
 
         with pytest.raises(WebhookError) as failed:
             webhook(ctx, WebhookParams(url=f"{scheme}://127.0.0.1:{port}/"))
@@ -504,11 +502,12 @@ def trickling_server(interval: float, headers_at_once: bool) -> Iterator[int]:
 @pytest.mark.parametrize("headers_at_once", [False, True], ids=["headers", "body"])
 def test_a_server_sending_a_byte_at_a_time_times_out_at_the_deadline(
     headers_at_once: bool,
+    job_context: Callable[..., JobContext],
 ) -> None:
     # Each byte comes well within the timeout; the whole answer never does. Before, the timeout
     # applied to each read and such a server held the thread for as long as it liked.
     with trickling_server(0.2, headers_at_once) as port:
-        ctx, _ = run_context({**LOOPBACK_ALLOWED, "SCHEDULER_WEBHOOK_TIMEOUT": 1})
+        ctx = job_context(config={**LOOPBACK_ALLOWED, "SCHEDULER_WEBHOOK_TIMEOUT": 1})
         started = time.monotonic()
         with pytest.raises(WebhookError) as failed:
             webhook(ctx, WebhookParams(method="GET", url=f"http://127.0.0.1:{port}/slow"))
@@ -521,10 +520,10 @@ def test_a_server_sending_a_byte_at_a_time_times_out_at_the_deadline(
     assert elapsed < 3  # about 1 s; generous for a busy machine
 
 
-def test_a_refused_connection_fails_the_run() -> None:
+def test_a_refused_connection_fails_the_run(job_context: Callable[..., JobContext]) -> None:
     with socket.create_server(("127.0.0.1", 0)) as closed:
         port = closed.getsockname()[1]
-    ctx, _ = run_context(LOOPBACK_ALLOWED)
+    ctx = job_context(config=LOOPBACK_ALLOWED)
 
     with pytest.raises(WebhookError) as failed:
         webhook(ctx, WebhookParams(url=f"http://127.0.0.1:{port}/"))
@@ -535,8 +534,9 @@ def test_a_refused_connection_fails_the_run() -> None:
 
 def test_a_timeout_setting_that_is_not_positive_is_refused_before_any_request(
     server: LoopbackServer,
+    job_context: Callable[..., JobContext],
 ) -> None:
-    ctx, _ = run_context({**LOOPBACK_ALLOWED, "SCHEDULER_WEBHOOK_TIMEOUT": 0})
+    ctx = job_context(config={**LOOPBACK_ALLOWED, "SCHEDULER_WEBHOOK_TIMEOUT": 0})
 
     with pytest.raises(WebhookError) as refused:
         webhook(ctx, WebhookParams(url=server.url()))

@@ -3,9 +3,7 @@ operator's fires per minute are visible, have accessible names, and log no error
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,15 +12,12 @@ from sqlalchemy import select
 from tests.browser_support import (
     LiveServer,
     PageErrors,
-    chromium_browser,
-    live_server,
     log_in,
-    require_chromium,
 )
-from tests.conftest import PASSWORD, make_run
+from tests.conftest import make_run
 from webapp.extensions import db
-from webapp.models import RunRollup, Schedule, User
-from webapp.services.accounts import add_user, create_tenant, find_tenant
+from webapp.models import RunRollup, User
+from webapp.services.accounts import find_tenant
 from webapp.services.audit import Actor
 from webapp.services.schedules import ScheduleInput, create_schedule
 
@@ -30,12 +25,9 @@ pytestmark = pytest.mark.browser
 
 
 @pytest.fixture
-def server(sqlite_template: str, tmp_path: Path) -> Iterator[LiveServer]:
-    """Alice (admin of alpha, and an operator) with a schedule that has a month of history."""
-    require_chromium()
-    with live_server(sqlite_template, str(tmp_path)) as live, live.app.app_context():
-        create_tenant("alpha", "Alpha Corp", "Europe/Berlin")
-        add_user("alice@example.com", "alpha", "admin", PASSWORD)
+def charted(live_panel: LiveServer) -> int:
+    """Alice, also an operator, with a schedule that has a month of history: its id."""
+    with live_panel.app.app_context():
         alice = db.session.scalars(select(User).where(User.email == "alice@example.com")).one()
         alice.is_operator = True
         schedule = create_schedule(
@@ -69,37 +61,17 @@ def server(sqlite_template: str, tmp_path: Path) -> Iterator[LiveServer]:
         make_run(schedule, "succeeded", 60)
         make_run(schedule, "failed", 60 * 25)
         db.session.commit()
+        charted_id = schedule.id
         db.session.remove()
-        yield live
-        db.session.remove()
-        db.engine.dispose()
-
-
-@pytest.fixture
-def page(server: LiveServer) -> Iterator[tuple[Any, PageErrors]]:
-    with chromium_browser() as browser:
-        context = browser.new_context()
-        opened = context.new_page()
-        opened.set_default_timeout(10_000)
-        errors = PageErrors()
-        errors.watch(opened)
-        yield opened, errors
-        context.close()
-
-
-def schedule_id(server: LiveServer) -> int:
-    with server.app.app_context():
-        found: int = db.session.scalars(select(Schedule.id).where(Schedule.name == "Charted")).one()
-        db.session.remove()
-        return found
+        return charted_id
 
 
 def test_the_schedule_page_draws_its_last_30_days_visibly_and_by_name(
-    server: LiveServer, page: tuple[Any, PageErrors]
+    live_panel: LiveServer, charted: int, new_page: Any, errors: PageErrors
 ) -> None:
-    browser_page, errors = page
-    log_in(browser_page, server, "alice@example.com")
-    browser_page.goto(f"{server.url}/schedules/{schedule_id(server)}")
+    browser_page = new_page
+    log_in(browser_page, live_panel, "alice@example.com")
+    browser_page.goto(f"{live_panel.url}/schedules/{charted}")
     for name in ("Daily outcomes", "Median duration and mean lag per day"):
         chart = browser_page.get_by_role("img", name=name)
         chart.wait_for()
@@ -117,11 +89,11 @@ def test_the_schedule_page_draws_its_last_30_days_visibly_and_by_name(
 
 
 def test_the_fires_page_draws_the_next_24_hours_for_an_operator(
-    server: LiveServer, page: tuple[Any, PageErrors]
+    live_panel: LiveServer, charted: int, new_page: Any, errors: PageErrors
 ) -> None:
-    browser_page, errors = page
-    log_in(browser_page, server, "alice@example.com")
-    browser_page.goto(f"{server.url}/operator/fires")
+    browser_page = new_page
+    log_in(browser_page, live_panel, "alice@example.com")
+    browser_page.goto(f"{live_panel.url}/operator/fires")
     chart = browser_page.get_by_role("img", name="Fires per minute over the next 24 hours, UTC")
     chart.wait_for()
     assert chart.is_visible()

@@ -15,9 +15,9 @@ from flask.testing import FlaskCliRunner
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from tests.conftest import World
+from tests.conftest import WorkerFactory, World
 from tests.panel_helpers import Panel
-from tests.scheduler_helpers import add_run, add_worker
+from tests.scheduler_helpers import add_run
 from tests.worker_support import Workers, postgresql_only, wait_for
 from webapp import create_app
 from webapp.config import ConfigError
@@ -61,10 +61,12 @@ def queue(tenant_id: int | None, count: int, minutes_ago: int = 10) -> list[Run]
 # --- the cap -------------------------------------------------------------------------------------
 
 
-def test_a_lease_never_starts_more_than_the_tenants_cap(app: Flask, world: World) -> None:
+def test_a_lease_never_starts_more_than_the_tenants_cap(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
     set_cap(world.alpha, 2)
     queue(world.alpha.id, 5)
-    worker = add_worker()
+    worker = make_worker().id
     first = lease(worker)
     assert [run.tenant_id for run in first] == [world.alpha.id] * 2
     assert lease(worker) == []  # two running: the cap is reached, three stay queued
@@ -73,12 +75,14 @@ def test_a_lease_never_starts_more_than_the_tenants_cap(app: Flask, world: World
     assert running_of(world.alpha.id) == 2
 
 
-def test_the_default_cap_applies_to_tenants_without_their_own(app: Flask, world: World) -> None:
+def test_the_default_cap_applies_to_tenants_without_their_own(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
     set_cap(world.beta, 4)  # its own wins over the default
     queue(world.alpha.id, 5)
     queue(world.beta.id, 5)
     queue(None, 5)  # system runs are never capped
-    leased = lease(add_worker(), limit=50, max_running=1)
+    leased = lease(make_worker().id, limit=50, max_running=1)
     tenants = [run.tenant_id for run in leased]
     assert (tenants.count(world.alpha.id), tenants.count(world.beta.id), tenants.count(None)) == (
         1,
@@ -87,9 +91,11 @@ def test_the_default_cap_applies_to_tenants_without_their_own(app: Flask, world:
     )
 
 
-def test_a_cap_lowered_below_the_running_lets_them_finish(app: Flask, world: World) -> None:
+def test_a_cap_lowered_below_the_running_lets_them_finish(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
     queue(world.alpha.id, 3)
-    worker = add_worker()
+    worker = make_worker().id
     running = lease(worker)
     assert len(running) == 3  # no cap yet
     queue(world.alpha.id, 2, minutes_ago=5)
@@ -102,13 +108,15 @@ def test_a_cap_lowered_below_the_running_lets_them_finish(app: Flask, world: Wor
 
 
 @postgresql_only
-def test_two_leases_at_once_never_exceed_the_cap(app: Flask, world: World) -> None:
+def test_two_leases_at_once_never_exceed_the_cap(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
     """The first lease's transaction stays open while a second one runs: without the tenant's
     lock, the second would count no running run (it cannot see the first's) and take three
     more."""
     set_cap(world.alpha, 3)
     queue(world.alpha.id, 10)
-    first_worker, second_worker = add_worker(), add_worker()
+    first_worker, second_worker = make_worker().id, make_worker().id
     with Session(db.engine) as first:
         held = runs.lease_runs(first, first_worker, NOW, TTL, 10)
         assert len(held) == 3
@@ -132,10 +140,12 @@ def lease_in_new_session(app: Flask, worker: int) -> int:
 # --- turns -------------------------------------------------------------------------------------
 
 
-def test_a_small_tenant_starts_before_a_flooding_tenant_drains(app: Flask, world: World) -> None:
+def test_a_small_tenant_starts_before_a_flooding_tenant_drains(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
     queue(world.alpha.id, 40, minutes_ago=30)  # a backlog, older than everything of beta
     small = queue(world.beta.id, 3, minutes_ago=1)
-    worker = add_worker()
+    worker = make_worker().id
     started = [run.tenant_id for _ in range(6) for run in lease(worker, limit=1)]
     # One at a time, each held running: the tenants take turns (PostgreSQL: each lease's window
     # of one tenant rotates; SQLite: the tenant with fewer running goes next, ties: the older
@@ -144,30 +154,34 @@ def test_a_small_tenant_starts_before_a_flooding_tenant_drains(app: Flask, world
     assert all(db.session.get(Run, run.id).status == "running" for run in small)  # type: ignore[union-attr]
 
 
-def test_a_lease_takes_each_tenant_oldest_first_in_turns(app: Flask, world: World) -> None:
+def test_a_lease_takes_each_tenant_oldest_first_in_turns(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
     alpha = queue(world.alpha.id, 5, minutes_ago=30)
     beta = queue(world.beta.id, 2, minutes_ago=1)
-    leased = lease(add_worker(), limit=4)
+    leased = lease(make_worker().id, limit=4)
     # Two each (their share of four), each tenant's oldest first.
     oldest_alpha = sorted(alpha, key=lambda run: run.available_at)[:2]
     assert {run.id for run in leased} == {run.id for run in [*oldest_alpha, *beta]}
 
 
-def test_a_tenant_alone_gets_the_whole_lease(app: Flask, world: World) -> None:
+def test_a_tenant_alone_gets_the_whole_lease(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
     queue(world.alpha.id, 8)
     add_run(world.beta.id, NOW + timedelta(minutes=5))  # not available yet: not a turn
-    assert len(lease(add_worker(), limit=6)) == 6
+    assert len(lease(make_worker().id, limit=6)) == 6
 
 
 def test_leases_take_turns_when_more_tenants_have_work_than_a_lease_takes(
-    app: Flask, world: World
+    app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     gamma = Tenant(slug="gamma", name="Gamma", time_zone="UTC")
     db.session.add(gamma)
     db.session.commit()
     for tenant in (world.alpha.id, world.beta.id, gamma.id):
         queue(tenant, 10)
-    worker = add_worker()
+    worker = make_worker().id
     # Three tenants, two runs a lease, all held running: the tenant left out of one lease comes
     # first in the next, so after three leases each has two, and none waits for the others.
     leased = [run.tenant_id or 0 for _ in range(3) for run in lease(worker, limit=2)]
@@ -175,11 +189,13 @@ def test_leases_take_turns_when_more_tenants_have_work_than_a_lease_takes(
     assert gamma.id in leased[:4]
 
 
-def test_a_tenant_full_at_its_cap_does_not_hold_back_the_next(app: Flask, world: World) -> None:
+def test_a_tenant_full_at_its_cap_does_not_hold_back_the_next(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
     set_cap(world.alpha, 1)
     queue(world.alpha.id, 5, minutes_ago=30)
     queue(world.beta.id, 5, minutes_ago=1)
-    worker = add_worker()
+    worker = make_worker().id
     assert [run.tenant_id for run in lease(worker, limit=1)] == [world.alpha.id]
     # alpha is at its cap: a lease of one goes on to beta, now and in the leases after.
     for _ in range(3):
@@ -241,10 +257,12 @@ def test_four_workers_never_run_more_than_the_cap(
 # --- where the cap shows ----------------------------------------------------------------------
 
 
-def test_the_operator_and_the_tenant_see_the_cap(app: Flask, world: World) -> None:
+def test_the_operator_and_the_tenant_see_the_cap(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
     set_cap(world.alpha, 3)
     queue(world.alpha.id, 2)
-    lease(add_worker())
+    lease(make_worker().id)
     world.alice.is_operator = True  # alice is also alpha's admin
     db.session.commit()
     operator_page = Panel(app, world.alice).get("/operator").get_data(as_text=True)

@@ -13,11 +13,10 @@ from flask import Flask
 from sqlalchemy import event, select
 from sqlalchemy.orm import Session
 
-from tests.conftest import World
+from tests.conftest import WorkerFactory, World
 from tests.scheduler_helpers import (
     add_run,
     add_schedule,
-    add_worker,
     all_runs,
     catalog,
     execute_leased,
@@ -70,7 +69,9 @@ def fires(schedule_id: int) -> list[tuple[datetime, str, object]]:
     ]
 
 
-def test_a_fire_is_queued_ahead_and_starts_at_its_time_once(app: Flask, world: World) -> None:
+def test_a_fire_is_queued_ahead_and_starts_at_its_time_once(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
     fire = next_hour()
     schedule = hourly(world, fire)
     assert run_tick(fire - AHEAD - timedelta(seconds=1)).claimed == 0  # not yet in the window
@@ -85,7 +86,7 @@ def test_a_fire_is_queued_ahead_and_starts_at_its_time_once(app: Flask, world: W
     )
     assert run.queued_at == fire - timedelta(seconds=5)
     assert next_run_at(schedule.id) == fire + timedelta(hours=1)
-    worker = add_worker()
+    worker = make_worker().id
     assert lease_once(db.session(), worker, fire - timedelta(seconds=1), TTL, 10) == []
     assert run_tick(fire).claimed == 0  # its time comes: nothing to fire again
     (leased,) = lease_once(db.session(), worker, fire, TTL, 10)
@@ -172,14 +173,16 @@ def test_an_import_that_changes_the_schedule_takes_its_run_back(app: Flask, worl
     assert fires(schedule.id) == [(fire, "queued", {"message": "imported"})]
 
 
-def test_a_schedule_that_pauses_itself_takes_its_next_run_back(app: Flask, world: World) -> None:
+def test_a_schedule_that_pauses_itself_takes_its_next_run_back(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
     fire = next_hour()
     schedule = hourly(world, fire, pause_after_failures=1)
     run_tick(fire - timedelta(seconds=5))
     failing = add_run(
         world.alpha.id, utcnow(), schedule_id=schedule.id, job="demo.fail", args={"message": "x"}
     )
-    worker = add_worker()
+    worker = make_worker().id
     (leased,) = lease_once(db.session(), worker, None, TTL, 1)
     assert leased.id == failing.id
     execute_leased(leased, worker)

@@ -12,11 +12,9 @@ from flask import Flask
 from flask.testing import FlaskCliRunner
 from flask_migrate import downgrade
 
-from tests.conftest import World, migrated_app
+from tests.conftest import WorkerFactory, World, migrated_app
 from tests.pg_cluster import free_port
 from tests.scheduler_helpers import add_schedule
-from webapp.extensions import db
-from webapp.models import Worker
 
 PASSWORD = "pa55-w0rd-never-shown"
 # The newest migration and the one before it, as the files name them.
@@ -38,15 +36,8 @@ def unreachable_app(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) 
     return migrated_app(url)
 
 
-def add_worker(heartbeat_seconds_ago: float, hostname: str = "host-a") -> Worker:
-    worker = Worker(
-        hostname=hostname,
-        pid=1,
-        last_heartbeat_at=datetime.now(UTC) - timedelta(seconds=heartbeat_seconds_ago),
-    )
-    db.session.add(worker)
-    db.session.commit()
-    return worker
+def seconds_ago(seconds: float) -> datetime:
+    return datetime.now(UTC) - timedelta(seconds=seconds)
 
 
 def test_healthz_answers_200_with_its_checks(app: Flask) -> None:
@@ -96,9 +87,9 @@ def test_health_fails_without_a_worker(app: Flask, cli: FlaskCliRunner) -> None:
 
 
 def test_health_passes_with_a_fresh_heartbeat_and_nothing_overdue(
-    app: Flask, world: World, cli: FlaskCliRunner
+    app: Flask, world: World, cli: FlaskCliRunner, make_worker: WorkerFactory
 ) -> None:
-    worker = add_worker(heartbeat_seconds_ago=5)
+    worker = make_worker(hostname="host-a", last_heartbeat_at=seconds_ago(5))
     add_schedule(world.alpha.id, "hourly", datetime.now(UTC) + timedelta(minutes=30))
     result = cli.invoke(args=["scheduler", "health"])
     assert result.exit_code == 0, result.output
@@ -108,11 +99,10 @@ def test_health_passes_with_a_fresh_heartbeat_and_nothing_overdue(
 
 
 def test_health_fails_when_the_newest_heartbeat_is_older_than_the_limit(
-    app: Flask, cli: FlaskCliRunner
+    app: Flask, cli: FlaskCliRunner, make_worker: WorkerFactory
 ) -> None:
-    worker = add_worker(heartbeat_seconds_ago=300)
-    add_worker(heartbeat_seconds_ago=1).stopped_at = datetime.now(UTC)  # a clean exit: not alive
-    db.session.commit()
+    worker = make_worker(hostname="host-a", last_heartbeat_at=seconds_ago(300))
+    make_worker(stopped_at=datetime.now(UTC))  # a clean exit: not alive
     result = cli.invoke(args=["scheduler", "health"])
     assert result.exit_code == 1
     assert (
@@ -123,9 +113,9 @@ def test_health_fails_when_the_newest_heartbeat_is_older_than_the_limit(
 
 
 def test_health_fails_on_a_schedule_overdue_beyond_the_grace(
-    app: Flask, world: World, cli: FlaskCliRunner
+    app: Flask, world: World, cli: FlaskCliRunner, make_worker: WorkerFactory
 ) -> None:
-    add_worker(heartbeat_seconds_ago=1)
+    make_worker()
     add_schedule(world.alpha.id, "nightly", datetime.now(UTC) - timedelta(minutes=12, seconds=5))
     add_schedule(world.beta.id, "recent", datetime.now(UTC) - timedelta(minutes=6))
     add_schedule(world.beta.id, "within-grace", datetime.now(UTC) - timedelta(minutes=2))
@@ -136,8 +126,10 @@ def test_health_fails_on_a_schedule_overdue_beyond_the_grace(
     ) in result.output.splitlines()
 
 
-def test_health_prints_json_on_request(app: Flask, cli: FlaskCliRunner) -> None:
-    add_worker(heartbeat_seconds_ago=1)
+def test_health_prints_json_on_request(
+    app: Flask, cli: FlaskCliRunner, make_worker: WorkerFactory
+) -> None:
+    make_worker()
     result = cli.invoke(args=["scheduler", "health", "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)

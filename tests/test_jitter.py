@@ -18,9 +18,9 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
 from tests.api_helpers import NEW, Api, problem_fields
-from tests.conftest import World
+from tests.conftest import WorkerFactory, World
 from tests.panel_helpers import Panel
-from tests.scheduler_helpers import add_schedule, add_worker, all_runs, catalog, settings
+from tests.scheduler_helpers import add_schedule, all_runs, catalog, settings
 from webapp import cron
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule, Tenant
@@ -300,7 +300,7 @@ def test_the_run_page_shows_the_jitter_beside_the_fire_time(app: Flask, world: W
 
 
 def test_a_jittered_run_taken_back_unstarted_shows_the_same_jitter(
-    app: Flask, world: World
+    app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     schedule = add_schedule(world.alpha.id, "taken-back", FIRE, jitter_seconds=3600)
     run_tick()
@@ -308,7 +308,7 @@ def test_a_jittered_run_taken_back_unstarted_shows_the_same_jitter(
     delay = int((run.available_at - FIRE).total_seconds())
     assert delay > 0
     later = run.available_at + timedelta(seconds=5)
-    (leased,) = lease_once(db.session(), add_worker(), later, TTL, 1)
+    (leased,) = lease_once(db.session(), make_worker().id, later, TTL, 1)
     assert leased.id == run.id
     assert reap_once(db.session(), later + TTL + timedelta(seconds=1)) == 1  # never started
     page = Panel(app, world.alice).get(f"/runs/{run.id}").get_data(as_text=True)

@@ -7,24 +7,17 @@ from typing import Any
 
 import pytest
 
-from tests import test_panel_browser as panel_browser
 from tests.browser_support import LiveServer, PageErrors, log_in
 
 pytestmark = pytest.mark.browser
 
-# The browser fixtures of the main browser tests: alpha (Europe/Berlin) with alice and bob.
-server = panel_browser.server
-chromium = panel_browser.chromium
-errors = panel_browser.errors
-new_page = panel_browser.new_page
-
 
 def test_the_preview_follows_the_typed_jitter(
-    new_page: Any, server: LiveServer, errors: PageErrors
+    new_page: Any, live_panel: LiveServer, errors: PageErrors
 ) -> None:
     page = new_page
-    log_in(page, server, "alice@example.com")
-    page.goto(server.url + "/schedules/new")
+    log_in(page, live_panel, "alice@example.com")
+    page.goto(live_panel.url + "/schedules/new")
     page.get_by_label("Cron expression").fill("*/5 * * * *")
     preview = page.locator("#cron-preview")
     page.get_by_label("Jitter (seconds)").fill("90")

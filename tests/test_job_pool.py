@@ -17,8 +17,8 @@ from flask import Flask
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from tests.conftest import World
-from tests.scheduler_helpers import add_run, add_worker, get_run, leased_run
+from tests.conftest import WorkerFactory, World
+from tests.scheduler_helpers import add_run, get_run, leased_run
 from webapp import config
 from webapp.catalog import build_catalog
 from webapp.extensions import db
@@ -126,11 +126,15 @@ def test_a_held_run_whose_lease_has_passed_is_not_started(idle_pool: ThreadJobPo
 
 
 def test_renewal_that_finds_a_lease_lost_drops_the_run(
-    app: Flask, world: World, idle_pool: ThreadJobPool, caplog: pytest.LogCaptureFixture
+    app: Flask,
+    world: World,
+    idle_pool: ThreadJobPool,
+    caplog: pytest.LogCaptureFixture,
+    make_worker: WorkerFactory,
 ) -> None:
     """Two runs leased 30 s apart; a reaper takes back the older one while this worker could not
     renew. The renewal's own answer tells the pool: the lost run is dropped, never started."""
-    worker = add_worker()
+    worker = make_worker().id
     lost = add_run(world.alpha.id, NOW, args={"message": "lost"}, max_attempts=2)
     (leased_lost,) = lease_once(db.session(), worker, NOW, TTL, 1)
     kept = add_run(world.alpha.id, NOW, args={"message": "kept"})

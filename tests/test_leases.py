@@ -11,11 +11,10 @@ import pytest
 from flask import Flask
 from sqlalchemy import select
 
-from tests.conftest import World
+from tests.conftest import WorkerFactory, World
 from tests.scheduler_helpers import (
     add_run,
     add_schedule,
-    add_worker,
     all_runs,
     execute_leased,
     get_run,
@@ -33,7 +32,6 @@ from webapp.scheduler.worker import WorkerProcess
 
 NOW = datetime(2026, 3, 7, 12, 0, tzinfo=UTC)
 TTL = timedelta(seconds=60)
-worker_id = add_worker
 
 
 def lease(worker: int, now: datetime = NOW, limit: int = 10) -> list[int]:
@@ -47,8 +45,10 @@ def run_leased(worker: int, now: datetime = NOW) -> list[Run]:
     return all_runs()
 
 
-def test_lease_takes_available_runs_only(app: Flask, world: World) -> None:
-    worker = worker_id()
+def test_lease_takes_available_runs_only(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
+    worker = make_worker().id
     ready = add_run(world.alpha.id, NOW - timedelta(seconds=1))
     add_run(world.alpha.id, NOW + timedelta(minutes=5))  # a run requested for later
     assert [run.id for run in lease_once(db.session(), worker, NOW, TTL, 10)] == [ready.id]
@@ -63,14 +63,18 @@ def test_lease_takes_available_runs_only(app: Flask, world: World) -> None:
     assert lease(worker) == []
 
 
-def test_lease_respects_the_limit_oldest_first(app: Flask, world: World) -> None:
-    worker = worker_id()
+def test_lease_respects_the_limit_oldest_first(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
+    worker = make_worker().id
     runs = [add_run(world.alpha.id, NOW - timedelta(minutes=n)) for n in range(3)]
     assert lease(worker, limit=2) == sorted([runs[2].id, runs[1].id])
 
 
-def test_a_run_succeeds_with_its_output(app: Flask, world: World) -> None:
-    worker = worker_id()
+def test_a_run_succeeds_with_its_output(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
+    worker = make_worker().id
     add_run(world.alpha.id, NOW, args={"message": "<b>hello</b>"})
     (run,) = run_leased(worker)
     assert (run.status, run.output, run.error, run.locked_until) == (
@@ -83,8 +87,10 @@ def test_a_run_succeeds_with_its_output(app: Flask, world: World) -> None:
     assert run.finished_at >= run.started_at
 
 
-def test_a_failing_job_records_its_error_and_traceback(app: Flask, world: World) -> None:
-    worker = worker_id()
+def test_a_failing_job_records_its_error_and_traceback(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
+    worker = make_worker().id
     add_run(world.alpha.id, NOW, job="demo.fail", args={"message": "disk full"})
     (run,) = run_leased(worker)
     assert run.status == "failed"
@@ -101,9 +107,9 @@ def test_a_failing_job_records_its_error_and_traceback(app: Flask, world: World)
 
 
 def test_a_failed_run_is_logged_with_its_full_traceback(
-    app: Flask, world: World, caplog: pytest.LogCaptureFixture
+    app: Flask, world: World, caplog: pytest.LogCaptureFixture, make_worker: WorkerFactory
 ) -> None:
-    worker = worker_id()
+    worker = make_worker().id
     add_run(world.alpha.id, NOW, job="demo.fail", args={"message": "disk full"})
     with caplog.at_level(logging.INFO, logger="webapp.scheduler"):
         (run,) = run_leased(worker)
@@ -113,8 +119,10 @@ def test_a_failed_run_is_logged_with_its_full_traceback(
     assert line.endswith(f"{run.error_detail}".rstrip())
 
 
-def test_a_failed_attempt_is_retried_with_backoff(app: Flask, world: World) -> None:
-    worker = worker_id()
+def test_a_failed_attempt_is_retried_with_backoff(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
+    worker = make_worker().id
     add_run(world.alpha.id, NOW, job="demo.fail", args={"message": "flaky"}, max_attempts=3)
     before = utcnow()
     (run,) = run_leased(worker)
@@ -124,22 +132,28 @@ def test_a_failed_attempt_is_retried_with_backoff(app: Flask, world: World) -> N
     assert run.available_at >= before + timedelta(seconds=29)
 
 
-def test_one_failing_job_does_not_stop_the_others(app: Flask, world: World) -> None:
-    worker = worker_id()
+def test_one_failing_job_does_not_stop_the_others(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
+    worker = make_worker().id
     add_run(world.alpha.id, NOW, job="demo.fail", args={"message": "boom"})
     add_run(world.alpha.id, NOW, args={"message": "still here"})
     assert sorted(run.status for run in run_leased(worker)) == ["failed", "succeeded"]
 
 
-def test_a_job_name_outside_the_catalog_fails_the_run(app: Flask, world: World) -> None:
-    worker = worker_id()
+def test_a_job_name_outside_the_catalog_fails_the_run(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
+    worker = make_worker().id
     add_run(world.alpha.id, NOW, job="os.system", args={"command": "rm -rf /"})
     (run,) = run_leased(worker)
     assert (run.status, run.error) == ("failed", "job 'os.system' is not in the catalog")
 
 
-def test_args_are_validated_again_before_execution(app: Flask, world: World) -> None:
-    worker = worker_id()
+def test_args_are_validated_again_before_execution(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
+    worker = make_worker().id
     add_run(world.alpha.id, NOW, args={"message": 42})
     (run,) = run_leased(worker)
     assert run.status == "failed"
@@ -147,9 +161,9 @@ def test_args_are_validated_again_before_execution(app: Flask, world: World) -> 
 
 
 def test_stored_arguments_over_the_size_limits_fail_the_run_at_once(
-    app: Flask, world: World
+    app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
-    worker = worker_id()
+    worker = make_worker().id
     add_run(world.alpha.id, NOW, args={"message": "x" * 5000}, max_attempts=3)
     (run,) = run_leased(worker)
     assert (run.status, run.attempt, run.error) == (
@@ -161,9 +175,9 @@ def test_stored_arguments_over_the_size_limits_fail_the_run_at_once(
 
 
 def test_the_reaper_requeues_an_expired_lease_and_fails_a_spent_one(
-    app: Flask, world: World
+    app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
-    worker = worker_id()
+    worker = make_worker().id
     retryable = add_run(world.alpha.id, NOW, job="demo.sleep", args={"seconds": 1}, max_attempts=2)
     spent = add_run(world.alpha.id, NOW, job="demo.sleep", args={"seconds": 1})
     lease(worker)
@@ -176,13 +190,15 @@ def test_the_reaper_requeues_an_expired_lease_and_fails_a_spent_one(
         "worker lost: the worker running it stopped renewing its lease",
     )
     # Another worker takes the run over as its second attempt; still one row for it.
-    other = worker_id()
+    other = make_worker().id
     assert lease(other, NOW + TTL + timedelta(seconds=2)) == [retryable.id]
     assert get_run(retryable.id).attempt == 2
 
 
-def test_a_renewed_lease_does_not_expire(app: Flask, world: World) -> None:
-    worker = worker_id()
+def test_a_renewed_lease_does_not_expire(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
+    worker = make_worker().id
     run = add_run(world.alpha.id, NOW, job="demo.sleep", args={"seconds": 1})
     lease(worker)
     renew_leases(db.session(), worker, [run.id], NOW + timedelta(seconds=50), TTL)
@@ -190,9 +206,9 @@ def test_a_renewed_lease_does_not_expire(app: Flask, world: World) -> None:
 
 
 def test_shutdown_returns_unfinished_runs_without_spending_an_attempt(
-    app: Flask, world: World
+    app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
-    worker = worker_id()
+    worker = make_worker().id
     run = add_run(world.alpha.id, NOW, job="demo.sleep", args={"seconds": 1})
     lease(worker)
     assert release_leases(db.session(), worker, [run.id]) == 1
@@ -202,13 +218,13 @@ def test_shutdown_returns_unfinished_runs_without_spending_an_attempt(
 
 
 def test_an_outcome_is_dropped_once_another_worker_holds_the_run(
-    app: Flask, world: World, caplog: pytest.LogCaptureFixture
+    app: Flask, world: World, caplog: pytest.LogCaptureFixture, make_worker: WorkerFactory
 ) -> None:
-    first = worker_id()
+    first = make_worker().id
     add_run(world.alpha.id, NOW, args={"message": "late"}, max_attempts=2)
     (leased,) = lease_and_start(first, NOW, TTL)
     reap_once(db.session(), NOW + TTL * 2)
-    second = worker_id()
+    second = make_worker().id
     lease(second, NOW + TTL * 2)
     with caplog.at_level(logging.INFO, logger="webapp.scheduler"):
         execute_leased(leased, first)  # the lost worker wakes up
@@ -218,8 +234,10 @@ def test_an_outcome_is_dropped_once_another_worker_holds_the_run(
     assert (getattr(record, "attempt", None), getattr(record, "outcome", None)) == (1, "succeeded")
 
 
-def test_a_system_job_gets_the_database(app: Flask, world: World) -> None:
-    worker = worker_id()
+def test_a_system_job_gets_the_database(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
+    worker = make_worker().id
     old = utcnow() - timedelta(days=400)
     add_run(world.alpha.id, old, status="succeeded", finished_at=old, idempotency_key="old")
     add_run(None, NOW, job="maintenance.prune_runs", args={}, idempotency_key="prune")
@@ -229,8 +247,10 @@ def test_a_system_job_gets_the_database(app: Flask, world: World) -> None:
     assert (runs[0].output or "").startswith("folded 1 run into 1 new and 0 merged daily roll-ups")
 
 
-def test_a_scheduled_run_tells_the_job_its_fire_time(app: Flask, world: World) -> None:
-    worker = worker_id()
+def test_a_scheduled_run_tells_the_job_its_fire_time(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
+    worker = make_worker().id
     schedule = add_schedule(world.alpha.id, "hourly", NOW)
     from tests.test_tick import run_tick
 
@@ -242,8 +262,10 @@ def test_a_scheduled_run_tells_the_job_its_fire_time(app: Flask, world: World) -
     )
 
 
-def test_a_job_whose_scope_does_not_match_its_run_fails(app: Flask, world: World) -> None:
-    worker = worker_id()
+def test_a_job_whose_scope_does_not_match_its_run_fails(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
+    worker = make_worker().id
     add_run(world.alpha.id, NOW, job="maintenance.prune_runs", args={}, idempotency_key="t")
     add_run(None, NOW, job="demo.echo", args={"message": "x"}, idempotency_key="s")
     runs = {run.idempotency_key: run for run in run_leased(worker)}
@@ -258,11 +280,11 @@ def test_a_job_whose_scope_does_not_match_its_run_fails(app: Flask, world: World
 
 
 def test_an_outcome_is_stored_when_a_reaper_took_the_run_back_and_nobody_leased_it(
-    app: Flask, world: World, caplog: pytest.LogCaptureFixture
+    app: Flask, world: World, caplog: pytest.LogCaptureFixture, make_worker: WorkerFactory
 ) -> None:
     """The worker could not renew (the database was down) and a reaper queued the run again;
     the job had finished meanwhile. Its real outcome is stored: the job does not run twice."""
-    worker = worker_id()
+    worker = make_worker().id
     run = add_run(world.alpha.id, NOW, args={"message": "done"}, max_attempts=2)
     (leased,) = lease_and_start(worker, NOW, TTL)
     assert reap_once(db.session(), NOW + TTL * 2) == 1
@@ -280,8 +302,10 @@ def test_an_outcome_is_stored_when_a_reaper_took_the_run_back_and_nobody_leased_
     assert getattr(record, "lease", None) == "taken_back"
 
 
-def test_a_job_that_succeeded_is_not_recorded_as_worker_lost(app: Flask, world: World) -> None:
-    worker = worker_id()
+def test_a_job_that_succeeded_is_not_recorded_as_worker_lost(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
+    worker = make_worker().id
     run = add_run(world.alpha.id, NOW, args={"message": "done"})  # one attempt: reaped = failed
     (leased,) = lease_and_start(worker, NOW, TTL)
     reap_once(db.session(), NOW + TTL * 2)
@@ -291,8 +315,10 @@ def test_a_job_that_succeeded_is_not_recorded_as_worker_lost(app: Flask, world: 
     assert (stored.status, stored.error, stored.output) == ("succeeded", None, "done\n")
 
 
-def test_renewal_returns_the_leases_still_held(app: Flask, world: World) -> None:
-    worker = worker_id()
+def test_renewal_returns_the_leases_still_held(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
+    worker = make_worker().id
     taken = add_run(world.alpha.id, NOW, max_attempts=2)
     lease(worker)
     held = add_run(world.alpha.id, NOW)
@@ -302,10 +328,10 @@ def test_renewal_returns_the_leases_still_held(app: Flask, world: World) -> None
     assert renewed == {held.id: False}  # renewed, and nobody asked it to stop
 
 
-def expired_lease_of_another_worker(world: World) -> int:
+def expired_lease_of_another_worker(world: World, make_worker: WorkerFactory) -> int:
     """A run whose lease expired an hour ago: its worker may be reconnecting as we speak."""
     run = add_run(world.alpha.id, NOW, job="demo.sleep", args={"seconds": 1}, max_attempts=2)
-    lease_once(db.session(), worker_id(), utcnow() - timedelta(hours=1), TTL, 1)
+    lease_once(db.session(), make_worker().id, utcnow() - timedelta(hours=1), TTL, 1)
     return run.id
 
 
@@ -326,22 +352,22 @@ def assert_reaped_only_after_renewing_for_a_ttl(worker: WorkerProcess, run_id: i
 
 
 def test_after_a_lost_connection_a_worker_reaps_only_once_connected_for_a_ttl(
-    app: Flask, world: World
+    app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     """The other worker could not renew either while the database was down: it gets a whole
     TTL to renew before this one reaps."""
-    run_id = expired_lease_of_another_worker(world)
+    run_id = expired_lease_of_another_worker(world, make_worker)
     worker = idle_worker(app)
     worker.connection_lost()
     assert_reaped_only_after_renewing_for_a_ttl(worker, run_id)
 
 
 def test_a_worker_paused_past_its_renewals_reaps_only_after_renewing_for_a_ttl(
-    app: Flask, world: World
+    app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     """Frozen (SIGSTOP) while it held SQLite's write lock, a worker kept the others from
     renewing: on waking it must not take their runs back at once."""
     worker = idle_worker(app)
     worker.renew_and_reap(db.session(), started=1000.0)
-    run_id = expired_lease_of_another_worker(world)
+    run_id = expired_lease_of_another_worker(world, make_worker)
     assert_reaped_only_after_renewing_for_a_ttl(worker, run_id)  # 1000 s later: a pause

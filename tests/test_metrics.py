@@ -12,13 +12,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import insert
 from werkzeug.test import TestResponse
 
-from tests.conftest import World
+from tests.conftest import World, make_run
 from tests.panel_helpers import counted_statements
 from tests.scheduler_helpers import add_schedule
 from tests.settings_support import reconfigure
 from webapp.config import settings
 from webapp.extensions import db
-from webapp.models import Notification, Run, Schedule, Worker
+from webapp.models import Notification, Run, RunStatus, Worker
 from webapp.services import metrics
 
 TOKEN = "s3cret-metrics-token"
@@ -52,24 +52,6 @@ def page(response: TestResponse) -> str:
 
 def figure(figures: Figures, name: str, **labels: str) -> float:
     return figures[(name, tuple(sorted(labels.items())))]
-
-
-def add_run(schedule: Schedule, status: str, scheduled_for: datetime, **fields: Any) -> Run:
-    run = Run(
-        tenant_id=schedule.tenant_id,
-        schedule_id=schedule.id,
-        job=schedule.job,
-        args={},
-        trigger=fields.pop("trigger", "schedule"),
-        scheduled_for=scheduled_for,
-        idempotency_key=f"{schedule.id}:{scheduled_for.isoformat()}",
-        status=status,
-        queued_at=fields.pop("queued_at", scheduled_for),
-        available_at=fields.pop("available_at", scheduled_for),
-        **fields,
-    )
-    db.session.add(run)
-    return run
 
 
 @pytest.mark.parametrize(
@@ -118,41 +100,42 @@ def test_it_exports_the_figures_of_the_whole_system(metrics_app: Flask, world: W
     later = add_schedule(world.beta.id, "later", now + timedelta(hours=1))
     add_schedule(world.beta.id, "paused", minutes(60), active=False)
     # The queue: three may start (one for longer than the 300 s grace), one waits for later.
-    add_run(overdue, "queued", minutes(1))
-    add_run(overdue, "queued", minutes(2))
-    add_run(overdue, "queued", minutes(10))
-    add_run(later, "queued", now + timedelta(minutes=30), trigger="manual")
+    make_run(overdue, "queued", scheduled_for=minutes(1))
+    make_run(overdue, "queued", scheduled_for=minutes(2))
+    make_run(overdue, "queued", scheduled_for=minutes(10))
+    make_run(later, "queued", scheduled_for=now + timedelta(minutes=30), trigger="manual")
     # Two leases, one lapsed. Lags 1.5 s and 20 s.
-    add_run(
+    make_run(
         later,
         "running",
-        minutes(3),
+        scheduled_for=minutes(3),
         started_at=minutes(3) + timedelta(seconds=1.5),
         locked_until=now + timedelta(minutes=1),
     )
-    add_run(
+    make_run(
         later,
         "running",
-        minutes(4),
+        scheduled_for=minutes(4),
         started_at=minutes(4) + timedelta(seconds=20),
         locked_until=now - timedelta(seconds=5),
     )
     # Finished in the window: durations 0.3 s, 7 s and 7 s; lags 1.5 s each.
-    for n, (status, took) in enumerate([("succeeded", 0.3), ("succeeded", 7), ("failed", 7)]):
+    finished: list[tuple[RunStatus, float]] = [("succeeded", 0.3), ("succeeded", 7), ("failed", 7)]
+    for n, (outcome, took) in enumerate(finished):
         start = minutes(5 + n) + timedelta(seconds=1.5)
-        add_run(
+        make_run(
             overdue,
-            status,
-            minutes(5 + n),
+            outcome,
+            scheduled_for=minutes(5 + n),
             started_at=start,
             finished_at=start + timedelta(seconds=took),
         )
-    add_run(overdue, "skipped", minutes(8), finished_at=minutes(8))
+    make_run(overdue, "skipped", scheduled_for=minutes(8), started_at=None, finished_at=minutes(8))
     # Long before the window: in no recent figure.
-    add_run(
+    make_run(
         overdue,
         "failed",
-        minutes(120),
+        scheduled_for=minutes(120),
         started_at=minutes(120),
         finished_at=minutes(119),
     )
@@ -231,7 +214,13 @@ def test_recent_figures_read_only_the_newest_runs(
     now = datetime.now(UTC)
     for n in range(5):
         at = now - timedelta(minutes=n + 1)
-        add_run(schedule, "succeeded", at, started_at=at, finished_at=at + timedelta(seconds=1))
+        make_run(
+            schedule,
+            "succeeded",
+            scheduled_for=at,
+            started_at=at,
+            finished_at=at + timedelta(seconds=1),
+        )
     db.session.commit()
     monkeypatch.setattr(metrics, "RECENT_RUNS_LIMIT", 2)
     figures = scrape(metrics_app)

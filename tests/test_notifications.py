@@ -18,9 +18,9 @@ from flask import Flask
 from sqlalchemy import select
 
 from tests import smtp_support, test_catalog_webhook
-from tests.conftest import World
+from tests.conftest import WorkerFactory, World
 from tests.panel_helpers import Panel
-from tests.scheduler_helpers import add_run, add_schedule, add_worker, execute_leased
+from tests.scheduler_helpers import add_run, add_schedule, execute_leased
 from tests.settings_support import reconfigure
 from tests.smtp_support import SmtpServer, free_port
 from tests.test_catalog_webhook import LoopbackServer
@@ -95,14 +95,14 @@ def schedule_now(schedule_id: int) -> Schedule:
 
 
 def test_a_failure_after_the_last_attempt_writes_one_row_per_recipient(
-    app: Flask, world: World
+    app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     schedule = watched(
         world,
         notify_emails=["ops@example.com", "dev@example.com"],
         notify_webhook_url="https://hooks.example.com/cron",
     )
-    run = finish(schedule, add_worker(), fails=True)
+    run = finish(schedule, make_worker().id, fails=True)
 
     rows = outbox()
     assert [(row.event, row.channel, row.target, row.status) for row in rows] == [
@@ -125,19 +125,23 @@ def test_a_failure_after_the_last_attempt_writes_one_row_per_recipient(
     assert tenant is not None and tenant.webhook_secret and len(tenant.webhook_secret) == 64
 
 
-def test_a_retry_that_will_run_again_writes_nothing(app: Flask, world: World) -> None:
+def test_a_retry_that_will_run_again_writes_nothing(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
     schedule = watched(world)
-    run = finish(schedule, add_worker(), fails=True, max_attempts=2)
+    run = finish(schedule, make_worker().id, fails=True, max_attempts=2)
 
     assert db.session.get(Run, run.id).status == "queued"  # type: ignore[union-attr]
     assert outbox() == []
     assert schedule_now(schedule.id).consecutive_failures == 0
 
 
-def test_a_success_after_failures_writes_a_recovery(app: Flask, world: World) -> None:
+def test_a_success_after_failures_writes_a_recovery(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
     reconfigure(app, SCHEDULER_NOTIFY_WINDOW=0)  # no flapping window: every message goes out
     schedule = watched(world)
-    worker = add_worker()
+    worker = make_worker().id
     finish(schedule, worker, fails=True)
     finish(schedule, worker, fails=True)
     assert schedule_now(schedule.id).consecutive_failures == 2
@@ -154,10 +158,10 @@ def test_a_success_after_failures_writes_a_recovery(app: Flask, world: World) ->
 
 
 def test_successes_of_a_schedule_that_was_not_failing_write_nothing(
-    app: Flask, world: World
+    app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     schedule = watched(world)
-    worker = add_worker()
+    worker = make_worker().id
     finish(schedule, worker, fails=False)
     finish(schedule, worker, fails=False)
 
@@ -165,9 +169,11 @@ def test_successes_of_a_schedule_that_was_not_failing_write_nothing(
     assert schedule_now(schedule.id).consecutive_failures == 0
 
 
-def test_a_flapping_schedule_is_notified_once_per_window(app: Flask, world: World) -> None:
+def test_a_flapping_schedule_is_notified_once_per_window(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
     schedule = watched(world)
-    worker = add_worker()
+    worker = make_worker().id
     finish(schedule, worker, fails=True)
     finish(schedule, worker, fails=False)
     finish(schedule, worker, fails=True)
@@ -187,10 +193,10 @@ def test_a_flapping_schedule_is_notified_once_per_window(app: Flask, world: Worl
 
 
 def test_it_pauses_itself_after_n_failed_runs_in_a_row_and_says_so(
-    app: Flask, world: World
+    app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     schedule = watched(world, pause_after_failures=2)
-    worker = add_worker()
+    worker = make_worker().id
     finish(schedule, worker, fails=True)
     assert schedule_now(schedule.id).active
     last = finish(schedule, worker, fails=True)
@@ -208,9 +214,9 @@ def test_it_pauses_itself_after_n_failed_runs_in_a_row_and_says_so(
     assert "paused after 2 failed runs in a row" in rows[-1].subject
 
 
-def test_pausing_is_off_by_default(app: Flask, world: World) -> None:
+def test_pausing_is_off_by_default(app: Flask, world: World, make_worker: WorkerFactory) -> None:
     schedule = watched(world)
-    worker = add_worker()
+    worker = make_worker().id
     for _ in range(3):
         finish(schedule, worker, fails=True)
 
@@ -218,16 +224,18 @@ def test_pausing_is_off_by_default(app: Flask, world: World) -> None:
     assert schedule_now(schedule.id).consecutive_failures == 3
 
 
-def test_manual_runs_count_as_the_schedules_runs(app: Flask, world: World) -> None:
+def test_manual_runs_count_as_the_schedules_runs(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
     # add_run makes manual runs: every run of these tests is one.
     schedule = watched(world, pause_after_failures=1)
-    finish(schedule, add_worker(), fails=True)
+    finish(schedule, make_worker().id, fails=True)
 
     assert not schedule_now(schedule.id).active
 
 
 def test_the_tenants_defaults_apply_when_the_schedule_names_no_recipients(
-    app: Flask, world: World
+    app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     reconfigure(app, SCHEDULER_NOTIFY_WINDOW=0)
     tenant = db.session.get(Tenant, world.alpha.id)
@@ -237,7 +245,7 @@ def test_the_tenants_defaults_apply_when_the_schedule_names_no_recipients(
     db.session.commit()
     own = watched(world, "own", notify_emails=["owner@example.com"])
     defaults = watched(world, "defaults", notify_emails=[])
-    worker = add_worker()
+    worker = make_worker().id
     finish(own, worker, fails=True)
     finish(defaults, worker, fails=True)
 
@@ -248,20 +256,24 @@ def test_the_tenants_defaults_apply_when_the_schedule_names_no_recipients(
     ]
 
 
-def test_without_any_recipient_nothing_is_written(app: Flask, world: World) -> None:
+def test_without_any_recipient_nothing_is_written(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
     schedule = watched(world, notify_emails=[])
-    finish(schedule, add_worker(), fails=True)
+    finish(schedule, make_worker().id, fails=True)
 
     assert outbox() == []
     assert schedule_now(schedule.id).consecutive_failures == 1  # counted all the same
 
 
-def test_a_dead_workers_last_attempt_is_notified_as_a_failure(app: Flask, world: World) -> None:
+def test_a_dead_workers_last_attempt_is_notified_as_a_failure(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
     schedule = watched(world, pause_after_failures=1)
     run = add_run(
         world.alpha.id, utcnow() - timedelta(seconds=5), schedule_id=schedule.id, max_attempts=1
     )
-    worker = add_worker()
+    worker = make_worker().id
     lease_once(db.session(), worker, None, TTL, 1)
     start_runs(db.session(), worker, [run.id])  # its job starts ...and the worker dies
 
@@ -291,22 +303,22 @@ def test_an_overdue_schedule_is_notified_once_per_spell(app: Flask, world: World
 # --- Sending ---------------------------------------------------------------------------------
 
 
-def pending_failure(world: World, **fields: Any) -> Notification:
+def pending_failure(world: World, make_worker: WorkerFactory, **fields: Any) -> Notification:
     schedule = watched(world, **fields)
-    finish(schedule, add_worker(), fails=True)
+    finish(schedule, make_worker().id, fails=True)
     [row] = outbox()
     return row
 
 
 def test_it_sends_an_email_to_the_smtp_server(
-    app: Flask, world: World, smtp_server: SmtpServer
+    app: Flask, world: World, smtp_server: SmtpServer, make_worker: WorkerFactory
 ) -> None:
     reconfigure(app, **smtp_server.settings())
     reconfigure(app, SCHEDULER_BASE_URL="https://cron.example.com/")
-    row = pending_failure(world)
+    row = pending_failure(world, make_worker)
     now = utcnow()
 
-    assert send_notifications(db.session(), None, add_worker(), now) == 1
+    assert send_notifications(db.session(), None, make_worker().id, now) == 1
 
     [received] = smtp_server.messages
     assert received.recipients == ["ops@example.com"]
@@ -320,14 +332,18 @@ def test_it_sends_an_email_to_the_smtp_server(
     [sent] = outbox()
     assert (sent.status, sent.attempts, sent.error) == ("sent", 1, None)
     assert sent.sent_at == now
-    assert send_notifications(db.session(), None, add_worker(), now) == 0  # nothing left
+    assert send_notifications(db.session(), None, make_worker().id, now) == 0  # nothing left
 
 
-def test_it_posts_a_signed_webhook(app: Flask, world: World, server: LoopbackServer) -> None:
+def test_it_posts_a_signed_webhook(
+    app: Flask, world: World, server: LoopbackServer, make_worker: WorkerFactory
+) -> None:
     reconfigure(app, **LOOPBACK)
-    row = pending_failure(world, notify_emails=[], notify_webhook_url=server.url("/cron"))
+    row = pending_failure(
+        world, make_worker, notify_emails=[], notify_webhook_url=server.url("/cron")
+    )
 
-    assert send_notifications(db.session(), None, add_worker(), utcnow()) == 1
+    assert send_notifications(db.session(), None, make_worker().id, utcnow()) == 1
 
     [request] = server.received
     assert (request.method, request.path) == ("POST", "/cron")
@@ -346,13 +362,13 @@ def test_it_posts_a_signed_webhook(app: Flask, world: World, server: LoopbackSer
 
 
 def test_a_webhook_outside_the_allowlist_is_never_sent(
-    app: Flask, world: World, server: LoopbackServer
+    app: Flask, world: World, server: LoopbackServer, make_worker: WorkerFactory
 ) -> None:
     # Saved while allowed; the operator has since taken the host off the list.
     reconfigure(app, **{**LOOPBACK, "SCHEDULER_WEBHOOK_ALLOWED_HOSTS": ["hooks.example.com"]})
-    pending_failure(world, notify_emails=[], notify_webhook_url=server.url())
+    pending_failure(world, make_worker, notify_emails=[], notify_webhook_url=server.url())
 
-    send_notifications(db.session(), None, add_worker(), utcnow())
+    send_notifications(db.session(), None, make_worker().id, utcnow())
 
     assert server.received == []
     [row] = outbox()
@@ -360,10 +376,12 @@ def test_a_webhook_outside_the_allowlist_is_never_sent(
     assert "not allowed" in (row.error or "")
 
 
-def test_a_failed_send_is_retried_with_backoff_then_ends_failed(app: Flask, world: World) -> None:
+def test_a_failed_send_is_retried_with_backoff_then_ends_failed(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
     reconfigure(app, **{"SCHEDULER_SMTP_HOST": "127.0.0.1", "SCHEDULER_SMTP_PORT": free_port()})
-    pending_failure(world)
-    worker = add_worker()
+    pending_failure(world, make_worker)
+    worker = make_worker().id
     now = utcnow()
 
     for attempt in range(1, MAX_ATTEMPTS):
@@ -381,30 +399,32 @@ def test_a_failed_send_is_retried_with_backoff_then_ends_failed(app: Flask, worl
     assert send_notifications(db.session(), None, worker, now + timedelta(days=1)) == 0
 
 
-def test_email_without_an_smtp_host_fails_at_once(app: Flask, world: World) -> None:
-    pending_failure(world)
+def test_email_without_an_smtp_host_fails_at_once(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
+    pending_failure(world, make_worker)
 
-    send_notifications(db.session(), None, add_worker(), utcnow())
+    send_notifications(db.session(), None, make_worker().id, utcnow())
 
     [row] = outbox()
     assert (row.status, row.attempts, row.error) == ("failed", 1, NO_SMTP_HOST)
 
 
 def test_a_row_whose_lease_ran_out_is_sent_again_with_the_same_key(
-    app: Flask, world: World, smtp_server: SmtpServer
+    app: Flask, world: World, smtp_server: SmtpServer, make_worker: WorkerFactory
 ) -> None:
     reconfigure(app, **smtp_server.settings())
-    row = pending_failure(world)
+    row = pending_failure(world, make_worker)
     now = utcnow()
-    crashed = add_worker()
+    crashed = make_worker().id
     with write_transaction(db.session):  # a worker leases the row, dies before marking it
         [leased] = lease_notifications(db.session(), crashed, now, now + TTL, 10)
     assert leased.id == row.id
 
     # Another worker does not take a row under a live lease ...
-    assert send_notifications(db.session(), None, add_worker(), now + TTL / 2) == 0
+    assert send_notifications(db.session(), None, make_worker().id, now + TTL / 2) == 0
     # ... and sends it once the lease has run out.
-    assert send_notifications(db.session(), None, add_worker(), now + TTL * 2) == 1
+    assert send_notifications(db.session(), None, make_worker().id, now + TTL * 2) == 1
 
     [received] = smtp_server.messages
     assert received.message["X-Scheduler-Idempotency-Key"] == row.idempotency_key
@@ -413,17 +433,17 @@ def test_a_row_whose_lease_ran_out_is_sent_again_with_the_same_key(
 
 
 def test_a_late_mark_by_the_crashed_worker_changes_nothing(
-    app: Flask, world: World, smtp_server: SmtpServer
+    app: Flask, world: World, smtp_server: SmtpServer, make_worker: WorkerFactory
 ) -> None:
     from webapp.scheduler.outbox import SendFailed, mark_failed
 
     reconfigure(app, **smtp_server.settings())
-    pending_failure(world)
+    pending_failure(world, make_worker)
     now = utcnow()
-    slow = add_worker()
+    slow = make_worker().id
     with write_transaction(db.session):
         [leased] = lease_notifications(db.session(), slow, now, now + TTL, 10)
-    send_notifications(db.session(), None, add_worker(), now + TTL * 2)
+    send_notifications(db.session(), None, make_worker().id, now + TTL * 2)
 
     mark_failed(db.session(), slow, leased, SendFailed("too late"), now + TTL * 3)
 
@@ -637,10 +657,10 @@ def test_another_tenants_settings_answer_404(app: Flask, world: World) -> None:
 
 
 def test_the_schedule_page_lists_its_notifications_and_why_it_paused(
-    app: Flask, world: World
+    app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     schedule = watched(world, pause_after_failures=1)
-    run = finish(schedule, add_worker(), fails=True)
+    run = finish(schedule, make_worker().id, fails=True)
 
     page = Panel(app, world.bob).get(f"/schedules/{schedule.id}").get_data(as_text=True)
     section = page[page.index(f'id="schedule-{schedule.id}-notifications"') :]

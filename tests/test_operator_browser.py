@@ -3,49 +3,35 @@ tenants page, views a tenant read-only, then releases a stale worker's lease on 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests import test_panel_browser as panel_browser
-from tests.browser_support import LiveServer, PageErrors, live_server, require_chromium
+from tests.browser_support import LiveServer, PageErrors
 from tests.conftest import PASSWORD, make_run
 from webapp.extensions import db
 from webapp.models import Run, User, Worker
-from webapp.services.accounts import add_user, create_tenant, find_tenant, hash_password
+from webapp.services.accounts import find_tenant, hash_password
 from webapp.services.audit import Actor
 from webapp.services.schedules import ScheduleInput, create_schedule
 
 pytestmark = pytest.mark.browser
 
-chromium = panel_browser.chromium
-errors = panel_browser.errors
-new_page = panel_browser.new_page  # JavaScript on, dialogs (hx-confirm) accepted
-
 
 @pytest.fixture
-def server(sqlite_template: str, tmp_path: Path) -> Iterator[LiveServer]:
-    """Tenant alpha with a schedule and a run held by a worker silent for ten minutes; olga, an
-    operator who is a member of no tenant."""
-    require_chromium()
-    with live_server(sqlite_template, str(tmp_path)) as live, live.app.app_context():
-        create_tenant("alpha", "Alpha Corp", "Europe/Berlin")
-        add_user("alice@example.com", "alpha", "admin", PASSWORD)
+def olga(live_panel: LiveServer) -> None:
+    """Olga, an operator who is a member of no tenant."""
+    with live_panel.app.app_context():
         db.session.add(
             User(email="olga@example.com", password_hash=hash_password(PASSWORD), is_operator=True)
         )
         db.session.commit()
         db.session.remove()
-        yield live
-        db.session.remove()
-        db.engine.dispose()
 
 
-def stale_worker_with_a_run(server: LiveServer) -> tuple[int, int]:
-    with server.app.app_context():
+def stale_worker_with_a_run(live_panel: LiveServer) -> tuple[int, int]:
+    with live_panel.app.app_context():
         now = datetime.now(UTC)
         schedule = create_schedule(
             find_tenant("alpha"),
@@ -71,8 +57,8 @@ def stale_worker_with_a_run(server: LiveServer) -> tuple[int, int]:
         return ids
 
 
-def run_state(server: LiveServer, run_id: int) -> tuple[str, int | None, int]:
-    with server.app.app_context():
+def run_state(live_panel: LiveServer, run_id: int) -> tuple[str, int | None, int]:
+    with live_panel.app.app_context():
         run = db.session.get(Run, run_id)
         assert run is not None
         state = run.status, run.worker_id, run.attempt
@@ -80,22 +66,23 @@ def run_state(server: LiveServer, run_id: int) -> tuple[str, int | None, int]:
         return state
 
 
+@pytest.mark.usefixtures("olga")
 def test_an_operator_views_a_tenant_and_releases_a_stale_lease(
-    new_page: Any, server: LiveServer, errors: PageErrors
+    new_page: Any, live_panel: LiveServer, errors: PageErrors
 ) -> None:
-    worker_id, run_id = stale_worker_with_a_run(server)
+    worker_id, run_id = stale_worker_with_a_run(live_panel)
     page = new_page
-    page.goto(server.url + "/login")
+    page.goto(live_panel.url + "/login")
     page.get_by_label("Email").fill("olga@example.com")
     page.get_by_label("Password").fill(PASSWORD)
     page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(server.url + "/operator")  # no tenant of her own: the operator area
+    page.wait_for_url(live_panel.url + "/operator")  # no tenant of her own: the operator area
     page.get_by_role("heading", name="Tenants").wait_for()
     row = page.get_by_role("row", name="Alpha Corp")
     assert row.locator('[data-count="schedules"]').inner_text() == "1"
 
     row.get_by_role("button", name="View Alpha Corp").click()
-    page.wait_for_url(server.url + "/")
+    page.wait_for_url(live_panel.url + "/")
     banner = page.locator("#operator-banner")
     banner.get_by_text("Operator view of Alpha Corp (read-only)").wait_for()
     page.get_by_role("link", name="Alpha nightly report").wait_for()
@@ -103,11 +90,11 @@ def test_an_operator_views_a_tenant_and_releases_a_stale_lease(
 
     page.get_by_role("navigation", name="Main").get_by_role("link", name="Operator").click()
     page.get_by_role("navigation", name="Operator").get_by_role("link", name="Workers").click()
-    page.wait_for_url(server.url + "/operator/workers")
+    page.wait_for_url(live_panel.url + "/operator/workers")
     worker = page.locator(f"#worker-{worker_id}")
     worker.get_by_text("stale", exact=True).wait_for()
     worker.get_by_role("button", name=f"Release run {run_id}").click()  # hx-confirm accepted
     page.get_by_text(f"Run {run_id} released from worker {worker_id} on host-b").wait_for()
     page.locator(f"#worker-{worker_id}").get_by_text("Holds no run.").wait_for()
-    assert run_state(server, run_id) == ("queued", None, 0)
+    assert run_state(live_panel, run_id) == ("queued", None, 0)
     assert errors.messages == []

@@ -12,12 +12,12 @@ from flask import Flask
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
-from tests.conftest import World, make_run
+from tests.conftest import WorkerFactory, World, make_run
 from tests.panel_helpers import Panel, counted_statements, echo_schedule
 from tests.scheduler_helpers import add_run, add_schedule
 from tests.worker_support import postgresql_only
 from webapp.extensions import db
-from webapp.models import Notification, Run, Schedule, Worker
+from webapp.models import Notification, Run, Schedule
 from webapp.scheduler.watchdog import WatchResult, queue_stall_reason, watch_overdue
 from webapp.scheduler.worker import WorkerProcess
 from webapp.services.overdue import run_waiting_for, schedule_late_by
@@ -219,38 +219,31 @@ def test_a_worker_that_starts_while_the_queue_is_overdue_logs_it_once(
 # --- why queued runs wait --------------------------------------------------------------------
 
 
-def add_worker(concurrency: int, heartbeat: datetime, **fields: Any) -> Worker:
-    worker = Worker(
-        hostname="w", pid=1, concurrency=concurrency, last_heartbeat_at=heartbeat, **fields
-    )
-    db.session.add(worker)
-    db.session.commit()
-    return worker
-
-
 def reason() -> str:
     return queue_stall_reason(db.session(), NOW, LOCK_TTL)
 
 
 def test_no_worker_is_alive_when_none_heartbeated_within_two_lock_ttls_or_all_stopped(
-    app: Flask, world: World
+    app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     assert reason() == "no worker is alive"
-    add_worker(4, NOW - 2 * LOCK_TTL - timedelta(seconds=1))  # died
-    add_worker(4, NOW, stopped_at=NOW)  # stopped cleanly
+    make_worker(concurrency=4, last_heartbeat_at=NOW - 2 * LOCK_TTL - timedelta(seconds=1))  # died
+    make_worker(concurrency=4, last_heartbeat_at=NOW, stopped_at=NOW)  # stopped cleanly
     assert reason() == "no worker is alive"
-    add_worker(1, NOW - 2 * LOCK_TTL)
+    make_worker(concurrency=1, last_heartbeat_at=NOW - 2 * LOCK_TTL)
     assert reason() != "no worker is alive"
 
 
-def test_all_workers_are_busy_when_their_slots_are_full(app: Flask, world: World) -> None:
-    first = add_worker(1, NOW - timedelta(seconds=10))
-    second = add_worker(2, NOW)
-    dead = add_worker(5, NOW - timedelta(hours=1))
+def test_all_workers_are_busy_when_their_slots_are_full(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
+    first = make_worker(concurrency=1, last_heartbeat_at=NOW - timedelta(seconds=10))
+    second = make_worker(concurrency=2, last_heartbeat_at=NOW)
+    dead = make_worker(concurrency=5, last_heartbeat_at=NOW - timedelta(hours=1))
     for n, worker in enumerate((first, second, second, dead, dead)):
         add_run(world.alpha.id, NOW - timedelta(minutes=n), status="running", worker_id=worker.id)
     assert reason() == "all workers are busy (3 of 3 slots running)"
-    add_worker(1, NOW)
+    make_worker(concurrency=1, last_heartbeat_at=NOW)
     assert reason() == "workers are alive but have not taken it yet"
 
 

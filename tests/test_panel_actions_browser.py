@@ -13,7 +13,6 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from sqlalchemy import select
 
-from tests import test_panel_browser as panel_browser
 from tests.browser_support import LiveServer, PageErrors, log_in, worker_process
 from tests.conftest import make_run
 from webapp.extensions import db
@@ -23,13 +22,6 @@ from webapp.services.audit import Actor
 from webapp.services.schedules import ScheduleInput, create_schedule
 
 pytestmark = pytest.mark.browser
-
-# The live server (tenant alpha, alice admin), Chromium and the console watcher of the panel's
-# browser tests.
-server = panel_browser.server
-chromium = panel_browser.chromium
-errors = panel_browser.errors
-new_page = panel_browser.new_page  # JavaScript on, dialogs accepted
 
 
 @pytest.fixture(params=[True, False], ids=["js", "no-js"])
@@ -48,8 +40,8 @@ def page(chromium: Any, errors: PageErrors, js: bool) -> Iterator[Any]:
     context.close()
 
 
-def add_schedule(server: LiveServer, name: str) -> int:
-    with server.app.app_context():
+def add_schedule(live_panel: LiveServer, name: str) -> int:
+    with live_panel.app.app_context():
         schedule = create_schedule(
             find_tenant("alpha"),
             ScheduleInput(
@@ -67,9 +59,9 @@ def add_schedule(server: LiveServer, name: str) -> int:
         return schedule_id
 
 
-def miss_fire_times(server: LiveServer, schedule_id: int) -> None:
+def miss_fire_times(live_panel: LiveServer, schedule_id: int) -> None:
     """As if the schedule had been paused for an hour: six fire times passed."""
-    with server.app.app_context():
+    with live_panel.app.app_context():
         schedule = db.session.get(Schedule, schedule_id)
         assert schedule is not None and not schedule.active
         schedule.next_run_at = datetime.now(UTC) - timedelta(hours=1)
@@ -96,10 +88,10 @@ def still_here(page: Any, js: bool) -> None:
 
 
 def test_every_action_works_from_a_row_of_the_list(
-    page: Any, server: LiveServer, errors: PageErrors, js: bool
+    page: Any, live_panel: LiveServer, errors: PageErrors, js: bool
 ) -> None:
-    schedule_id = add_schedule(server, "Listed")
-    log_in(page, server, "alice@example.com")
+    schedule_id = add_schedule(live_panel, "Listed")
+    log_in(page, live_panel, "alice@example.com")
     if js:
         page.evaluate("window.notReloaded = true")
     row = page.locator(f"#schedule-{schedule_id}")
@@ -107,19 +99,19 @@ def test_every_action_works_from_a_row_of_the_list(
     row.get_by_role("button", name="Run now").click()
     flash(page, "of “Listed” queued.")
     row.locator(".badge-queued").wait_for()
-    assert page.url == server.url + "/"
+    assert page.url == live_panel.url + "/"
 
     row.get_by_role("button", name="Pause").click()
     flash(page, "Schedule “Listed” paused.")
     row.get_by_text("paused", exact=True).first.wait_for()
-    assert page.url == server.url + "/"
+    assert page.url == live_panel.url + "/"
     still_here(page, js)
 
     for button, how in (
         ("Resume and catch up", "missed fire times will run"),
         ("Resume, skip missed", "missed fire times skipped"),
     ):
-        miss_fire_times(server, schedule_id)
+        miss_fire_times(live_panel, schedule_id)
         if not js:  # the question has a page of its own, which comes back here
             page.reload()
         row.get_by_role("link", name="Resume").click()
@@ -128,7 +120,7 @@ def test_every_action_works_from_a_row_of_the_list(
         page.get_by_role("button", name=button).click()
         flash(page, f"Schedule “Listed” resumed ({how}).")
         row.get_by_role("button", name="Pause").wait_for()
-        assert page.url == server.url + "/"
+        assert page.url == live_panel.url + "/"
         still_here(page, js)
         if button == "Resume and catch up":
             row.get_by_role("button", name="Pause").click()
@@ -137,35 +129,35 @@ def test_every_action_works_from_a_row_of_the_list(
     row.get_by_role("button", name="Delete").click()
     flash(page, "Schedule “Listed” deleted.")
     row.wait_for(state="detached")
-    assert page.url == server.url + "/"
+    assert page.url == live_panel.url + "/"
     still_here(page, js)
     assert errors.messages == []
 
 
 def test_edit_from_the_list_and_from_the_schedule_page_saves_to_its_page(
-    page: Any, server: LiveServer, errors: PageErrors, js: bool
+    page: Any, live_panel: LiveServer, errors: PageErrors, js: bool
 ) -> None:
-    schedule_id = add_schedule(server, "Edited")
-    log_in(page, server, "alice@example.com")
+    schedule_id = add_schedule(live_panel, "Edited")
+    log_in(page, live_panel, "alice@example.com")
     for start, name in (("/", "Edited in the list"), (f"/schedules/{schedule_id}", "Edited here")):
-        page.goto(server.url + start)
+        page.goto(live_panel.url + start)
         where = page.locator(f"#schedule-{schedule_id}") if start == "/" else page
         where.get_by_role("link", name="Edit", exact=True).click()
-        page.wait_for_url(f"{server.url}/schedules/{schedule_id}/edit")
+        page.wait_for_url(f"{live_panel.url}/schedules/{schedule_id}/edit")
         page.get_by_label("Name").fill(name)
         page.get_by_role("button", name="Save").click()
         flash(page, f"Schedule “{name}” saved.")
         page.get_by_role("heading", name=name).wait_for()
-        assert page.url == f"{server.url}/schedules/{schedule_id}"
+        assert page.url == f"{live_panel.url}/schedules/{schedule_id}"
     assert errors.messages == []
 
 
 def test_every_action_works_from_the_schedule_page(
-    page: Any, server: LiveServer, errors: PageErrors, js: bool
+    page: Any, live_panel: LiveServer, errors: PageErrors, js: bool
 ) -> None:
-    schedule_id = add_schedule(server, "Detailed")
-    here = f"{server.url}/schedules/{schedule_id}"
-    log_in(page, server, "alice@example.com")
+    schedule_id = add_schedule(live_panel, "Detailed")
+    here = f"{live_panel.url}/schedules/{schedule_id}"
+    log_in(page, live_panel, "alice@example.com")
     page.goto(here)
     heading = page.get_by_role("heading", name="Detailed")
     page.get_by_text("No runs yet.").wait_for()
@@ -189,7 +181,7 @@ def test_every_action_works_from_the_schedule_page(
         ("Resume and catch up", "missed fire times will run"),
         ("Resume, skip missed", "missed fire times skipped"),
     ):
-        miss_fire_times(server, schedule_id)
+        miss_fire_times(live_panel, schedule_id)
         page.get_by_role("link", name="Resume").click()
         page.wait_for_url(lambda url: resume_return(url) == f"/schedules/{schedule_id}")
         page.get_by_text("6 fire times passed while it was paused.").wait_for()
@@ -202,18 +194,18 @@ def test_every_action_works_from_the_schedule_page(
             page.get_by_role("link", name="Resume").wait_for()
 
     page.get_by_role("button", name="Delete").click()
-    page.wait_for_url(server.url + "/")  # not the deleted schedule's page
+    page.wait_for_url(live_panel.url + "/")  # not the deleted schedule's page
     flash(page, "Schedule “Detailed” deleted.")
     page.get_by_role("heading", name="No schedules yet").wait_for()  # it was the only one
     assert errors.messages == []
 
 
 def test_the_resume_page_opened_directly_returns_to_the_schedule(
-    page: Any, server: LiveServer, errors: PageErrors, js: bool
+    page: Any, live_panel: LiveServer, errors: PageErrors, js: bool
 ) -> None:
-    schedule_id = add_schedule(server, "Opened")
-    here = f"{server.url}/schedules/{schedule_id}"
-    log_in(page, server, "alice@example.com")
+    schedule_id = add_schedule(live_panel, "Opened")
+    here = f"{live_panel.url}/schedules/{schedule_id}"
+    log_in(page, live_panel, "alice@example.com")
     page.goto(here)
     page.get_by_role("button", name="Pause").click()
     page.get_by_role("link", name="Resume").wait_for()
@@ -228,19 +220,19 @@ def test_the_resume_page_opened_directly_returns_to_the_schedule(
 
 
 def test_run_now_on_the_schedule_page_shows_the_run_in_its_history_until_it_succeeds(
-    new_page: Any, server: LiveServer, errors: PageErrors
+    new_page: Any, live_panel: LiveServer, errors: PageErrors
 ) -> None:
-    schedule_id = add_schedule(server, "Watched")
+    schedule_id = add_schedule(live_panel, "Watched")
     page = new_page
-    with worker_process(server):
-        log_in(page, server, "alice@example.com")
-        page.goto(f"{server.url}/schedules/{schedule_id}")
+    with worker_process(live_panel):
+        log_in(page, live_panel, "alice@example.com")
+        page.goto(f"{live_panel.url}/schedules/{schedule_id}")
         page.get_by_text("No runs yet.").wait_for()
         page.evaluate("window.notReloaded = true")
         page.get_by_role("button", name="Run now").click()
         history = page.locator("#run-rows tr").first
         history.wait_for()
-        with server.app.app_context():
+        with live_panel.app.app_context():
             # The manual run: the schedule's own fire may land in the same minute (*/10).
             run_id = db.session.scalar(
                 select(Run.id).where(Run.schedule_id == schedule_id, Run.trigger == "manual")
@@ -254,10 +246,10 @@ def test_run_now_on_the_schedule_page_shows_the_run_in_its_history_until_it_succ
 
 
 def test_older_runs_line_up_with_the_columns_of_the_history(
-    new_page: Any, server: LiveServer, errors: PageErrors
+    new_page: Any, live_panel: LiveServer, errors: PageErrors
 ) -> None:
-    schedule_id = add_schedule(server, "Paged")
-    with server.app.app_context():
+    schedule_id = add_schedule(live_panel, "Paged")
+    with live_panel.app.app_context():
         schedule = db.session.get(Schedule, schedule_id)
         assert schedule is not None
         for minute in range(60):
@@ -265,9 +257,9 @@ def test_older_runs_line_up_with_the_columns_of_the_history(
         db.session.commit()
         db.session.remove()
     page = new_page
-    log_in(page, server, "alice@example.com")
+    log_in(page, live_panel, "alice@example.com")
     for url in ("/runs", f"/runs?schedule={schedule_id}"):
-        page.goto(server.url + url)
+        page.goto(live_panel.url + url)
         page.get_by_role("link", name="Load older runs").click()
         page.locator("#run-rows tr").nth(59).wait_for()
         assert page.locator("#runs-more").count() == 0
@@ -288,24 +280,27 @@ def test_older_runs_line_up_with_the_columns_of_the_history(
 
 
 def test_an_action_on_a_schedule_deleted_meanwhile_says_so_and_leaves_the_page(
-    new_page: Any, server: LiveServer, errors: PageErrors
+    new_page: Any, live_panel: LiveServer, errors: PageErrors
 ) -> None:
     """Another tab deleted it: htmx must not paste the 404 page into the row or the page."""
-    listed, detailed = add_schedule(server, "Gone in the list"), add_schedule(server, "Gone here")
+    listed, detailed = (
+        add_schedule(live_panel, "Gone in the list"),
+        add_schedule(live_panel, "Gone here"),
+    )
     page = new_page
-    log_in(page, server, "alice@example.com")
+    log_in(page, live_panel, "alice@example.com")
     other = page.context.new_page()  # another tab of the same session
     other.on("dialog", lambda dialog: dialog.accept())
     for schedule_id, start in ((listed, "/"), (detailed, f"/schedules/{detailed}")):
-        page.goto(server.url + start)
-        other.goto(f"{server.url}/schedules/{schedule_id}")
+        page.goto(live_panel.url + start)
+        other.goto(f"{live_panel.url}/schedules/{schedule_id}")
         other.get_by_role("button", name="Delete").click()
-        other.wait_for_url(server.url + "/")
+        other.wait_for_url(live_panel.url + "/")
         where = page.locator(f"#schedule-{schedule_id}") if start == "/" else page
         where.get_by_role("button", name="Pause").click()
         flash(page, "There is nothing here, or it belongs to another tenant.")
         assert page.locator("header.topbar").count() == 1  # no page pasted into the page
         where.get_by_role("button", name="Pause").wait_for()  # left as it was
-        assert page.url == server.url + start
+        assert page.url == live_panel.url + start
     # Chromium logs the 404 of each failed fetch; nothing else may be logged.
     assert [m for m in errors.messages if "status of 404" not in m] == []

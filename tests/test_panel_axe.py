@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser_support import chromium_browser, log_in
+from tests.browser_support import log_in
 from tests.panel_pages import ADMIN, NO_TENANT, WIDTHS, DemoPages, demo_pages
 
 # One test process for the file (pytest -n): its module fixtures are set up once.
@@ -27,17 +27,11 @@ def demo(sqlite_template: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
         yield pages
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with chromium_browser() as chromium:
-        yield chromium
-
-
-def new_context(browser: Any, width: str) -> Any:
+def new_context(chromium: Any, width: str) -> Any:
     # Playwright injects axe as an inline <script>, which the app's CSP (script-src 'self')
     # refuses: this test alone bypasses the CSP. The other browser tests keep it and fail on any
     # CSP violation, so the app's own pages are still checked under the real policy.
-    return browser.new_context(viewport=WIDTHS[width], bypass_csp=True)
+    return chromium.new_context(viewport=WIDTHS[width], bypass_csp=True)
 
 
 def severe_violations(page: Any) -> list[dict[str, Any]]:
@@ -65,8 +59,8 @@ def width(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def test_the_checker_reports_a_serious_violation(browser: Any, width: str) -> None:
-    context = new_context(browser, width)
+def test_the_checker_reports_a_serious_violation(chromium: Any, width: str) -> None:
+    context = new_context(chromium, width)
     page = context.new_page()
     page.set_content('<html lang="en"><title>t</title><p style="color:#aaa">faint</p></html>')
     found = severe_violations(page)
@@ -75,9 +69,9 @@ def test_the_checker_reports_a_serious_violation(browser: Any, width: str) -> No
 
 
 def test_no_page_has_a_serious_or_critical_violation(
-    browser: Any, demo: DemoPages, width: str
+    chromium: Any, demo: DemoPages, width: str
 ) -> None:
-    context = new_context(browser, width)
+    context = new_context(chromium, width)
     page = context.new_page()
     page.set_default_timeout(10_000)
     page.goto(demo.server.url + "/login")

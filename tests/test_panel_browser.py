@@ -4,9 +4,7 @@ action controls; no page has a JavaScript error."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,58 +13,20 @@ from sqlalchemy import select
 from tests.browser_support import (
     LiveServer,
     PageErrors,
-    chromium_browser,
-    live_server,
     log_in,
-    require_chromium,
     worker_process,
 )
-from tests.conftest import PASSWORD, make_run
+from tests.conftest import make_run
 from webapp.extensions import db
 from webapp.models import Run
-from webapp.services.accounts import add_user, create_tenant, find_tenant
+from webapp.services.accounts import find_tenant
 from webapp.services.audit import Actor
 from webapp.services.schedules import ScheduleInput, create_schedule
 
 pytestmark = pytest.mark.browser
 
 
-@pytest.fixture
-def server(sqlite_template: str, tmp_path: Path) -> Iterator[LiveServer]:
-    require_chromium()
-    with live_server(sqlite_template, str(tmp_path)) as live, live.app.app_context():
-        create_tenant("alpha", "Alpha Corp", "Europe/Berlin")
-        add_user("alice@example.com", "alpha", "admin", PASSWORD)
-        add_user("bob@example.com", "alpha", "viewer", PASSWORD)
-        db.session.remove()
-        yield live
-        db.session.remove()
-        db.engine.dispose()
-
-
-@pytest.fixture
-def chromium() -> Iterator[Any]:
-    with chromium_browser() as browser:
-        yield browser
-
-
-@pytest.fixture
-def errors() -> PageErrors:
-    return PageErrors()
-
-
-@pytest.fixture
-def new_page(chromium: Any, errors: PageErrors) -> Iterator[Any]:
-    context = chromium.new_context()
-    page = context.new_page()
-    page.set_default_timeout(10_000)
-    errors.watch(page)
-    page.on("dialog", lambda dialog: dialog.accept())
-    yield page
-    context.close()
-
-
-def create_echo_schedule(page: Any, server: LiveServer, name: str) -> int:
+def create_echo_schedule(page: Any, live_panel: LiveServer, name: str) -> int:
     """Fills the generated form, checking the live preview and a live error on the way."""
     page.get_by_role("link", name="New schedule").click()
     page.get_by_label("Name").fill(name)
@@ -81,25 +41,25 @@ def create_echo_schedule(page: Any, server: LiveServer, name: str) -> int:
     page.locator("#cron-preview").get_by_text("Every 7 minutes").wait_for()
     assert page.locator("#cron-preview li").count() == 5
     page.get_by_role("button", name="Save").click()
-    page.wait_for_url(server.url + "/schedules/*")
+    page.wait_for_url(live_panel.url + "/schedules/*")
     page.get_by_text(f"Schedule “{name}” created.").wait_for()
     return int(page.url.rsplit("/", 1)[1])
 
 
 def test_an_admin_creates_a_schedule_and_sees_a_live_error_first(
-    new_page: Any, server: LiveServer, errors: PageErrors
+    new_page: Any, live_panel: LiveServer, errors: PageErrors
 ) -> None:
     page = new_page
-    log_in(page, server, "alice@example.com")
+    log_in(page, live_panel, "alice@example.com")
     page.get_by_role("link", name="New schedule").click()
     page.get_by_label("Name").fill("Broken")
     page.get_by_label("Message").fill("")
     page.get_by_role("button", name="Save").click()
     page.locator("#args-message-error").get_by_text("Field required").wait_for()
     assert page.get_by_label("Name").input_value() == "Broken"  # values kept
-    page.goto(server.url + "/")
-    schedule_id = create_echo_schedule(page, server, "Browser echo")
-    page.goto(server.url + "/")
+    page.goto(live_panel.url + "/")
+    schedule_id = create_echo_schedule(page, live_panel, "Browser echo")
+    page.goto(live_panel.url + "/")
     row = page.locator(f"#schedule-{schedule_id}")
     row.get_by_text("Every 7 minutes").wait_for()
     row.get_by_role("button", name="Pause").click()
@@ -111,18 +71,18 @@ def test_an_admin_creates_a_schedule_and_sees_a_live_error_first(
 
 
 def test_run_now_badge_updates_itself_without_a_reload(
-    new_page: Any, server: LiveServer, errors: PageErrors
+    new_page: Any, live_panel: LiveServer, errors: PageErrors
 ) -> None:
     """The badge polls while the run is queued or running; here the test plays the worker."""
     page = new_page
-    log_in(page, server, "alice@example.com")
-    schedule_id = create_echo_schedule(page, server, "Polled echo")
-    page.goto(server.url + "/")
+    log_in(page, live_panel, "alice@example.com")
+    schedule_id = create_echo_schedule(page, live_panel, "Polled echo")
+    page.goto(live_panel.url + "/")
     page.evaluate("window.notReloaded = true")
     row = page.locator(f"#schedule-{schedule_id}")
     row.get_by_role("button", name="Run now").click()
     row.get_by_text("queued").wait_for()
-    with server.app.app_context():
+    with live_panel.app.app_context():
         run = db.session.scalar(select(Run).where(Run.schedule_id == schedule_id))
         assert run is not None
         run.status, run.started_at = "succeeded", datetime.now(UTC)
@@ -139,13 +99,13 @@ def test_run_now_badge_updates_itself_without_a_reload(
 
 
 def test_run_now_succeeds_with_a_real_worker_process(
-    new_page: Any, server: LiveServer, errors: PageErrors
+    new_page: Any, live_panel: LiveServer, errors: PageErrors
 ) -> None:
-    with worker_process(server):
+    with worker_process(live_panel):
         page = new_page
-        log_in(page, server, "alice@example.com")
-        schedule_id = create_echo_schedule(page, server, "Worker echo")
-        page.goto(server.url + "/")
+        log_in(page, live_panel, "alice@example.com")
+        schedule_id = create_echo_schedule(page, live_panel, "Worker echo")
+        page.goto(live_panel.url + "/")
         page.evaluate("window.notReloaded = true")
         row = page.locator(f"#schedule-{schedule_id}")
         row.get_by_role("button", name="Run now").click()
@@ -157,9 +117,9 @@ def test_run_now_succeeds_with_a_real_worker_process(
 
 
 def test_a_viewer_sees_no_action_buttons(
-    new_page: Any, server: LiveServer, errors: PageErrors
+    new_page: Any, live_panel: LiveServer, errors: PageErrors
 ) -> None:
-    with server.app.app_context():
+    with live_panel.app.app_context():
         schedule = create_schedule(
             find_tenant("alpha"),
             ScheduleInput(
@@ -177,27 +137,27 @@ def test_a_viewer_sees_no_action_buttons(
         schedule_id = schedule.id
         db.session.remove()
     page = new_page
-    log_in(page, server, "bob@example.com")
+    log_in(page, live_panel, "bob@example.com")
     for path in ("/", f"/schedules/{schedule_id}", "/runs", "/upcoming", "/audit"):
-        page.goto(server.url + path)
+        page.goto(live_panel.url + path)
         assert page.get_by_role("button", name="Run now").count() == 0, path
         assert page.get_by_role("button", name="Delete").count() == 0, path
         assert page.get_by_role("button", name="Pause").count() == 0, path
         assert page.get_by_role("link", name="Edit").count() == 0, path
         assert page.get_by_role("link", name="New schedule").count() == 0, path
-    page.goto(server.url + "/runs")
+    page.goto(live_panel.url + "/runs")
     page.get_by_role("link", name="failed").first.click()
     page.get_by_text("boom <b>").wait_for()  # escaped, shown as text
     assert errors.messages == []
 
 
 def test_no_page_has_a_javascript_error(
-    new_page: Any, server: LiveServer, errors: PageErrors
+    new_page: Any, live_panel: LiveServer, errors: PageErrors
 ) -> None:
     page = new_page
-    page.goto(server.url + "/login")
-    log_in(page, server, "alice@example.com")
-    schedule_id = create_echo_schedule(page, server, "Visited")
+    page.goto(live_panel.url + "/login")
+    log_in(page, live_panel, "alice@example.com")
+    schedule_id = create_echo_schedule(page, live_panel, "Visited")
     for path in (
         "/",
         "/schedules/new",
@@ -207,9 +167,9 @@ def test_no_page_has_a_javascript_error(
         "/runs",
         "/audit",
     ):
-        page.goto(server.url + path)
+        page.goto(live_panel.url + path)
         page.wait_for_load_state("networkidle")
-    page.goto(server.url + "/")
+    page.goto(live_panel.url + "/")
     page.get_by_label("Search by name").fill("nothing-matches")
     page.get_by_text("No schedule matches").wait_for()
     assert errors.messages == []

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser_support import PageErrors, chromium_browser, log_in
+from tests.browser_support import PageErrors, log_in
 from tests.panel_pages import ADMIN, NO_TENANT, WIDTHS, DemoPages, demo_pages
 
 # One test process for the file (pytest -n): its module fixtures are set up once.
@@ -55,16 +55,10 @@ def demo(sqlite_template: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
         yield pages
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with chromium_browser() as chromium:
-        yield chromium
-
-
 @pytest.fixture(params=list(WIDTHS))
-def page(request: pytest.FixtureRequest, browser: Any, demo: DemoPages) -> Iterator[Any]:
+def page(request: pytest.FixtureRequest, chromium: Any, demo: DemoPages) -> Iterator[Any]:
     """A logged-in admin's page at the parameter's width, failing on any JavaScript error."""
-    context = browser.new_context(viewport=WIDTHS[request.param])
+    context = chromium.new_context(viewport=WIDTHS[request.param])
     page = context.new_page()
     page.set_default_timeout(10_000)
     errors = PageErrors()
@@ -113,9 +107,9 @@ def test_every_page_fits_the_width_and_keeps_its_controls_inside(
             check_reachable(page, navigation.get_by_role("link", name=link), name)
 
 
-def test_the_login_and_the_no_tenant_pages_fit(browser: Any, demo: DemoPages) -> None:
+def test_the_login_and_the_no_tenant_pages_fit(chromium: Any, demo: DemoPages) -> None:
     for viewport in WIDTHS.values():
-        context = browser.new_context(viewport=viewport)
+        context = chromium.new_context(viewport=viewport)
         page = context.new_page()
         page.goto(demo.server.url + "/login")
         check_layout(page, f"login at {viewport['width']}")

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from tests import test_panel_browser as panel_browser
 from tests.browser_support import LiveServer, PageErrors, log_in
 from webapp.extensions import db
 from webapp.services.accounts import find_tenant
@@ -17,19 +16,13 @@ from webapp.services.schedules import ScheduleInput, create_schedule
 
 pytestmark = pytest.mark.browser
 
-# The browser fixtures of the main browser tests: alpha (Europe/Berlin) with alice and bob.
-server = panel_browser.server
-chromium = panel_browser.chromium
-errors = panel_browser.errors
-new_page = panel_browser.new_page
-
 
 def test_the_preview_shows_clock_changes_and_a_chosen_day_changes_the_fire_times(
-    new_page: Any, server: LiveServer, errors: PageErrors
+    new_page: Any, live_panel: LiveServer, errors: PageErrors
 ) -> None:
     page = new_page
-    log_in(page, server, "alice@example.com")
-    page.goto(server.url + "/schedules/new")
+    log_in(page, live_panel, "alice@example.com")
+    page.goto(live_panel.url + "/schedules/new")
     page.get_by_label("Time zone").fill("America/New_York")
     page.get_by_label("Cron expression").fill("30 2 * * *")
     preview = page.locator("#cron-preview")
@@ -48,9 +41,9 @@ def test_the_preview_shows_clock_changes_and_a_chosen_day_changes_the_fire_times
 
 
 def test_the_keyboard_reaches_the_utc_times(
-    new_page: Any, server: LiveServer, errors: PageErrors
+    new_page: Any, live_panel: LiveServer, errors: PageErrors
 ) -> None:
-    with server.app.app_context():
+    with live_panel.app.app_context():
         create_schedule(
             find_tenant("alpha"),
             ScheduleInput(
@@ -65,8 +58,8 @@ def test_the_keyboard_reaches_the_utc_times(
         )
         db.session.remove()
     page = new_page
-    log_in(page, server, "alice@example.com")
-    page.goto(server.url + "/audit")
+    log_in(page, live_panel, "alice@example.com")
+    page.goto(live_panel.url + "/audit")
     when = page.locator("#audit-log time").first
     assert when.inner_text().split(" ")[2] in ("CET", "CEST")
     page.get_by_role("button", name="Log out").focus()  # last in the header
@@ -80,6 +73,6 @@ def test_the_keyboard_reaches_the_utc_times(
     page.get_by_text("who did what, in UTC").wait_for()
     assert page.get_by_role("button", name="UTC").get_attribute("aria-pressed") == "true"
     assert when.inner_text().split(" ")[2] == "UTC"
-    page.goto(server.url + "/upcoming")
+    page.goto(live_panel.url + "/upcoming")
     page.get_by_role("columnheader", name="When (UTC)").first.wait_for()
     assert errors.messages == []

@@ -9,22 +9,15 @@ from datetime import UTC, datetime, timedelta
 
 from flask import Flask
 
-from tests.conftest import World, make_run
+from tests.conftest import WorkerFactory, World, make_run
 from tests.panel_helpers import Panel, Seeded, counted_statements, seed
 from tests.scheduler_helpers import execute_leased
 from webapp.extensions import db
-from webapp.models import Run, Worker
+from webapp.models import Run
 from webapp.scheduler.leases import lease_once
 from webapp.services.audit import Actor
 from webapp.services.schedules import ScheduleInput, create_schedule, run_now
 from webapp.web.formatting import dom_id
-
-
-def add_worker() -> Worker:
-    worker = Worker(hostname="worker-7.example", pid=4242, concurrency=2)
-    db.session.add(worker)
-    db.session.commit()
-    return worker
 
 
 def error_text(page: str, run: Run) -> str:
@@ -34,10 +27,10 @@ def error_text(page: str, run: Run) -> str:
 
 
 def test_alice_sees_who_asked_where_it_ran_its_key_and_the_next_attempt(
-    app: Flask, world: World
+    app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     data: Seeded = seed(world)
-    worker = add_worker()
+    worker = make_worker(hostname="worker-7.example", pid=4242)
     run = run_now(data.report, Actor.for_user(world.alice), datetime.now(UTC))
     run.status, run.attempt, run.max_attempts, run.worker_id = "queued", 1, 3, None
     retry_at = datetime.now(UTC) + timedelta(minutes=5)
@@ -61,9 +54,11 @@ def test_alice_sees_who_asked_where_it_ran_its_key_and_the_next_attempt(
         assert charlie.get(f"/runs/{run_id}").status_code == 404
 
 
-def test_the_run_page_joins_rather_than_querying_per_detail(app: Flask, world: World) -> None:
+def test_the_run_page_joins_rather_than_querying_per_detail(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
     data = seed(world)
-    worker = add_worker()
+    worker = make_worker(hostname="worker-7.example", pid=4242)
     bare = make_run(data.report, "queued", 1)
     full = make_run(data.report, "failed", 2, trigger="manual", requested_by=world.alice.id)
     full.worker_id = worker.id
@@ -81,9 +76,9 @@ def test_the_run_page_joins_rather_than_querying_per_detail(app: Flask, world: W
 
 
 def test_a_failed_run_shows_the_error_type_message_and_job_frames_but_no_server_traceback(
-    app: Flask, world: World
+    app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
-    worker = add_worker()
+    worker = make_worker(hostname="worker-7.example", pid=4242)
     alice = Actor.for_user(world.alice)
     failing = ScheduleInput(
         name="Fails", job="demo.fail", args={"message": "disk full"}, cron="@daily", time_zone="UTC"

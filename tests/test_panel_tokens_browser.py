@@ -10,14 +10,9 @@ from urllib.request import Request, urlopen
 import pytest
 
 from tests import test_panel_actions_browser as actions_browser
-from tests import test_panel_browser as panel_browser
 from tests.browser_support import LiveServer, PageErrors, log_in
 
 pytestmark = pytest.mark.browser
-
-server = panel_browser.server
-chromium = panel_browser.chromium
-errors = panel_browser.errors
 
 
 # With JavaScript and without, dialogs (hx-confirm of Revoke) accepted.
@@ -25,8 +20,8 @@ js = actions_browser.js
 page = actions_browser.page
 
 
-def api_status(server: LiveServer, secret: str) -> int:
-    request = Request(server.url + "/api/v1/schedules")
+def api_status(live_panel: LiveServer, secret: str) -> int:
+    request = Request(live_panel.url + "/api/v1/schedules")
     request.add_header("Authorization", f"Bearer {secret}")
     try:
         with urlopen(request, timeout=10) as response:
@@ -36,25 +31,25 @@ def api_status(server: LiveServer, secret: str) -> int:
 
 
 def test_an_admin_creates_uses_and_revokes_a_token(
-    page: Any, server: LiveServer, errors: PageErrors, js: bool
+    page: Any, live_panel: LiveServer, errors: PageErrors, js: bool
 ) -> None:
-    log_in(page, server, "alice@example.com")
+    log_in(page, live_panel, "alice@example.com")
     page.get_by_role("link", name="API tokens").click()
     page.get_by_label("Name").fill("Deploy pipeline")
     page.get_by_label("Scope").select_option("write")
     page.get_by_role("button", name="Create token").click()
     secret = page.locator("#token-secret").inner_text()
     assert re.fullmatch(r"sch_[0-9a-f]{8}_\S+", secret)
-    assert api_status(server, secret) == 200
-    page.goto(server.url + "/tokens")
+    assert api_status(live_panel, secret) == 200
+    page.goto(live_panel.url + "/tokens")
     assert page.locator("#token-secret").count() == 0  # shown once
     row = page.locator("tr", has_text="Deploy pipeline")
     assert "active" in row.inner_text()
     row.get_by_role("button", name="Revoke").click()
-    page.wait_for_url(server.url + "/tokens")
+    page.wait_for_url(live_panel.url + "/tokens")
     page.locator("tr", has_text="revoked").wait_for()
-    assert api_status(server, secret) == 401
-    page.goto(server.url + "/api/docs")
+    assert api_status(live_panel, secret) == 401
+    page.goto(live_panel.url + "/api/docs")
     # Swagger UI's operation with JavaScript (tests/test_api_docs_browser.py), the server's without.
     page.locator(
         "#operations-schedules-create_schedule" if js else "#op-create_schedule"
@@ -62,7 +57,7 @@ def test_an_admin_creates_uses_and_revokes_a_token(
     assert errors.messages == []
 
 
-def test_a_viewer_has_no_tokens_page(page: Any, server: LiveServer) -> None:
-    log_in(page, server, "bob@example.com")
+def test_a_viewer_has_no_tokens_page(page: Any, live_panel: LiveServer) -> None:
+    log_in(page, live_panel, "bob@example.com")
     assert page.get_by_role("link", name="API tokens").count() == 0
-    assert page.goto(server.url + "/tokens").status == 403
+    assert page.goto(live_panel.url + "/tokens").status == 403

@@ -11,11 +11,10 @@ from threading import Event
 import pytest
 from flask import Flask
 
-from tests.conftest import World
+from tests.conftest import WorkerFactory, World
 from tests.panel_helpers import Panel
 from tests.scheduler_helpers import (
     add_run,
-    add_worker,
     execute_leased,
     get_run,
     lease_and_start,
@@ -43,8 +42,10 @@ def lease(worker: int, now: datetime = NOW, limit: int = 10) -> list[int]:
     return [run.id for run in lease_once(db.session(), worker, now, TTL, limit)]
 
 
-def test_a_lease_leaves_the_start_unwritten_until_the_start_mark(app: Flask, world: World) -> None:
-    worker = add_worker()
+def test_a_lease_leaves_the_start_unwritten_until_the_start_mark(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
+    worker = make_worker().id
     run = add_run(world.alpha.id, NOW)
     (leased,) = lease_once(db.session(), worker, NOW, TTL, 1)
     assert leased.started_at is None
@@ -55,11 +56,11 @@ def test_a_lease_leaves_the_start_unwritten_until_the_start_mark(app: Flask, wor
 
 
 def test_a_lease_marks_started_only_the_runs_its_free_slots_take_at_once(
-    app: Flask, world: World
+    app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     """The lease itself writes the start of the first runs (by id) the free slots take; if the
     worker is lost, those count their attempt and the others go back without spending one."""
-    worker = add_worker()
+    worker = make_worker().id
     runs = [add_run(world.alpha.id, NOW - (3 - n) * SECOND, max_attempts=3) for n in range(3)]
     lease = lease_with_starts(db.session(), worker, NOW, TTL, 3, [], 1)
     assert [run.id for run in lease.runs] == [run.id for run in runs]
@@ -74,12 +75,12 @@ def test_a_lease_marks_started_only_the_runs_its_free_slots_take_at_once(
 
 
 def test_the_start_mark_writes_only_runs_whose_lease_this_worker_holds_and_has_not_passed(
-    app: Flask, world: World
+    app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     mine, expired, theirs, queued = (
         add_run(world.alpha.id, NOW - SECOND + n * timedelta(microseconds=1)) for n in range(4)
     )
-    worker, other = add_worker(), add_worker()
+    worker, other = make_worker().id, make_worker().id
     assert lease(worker, limit=2) == [mine.id, expired.id]
     assert lease(other, NOW + TTL / 2, limit=1) == [theirs.id]
     renew_leases(db.session(), worker, [mine.id], NOW + TTL / 2, TTL)
@@ -89,22 +90,28 @@ def test_the_start_mark_writes_only_runs_whose_lease_this_worker_holds_and_has_n
     assert [get_run(run_id).started_at for run_id in ids] == [at, None, None, None]
 
 
-def test_the_start_mark_refuses_a_run_a_reaper_has_taken_back(app: Flask, world: World) -> None:
-    worker = add_worker()
+def test_the_start_mark_refuses_a_run_a_reaper_has_taken_back(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
+    worker = make_worker().id
     run = add_run(world.alpha.id, NOW, max_attempts=3)
     lease(worker)
     assert reap_once(db.session(), NOW + TTL + SECOND) == 1
     assert start_runs(db.session(), worker, [run.id], NOW + SECOND) == set()
-    assert lease(add_worker(), NOW + TTL + 2 * SECOND) == [run.id]  # leased again elsewhere
+    assert lease(make_worker().id, NOW + TTL + 2 * SECOND) == [run.id]  # leased again elsewhere
     assert start_runs(db.session(), worker, [run.id], NOW + TTL + 3 * SECOND) == set()
 
 
 @pytest.mark.parametrize("max_attempts", [1, 3])
 def test_a_run_leased_and_never_started_is_queued_again_without_spending_an_attempt(
-    app: Flask, world: World, max_attempts: int, caplog: pytest.LogCaptureFixture
+    app: Flask,
+    world: World,
+    max_attempts: int,
+    caplog: pytest.LogCaptureFixture,
+    make_worker: WorkerFactory,
 ) -> None:
     run = add_run(world.alpha.id, NOW, max_attempts=max_attempts)
-    lease(add_worker())
+    lease(make_worker().id)
     with caplog.at_level(logging.WARNING, logger="webapp.scheduler"):
         assert reap_once(db.session(), NOW + TTL + SECOND) == 1
     reaped = get_run(run.id)
@@ -119,7 +126,7 @@ def test_a_run_leased_and_never_started_is_queued_again_without_spending_an_atte
     (record,) = [r for r in caplog.records if getattr(r, "action", "") == "run_lease_expired"]
     assert (getattr(record, "requeued", None), getattr(record, "started", None)) == (True, False)
     # Another worker runs it as its first attempt, and it succeeds.
-    other = add_worker()
+    other = make_worker().id
     (leased,) = lease_and_start(other, NOW + TTL + 2 * SECOND, TTL)
     assert leased.attempt == 1
     execute_leased(leased, other)
@@ -127,11 +134,13 @@ def test_a_run_leased_and_never_started_is_queued_again_without_spending_an_atte
     assert (ended.status, ended.attempt, ended.error) == ("succeeded", 1, None)
 
 
-def test_a_started_run_is_reaped_as_before_in_the_same_statement(app: Flask, world: World) -> None:
+def test_a_started_run_is_reaped_as_before_in_the_same_statement(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
     """One run started and one only leased, both of a worker that is lost, with one attempt
     each: the started one fails as "worker lost", the other is queued again; a started run with
     attempts left is queued as its next attempt."""
-    worker = add_worker()
+    worker = make_worker().id
     started = add_run(world.alpha.id, NOW - timedelta(microseconds=3))
     retried = add_run(world.alpha.id, NOW - timedelta(microseconds=2), max_attempts=2)
     waiting = add_run(world.alpha.id, NOW - timedelta(microseconds=1))
@@ -150,11 +159,11 @@ def test_a_started_run_is_reaped_as_before_in_the_same_statement(app: Flask, wor
 
 
 def test_a_retry_leased_again_and_never_started_keeps_its_attempt_count(
-    app: Flask, world: World
+    app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     """Attempt 1 failed; attempt 2 is leased, and its worker is lost before starting it: the
     run waits for attempt 2 again (its first attempt's start is no start of this one)."""
-    worker = add_worker()
+    worker = make_worker().id
     run = add_run(world.alpha.id, NOW, job="demo.fail", args={"message": "x"}, max_attempts=2)
     (first,) = lease_and_start(worker, NOW, TTL)
     execute_leased(first, worker)
@@ -201,8 +210,10 @@ def test_a_slot_starts_no_run_without_its_start_mark(app: Flask) -> None:
     assert pool.to_start(1.0) == ([], 0)  # the slot is busy: nothing more is marked
 
 
-def test_the_panel_shows_a_leased_run_as_not_started_yet(app: Flask, world: World) -> None:
-    worker = add_worker()
+def test_the_panel_shows_a_leased_run_as_not_started_yet(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
+    worker = make_worker().id
     run = add_run(world.alpha.id, NOW)
     lease(worker, datetime.now(UTC))
     panel = Panel(app, world.alice)
