@@ -26,7 +26,6 @@ from sqlalchemy import (
 from sqlalchemy.orm import defer, joinedload
 from werkzeug.wrappers import Response
 
-from webapp.config import overdue_grace
 from webapp.database import contains_text, like_pattern, utcnow
 from webapp.extensions import db
 from webapp.models import RUN_STATUSES, TRIGGERS, Run, Schedule, User, Worker
@@ -36,7 +35,7 @@ from webapp.services.overdue import Waiting, waiting_runs
 from webapp.web import tenancy
 from webapp.web.auth import is_own_path
 from webapp.web.common import actor, done, page_or_partial
-from webapp.web.formatting import is_htmx, moment_settings
+from webapp.web.formatting import is_htmx, page_clock
 from webapp.web.params import bad_request, choice_arg, date_arg, id_arg
 
 bp = Blueprint("runs", __name__)
@@ -155,10 +154,9 @@ def history_query(query: Select[Run]) -> Select[*tuple[Any, ...]]:
 def waiting(runs: list[Any]) -> dict[int, Waiting]:
     """The page's overdue queued runs, by id, with why they wait (one statement, and only
     when the page shows one)."""
-    config = current_app.config
-    lock_ttl = timedelta(seconds=float(config["SCHEDULER_LOCK_TTL"]))
-    now = moment_settings()[1]  # the page's now, as its relative times
-    return waiting_runs(db.session(), runs, now, overdue_grace(config), lock_ttl)
+    lock_ttl = timedelta(seconds=float(current_app.config["SCHEDULER_LOCK_TTL"]))
+    clock = page_clock()  # the page's now, as its relative times
+    return waiting_runs(db.session(), runs, clock.now, clock.overdue_grace, lock_ttl)
 
 
 @dataclass(frozen=True)

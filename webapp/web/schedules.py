@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
-from urllib.parse import urlencode
 from zoneinfo import ZoneInfo
 
 from flask import Blueprint, abort, current_app, request, url_for
 from flask_login import login_required
-from flask_wtf.csrf import generate_csrf
-from markupsafe import Markup, escape
 from sqlalchemy import (
     BindParameter,
     Boolean,
@@ -38,7 +35,6 @@ from werkzeug.exceptions import BadRequest
 from werkzeug.wrappers import Response
 
 from webapp.catalog.current import current_catalog
-from webapp.config import overdue_grace
 from webapp.database import UTCDateTime, contains_text, like_pattern, utcnow
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule
@@ -52,7 +48,6 @@ from webapp.services.backfill import (
     backfill as queue_backfill,
 )
 from webapp.services.notifications import recent_notifications
-from webapp.services.overdue import schedule_late_by
 from webapp.services.schedule_stats import last_days
 from webapp.services.schedules import (
     ScheduleError,
@@ -72,17 +67,9 @@ from webapp.web.auth import is_own_path
 from webapp.web.charts import days_figures
 from webapp.web.common import actor, done, htmx_redirect, page_or_partial
 from webapp.web.formatting import (
-    describe_cron,
-    dom_id_of,
     id_url,
-    id_url_parts,
     is_htmx,
-    local_time,
-    moment,
-    moment_settings,
-    relative_time,
     shown_zone,
-    status_badge,
 )
 from webapp.web.forms import (
     FIELD_LABELS,
@@ -113,7 +100,7 @@ DETAIL_AUDIT = 20
 STATUS_FILTERS = ("active", "paused")
 UPCOMING_HOURS = 24
 UPCOMING_PAGE = 100  # fire times per page of Next runs
-# The columns of a schedule that its row in the list shows or needs (schedule_rows).
+# The columns of a schedule that its row in the list shows or needs (schedules/_rows.html).
 LIST_COLUMNS = (
     "id",
     "tenant_id",
@@ -144,7 +131,7 @@ def last_runs(schedule_ids: list[int]) -> dict[int, Run]:
 
 @dataclass(frozen=True)
 class LastRun:
-    """The latest run of a listed schedule: what its status badge shows (formatting.status_badge
+    """The latest run of a listed schedule: what its status badge shows (the status_badge macro
     takes a model or anything with these attributes)."""
 
     id: int
@@ -200,127 +187,28 @@ def list_statement(filters: frozenset[str]) -> Select[Any]:
     )
 
 
-ROW_ACTIONS = ("detail", "edit", "run", "pause", "resume", "delete")
+@dataclass(frozen=True, slots=True)
+class ScheduleUrls:
+    """The URLs of a schedule's links and forms, by action: a list page has six per row, so
+    they come from id_url, not url_for."""
+
+    detail: str
+    edit: str
+    run: str
+    pause: str
+    resume: str
+    delete: str
 
 
 @bp.app_template_global()
-def schedule_urls(schedule_id: int) -> dict[str, str]:
-    """The URLs of one schedule row's links and forms, by action ("detail", "run", ...): a list
-    page has six per row, so they come from id_url, not url_for."""
-    return {
-        action: id_url(f"schedules.{action}", schedule_id=schedule_id) for action in ROW_ACTIONS
-    }
-
-
-@bp.app_template_global()
-def overdue_badge(schedule: Schedule) -> Markup:
-    """The "Overdue" badge of a schedule no tick has dispatched within the grace (empty when
-    it is not overdue), computed now from the schedule: it must show when no worker is alive."""
-    now = moment_settings()[1]
-    if schedule_late_by(schedule, now, overdue_grace(current_app.config)) is None:
-        return Markup("")
-    return Markup(
-        '<span class="badge badge-overdue" id="{}">Overdue: due {}, not dispatched</span>'
-    ).format(
-        dom_id_of("schedule", schedule.id, "overdue"), relative_time(schedule.next_run_at, now)
-    )
-
-
-@bp.app_template_global()
-def active_badge(schedule: Schedule) -> Markup:
-    """A schedule's state badge; a paused one's title says why, when a worker paused it."""
-    if schedule.active:
-        return Markup('<span class="badge badge-active">active</span>')
-    reason = schedule.inactive_reason
-    title = f' title="{escape(reason)}"' if reason else ""
-    return Markup(f'<span class="badge badge-paused"{title}>paused</span>')
-
-
-@bp.app_template_global()
-def schedule_rows(
-    schedules: Iterable[Any],
-    last_runs: Mapping[int, Any],
-    tenant: Any,
-    titles: Mapping[str, str],
-) -> Markup:
-    """The rows of the schedule list (templates/schedules/_rows.html; _row.html swaps one in
-    after pause and resume), as one piece of HTML.
-
-    Built here rather than by a macro, as formatting.run_rows builds the history's: a row has
-    six cells and four forms, and each expression of a template costs about as much as the
-    value it prints. What rows share (the URLs around the id, the CSRF field, the list's URL)
-    is made once. Every value from the database is escaped."""
-    time_zone = tenant.time_zone
-    writer = tenancy.can_write()
-    urls = [(action, id_url_parts(f"schedules.{action}", "schedule_id")) for action in ROW_ACTIONS]
-    back = url_for("schedules.index")
-    hidden = (
-        f'<input type="hidden" name="csrf_token" value="{escape(generate_csrf())}">'
-        if writer
-        else ""
-    )
-    back_field = f'<input type="hidden" name="next" value="{escape(back)}">'
-    resume_query = escape("?" + urlencode({"next": back}))
-    html = []
-    for schedule in schedules:
-        row_id = dom_id_of("schedule", schedule.id)
-        url = {action: f"{before}{schedule.id}{after}" for action, (before, after) in urls}
-        name = escape(schedule.name)
-        job = escape(titles.get(schedule.job, schedule.job))
-        next_run = (
-            moment(schedule.next_run_at, time_zone)
-            if schedule.active
-            else '<span class="muted">paused</span>'
+def schedule_urls(schedule_id: int) -> ScheduleUrls:
+    """The URLs of one schedule's links and forms (templates/schedules/_rows.html, _detail.html)."""
+    return ScheduleUrls(
+        *(
+            id_url(f"schedules.{action}", schedule_id=schedule_id)
+            for action in ScheduleUrls.__slots__
         )
-        last_run = last_runs.get(schedule.id)
-        last = status_badge(last_run) if last_run else '<span class="muted">never ran</span>'
-        cells = [
-            f'<tr id="{row_id}" class="{"" if schedule.active else "is-paused"}">\n'
-            f'  <td>\n    <a class="strong" href="{url["detail"]}">{name}</a>\n'
-            f'    <div class="muted small">{job}</div>\n  </td>\n'
-            f'  <td><code class="cron">{escape(schedule.cron)}</code><div class="muted small">'
-            f"{escape(describe_cron(schedule.cron, schedule.time_zone))}</div></td>\n"
-            f'  <td class="small">{escape(schedule.time_zone)}</td>\n'
-            f'  <td class="small" data-label="Next run">{next_run}</td>\n'
-            f'  <td id="{row_id}-last-run" data-label="Last run">{last}</td>\n'
-            f"  <td>{active_badge(schedule)} {overdue_badge(schedule)}</td>\n"
-        ]
-        if writer:
-            if schedule.active:
-                pause = (
-                    f'    <form method="post" action="{url["pause"]}"\n'
-                    f'          hx-post="{url["pause"]}" hx-target="#{row_id}" '
-                    'hx-swap="outerHTML">\n'
-                    f"      {hidden}{back_field}\n"
-                    '      <button type="submit" name="pause" class="button small secondary">'
-                    "Pause</button>\n    </form>\n"
-                )
-            else:
-                # htmx asks in the row; without JavaScript the question is a page that comes
-                # back here.
-                resume = f"{url['resume']}{resume_query}"
-                pause = (
-                    f'    <a class="button small secondary" href="{resume}"\n'
-                    f'       hx-get="{resume}" hx-target="#{row_id}-actions">Resume</a>\n'
-                )
-            cells.append(
-                f'  <td class="actions-cell" id="{row_id}-actions"><div class="actions">\n'
-                f'    <form method="post" action="{url["run"]}"\n'
-                f'          hx-post="{url["run"]}" hx-target="#{row_id}-last-run">\n'
-                f"      {hidden}{back_field}\n"
-                '      <button type="submit" name="run_now" class="button small">Run now'
-                "</button>\n    </form>\n"
-                f"{pause}"
-                f'    <a class="button small secondary" href="{url["edit"]}">Edit</a>\n'
-                f'    <form method="post" action="{url["delete"]}"\n'
-                f'          hx-post="{url["delete"]}" hx-target="#{row_id}" hx-swap="delete"\n'
-                f'          hx-confirm="Delete the schedule “{name}”? Its run history stays.">\n'
-                f'      {hidden}<button type="submit" name="delete" class="button small danger">'
-                "Delete</button>\n    </form>\n  </div></td>\n"
-            )
-        cells.append("</tr>\n")
-        html.append("".join(cells))
-    return Markup("".join(html))
+    )
 
 
 def job_titles() -> dict[str, str]:
@@ -390,9 +278,10 @@ def index() -> Response:
 
 
 def row_context(schedule: Schedule) -> dict[str, Any]:
+    """The list's rows (templates/schedules/_rows.html) with one schedule's row alone."""
     return {
-        "schedule": schedule,
-        "last_run": last_runs([schedule.id]).get(schedule.id),
+        "schedules": [schedule],
+        "last_runs": last_runs([schedule.id]),
         "titles": job_titles(),
         "tenant": tenancy.current_tenant(),
     }
@@ -705,7 +594,7 @@ def action_done(message: str, schedule: Schedule) -> Response:
         return done(
             message, back_to(schedule), "schedules/_detail.html", **detail_context(schedule.id)
         )
-    return done(message, back_to(schedule), "schedules/_row.html", **row_context(schedule))
+    return done(message, back_to(schedule), "schedules/_rows.html", **row_context(schedule))
 
 
 @bp.post("/schedules/<id:schedule_id>/run")
@@ -964,63 +853,6 @@ def one_off_fires(start: datetime, end: datetime, cursor: Cursor | None, limit: 
         values.update(zip(("after_at", "after_schedule", "after_run"), cursor, strict=True))
     rows = db.session.execute(one_offs_statement(cursor is not None), tenancy.bound(**values))
     return [Fire(row.available_at, row, None, row.run_id) for row in rows]
-
-
-@bp.app_template_global()
-def upcoming_rows(fires: Iterable[Fire], tenant: Any, titles: Mapping[str, str]) -> Markup:
-    """The rows of one day of Next runs (templates/schedules/_upcoming_days.html), as one
-    piece of HTML, as schedule_rows makes the list's: a page has 100. Every value from the
-    database is escaped."""
-    zone = shown_zone(tenant.time_zone)
-    detail = id_url_parts("schedules.detail", "schedule_id")
-    run_url = id_url_parts("runs.detail", "run_id")
-    cancel_url = id_url_parts("runs.cancel", "run_id")
-    cancel_fields = ""
-    if tenancy.can_write():
-        cancel_fields = (
-            f'<input type="hidden" name="csrf_token" value="{escape(generate_csrf())}">'
-            '<input type="hidden" name="place" value="upcoming"><input type="hidden" '
-            f'name="next" value="{escape(url_for("schedules.upcoming"))}">'
-        )
-    html = []
-    for fire in fires:
-        schedule = fire.schedule
-        local = (
-            f'<div class="muted small">{escape(local_time(fire.at, schedule.time_zone))}</div>'
-            if schedule.time_zone != zone
-            else ""
-        )
-        note = f'<span class="dst-note">{escape(fire.note)}</span>' if fire.note else ""
-        row_attribute = one_off = ""
-        if fire.run_id:
-            run_id = int(fire.run_id)
-            row_id = dom_id_of("run", run_id, "upcoming")
-            row_attribute = f' id="{row_id}"'
-            one_off = (
-                '<span class="trigger trigger-manual">one-off</span> '
-                f'<a href="{run_url[0]}{run_id}{run_url[1]}">#{run_id}</a>\n'
-            )
-            if cancel_fields:
-                cancel = f"{cancel_url[0]}{run_id}{cancel_url[1]}"
-                one_off += (
-                    f'          <form method="post" action="{cancel}" class="inline"\n'
-                    f'                hx-post="{cancel}" hx-target="#{row_id}" '
-                    'hx-swap="outerHTML"\n'
-                    f'                hx-confirm="Cancel run #{run_id}? It will not start.">\n'
-                    f"            {cancel_fields}\n"
-                    '            <button type="submit" name="cancel" class="button secondary '
-                    'small">Cancel</button>\n          </form>'
-                )
-        html.append(
-            f"      <tr{row_attribute}>\n"
-            f'        <td class="nowrap">{moment(fire.at, tenant.time_zone, with_date=False)}'
-            "</td>\n"
-            f'        <td><a href="{detail[0]}{schedule.id}{detail[1]}">{escape(schedule.name)}'
-            f"</a>\n          {local}</td>\n"
-            f'        <td class="small">{escape(titles.get(schedule.job, schedule.job))}</td>\n'
-            f'        <td class="small">{note}{one_off}</td>\n      </tr>\n'
-        )
-    return Markup("".join(html))
 
 
 @bp.get("/upcoming")
