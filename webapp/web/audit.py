@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
 from flask import Blueprint
 from flask_login import login_required
-from sqlalchemy import Integer, Select, and_, bindparam
 from werkzeug.wrappers import Response
 
 from webapp.catalog import UnknownJobError
 from webapp.catalog.current import current_catalog
 from webapp.extensions import db
-from webapp.models import AuditEvent, Schedule
+from webapp.models import AuditEvent
+from webapp.services.audit import audit_page
 from webapp.web import tenancy
 from webapp.web.common import page_or_partial
 from webapp.web.formatting import describe_cron, id_url, pretty_value
@@ -32,9 +31,8 @@ PAGE_SIZE = 50
 def index() -> Response:
     """The tenant's audit events, newest first, keyset-paginated by id."""
     before = id_arg("before")
-    older = {} if before is None else {"before": before}
-    values = tenancy.bound(size=PAGE_SIZE + 1, **older)
-    rows = db.session.execute(page_statement(before is not None), values).all()
+    tenant = tenancy.current_tenant()
+    rows = audit_page(db.session(), tenant.id, PAGE_SIZE + 1, before)
     next_before = rows[PAGE_SIZE - 1][0].id if len(rows) > PAGE_SIZE else None
     rows = rows[:PAGE_SIZE]
     return page_or_partial(
@@ -43,30 +41,7 @@ def index() -> Response:
         events=[event for event, _ in rows],
         audit_jobs={event.object_id: job for event, job in rows if job is not None},
         next_before=next_before,
-        tenant=tenancy.current_tenant(),
-    )
-
-
-@functools.cache
-def page_statement(older: bool) -> Select[Any]:
-    """A page of the tenant's events, the `size` newest (`older`: below the id `before`), each
-    with the current job of its schedule if it is still there (None otherwise): it names the
-    parameters of an event that changed only the arguments, joined in the same statement while
-    the schedule is the tenant's. Built once, its values bound at execution (see
-    tenancy.TENANT_ID): building it costs more than running it."""
-    same_schedule = and_(
-        AuditEvent.object_type == "schedule",
-        Schedule.id == AuditEvent.object_id,
-        Schedule.tenant_id == AuditEvent.tenant_id,
-    )
-    query = tenancy.audit_events(tenancy.TENANT_ID)
-    if older:
-        query = query.where(AuditEvent.id < bindparam("before", type_=Integer))
-    return (
-        query.add_columns(Schedule.job)
-        .outerjoin(Schedule, same_schedule)
-        .order_by(AuditEvent.id.desc())
-        .limit(bindparam("size", type_=Integer))
+        tenant=tenant,
     )
 
 
