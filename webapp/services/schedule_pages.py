@@ -7,21 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from sqlalchemy import (
-    CompoundSelect,
-    Select,
-    and_,
-    func,
-    lambda_stmt,
-    literal,
-    null,
-    or_,
-    select,
-    true,
-    union_all,
-)
+from sqlalchemy import and_, func, literal, null, or_, select, true, union_all
 from sqlalchemy.orm import Session, load_only
 
 from webapp.database import contains_text, like_pattern
@@ -173,8 +161,19 @@ AUDIT_COLUMNS = (
 NOTIFICATION_COLUMNS = ("run_id", "event", "channel", "target", "status", "error")
 
 
-def trail_statement(tenant_id: int, schedule_id: int, events: int) -> Select[Any]:
-    """schedule_with_trail's statement."""
+@dataclass(frozen=True)
+class ScheduleTrail:
+    schedule: Schedule
+    events: list[AuditEvent]  # newest first; never added to the session: shown, not saved
+    notifications: list[SentNotification]  # newest first
+
+
+def schedule_with_trail(
+    session: Session, tenant_id: int, schedule_id: int, events: int
+) -> ScheduleTrail | None:
+    """One of the tenant's schedules with its last `events` audit events and its latest
+    notifications, in one statement (both lists are one UNION ALL joined beside the schedule),
+    or None when it is not the tenant's."""
     audit = (
         scope.audit_events(tenant_id)
         .where(AuditEvent.object_type == "schedule", AuditEvent.object_id == schedule_id)
@@ -202,30 +201,12 @@ def trail_statement(tenant_id: int, schedule_id: int, events: int) -> Select[Any
         ),
     ).subquery("trail")
     # One row per part of the trail beside the schedule; one row of NULLs when it has none.
-    return (
+    statement = (
         scope.schedules(tenant_id)
         .where(Schedule.id == schedule_id)
         .add_columns(*trail.c)
         .outerjoin(trail, true())
     )
-
-
-@dataclass(frozen=True)
-class ScheduleTrail:
-    schedule: Schedule
-    events: list[AuditEvent]  # newest first; never added to the session: shown, not saved
-    notifications: list[SentNotification]  # newest first
-
-
-def schedule_with_trail(
-    session: Session, tenant_id: int, schedule_id: int, events: int
-) -> ScheduleTrail | None:
-    """One of the tenant's schedules with its last `events` audit events and its latest
-    notifications, in one statement (both lists are one UNION ALL joined beside the schedule),
-    or None when it is not the tenant's."""
-    # A lambda statement: SQLAlchemy builds it once and binds the values of each call (its
-    # subqueries cost more to build than the statement to run: about a tenth of the page).
-    statement = lambda_stmt(lambda: trail_statement(tenant_id, schedule_id, events))
     rows = session.execute(statement).all()
     if not rows:
         return None
@@ -248,19 +229,6 @@ def schedule_runs(
     """The schedule's latest `size` + 1 runs (the last tells that there are more), newest
     first, and its queued one-off runs (at most `size`) by start time, in one statement (UNION
     ALL)."""
-    # A lambda statement, as schedule_with_trail's.
-    statement = lambda_stmt(lambda: runs_statement(tenant_id, schedule_id, size))
-    rows = session.execute(statement).all()
-    newest = sorted((history_row(row[1:]) for row in rows if row.latest), key=lambda r: -r.id)
-    one_offs = sorted(
-        (history_row(row[1:]) for row in rows if not row.latest),
-        key=lambda run: (run.available_at, run.id),
-    )
-    return newest, one_offs
-
-
-def runs_statement(tenant_id: int, schedule_id: int, size: int) -> CompoundSelect[Any]:
-    """schedule_runs' statement."""
     runs = scope.runs(tenant_id).where(Run.schedule_id == schedule_id)
     latest = history_query(runs).order_by(Run.id.desc()).limit(size + 1).subquery()
     waiting = (
@@ -270,6 +238,13 @@ def runs_statement(tenant_id: int, schedule_id: int, size: int) -> CompoundSelec
         .subquery()
     )
     # Each part in its own subquery: SQLite allows no LIMIT on a member of a UNION.
-    return union_all(
+    statement = union_all(
         select(literal(True).label("latest"), *latest.c), select(literal(False), *waiting.c)
     )
+    rows = session.execute(statement).all()
+    newest = sorted((history_row(row[1:]) for row in rows if row.latest), key=lambda r: -r.id)
+    one_offs = sorted(
+        (history_row(row[1:]) for row in rows if not row.latest),
+        key=lambda run: (run.available_at, run.id),
+    )
+    return newest, one_offs
