@@ -304,3 +304,77 @@ def test_no_sql_is_assembled_from_strings() -> None:
         if (places := assembled_sql(path))
     }
     assert not found, f"SQL as Core or named text() constants with bound parameters: {found}"
+
+
+# Names of HTML elements that markup built in Python would contain (`<span`, `</td>`, `<a `...).
+HTML_TAG = re.compile(
+    r"</?(a|b|body|br|button|code|dd|del|details|div|dl|dt|em|form|h[1-6]|head|html|i|img|"
+    r"input|ins|label|li|link|meta|ol|option|p|pre|script|section|select|small|span|strong|"
+    r"style|summary|svg|table|tbody|td|textarea|th|thead|time|tr|ul)(\s|>|/>)",
+    re.IGNORECASE,
+)
+# Markup built in Python escapes by hand or marks a string safe: both are the templates' job.
+MARKUP_NAMES = {"Markup", "escape"}
+# (module path, a string it may hold) that look like markup and are not: none so far.
+NOT_MARKUP: set[tuple[str, str]] = set()
+
+
+def docstrings(tree: ast.AST) -> set[int]:
+    """The ids of the docstring nodes in `tree` (they describe markup, they do not build it)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                found.add(id(body[0].value))
+    return found
+
+
+def markup_in_python(source: str, relative: str) -> list[str]:
+    """The string constants of a module (`source`, at `relative` in webapp/) that contain an
+    HTML tag, and its uses of Markup and escape (markupsafe's, or Flask's and Jinja's)."""
+    tree = ast.parse(source)
+    skipped = docstrings(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if id(node) not in skipped and HTML_TAG.search(node.value):
+                if (relative, node.value) not in NOT_MARKUP:
+                    found.append(f"line {node.lineno}: {node.value[:60]!r}")
+        elif isinstance(node, ast.ImportFrom) and node.module in {"markupsafe", "flask", "jinja2"}:
+            names = {alias.name for alias in node.names} & MARKUP_NAMES
+            found += [f"line {node.lineno}: imports {name}" for name in sorted(names)]
+        elif isinstance(node, ast.Attribute) and node.attr in MARKUP_NAMES:
+            if isinstance(node.value, ast.Name) and node.value.id in {"markupsafe", "jinja2"}:
+                found.append(f"line {node.lineno}: {node.value.id}.{node.attr}")
+    return found
+
+
+@pytest.mark.parametrize(
+    "path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE))
+)
+def test_no_module_builds_html(path: Path) -> None:
+    """Rows, badges and forms are Jinja templates and macros under autoescape (templates/):
+    no string of HTML in Python, no hand escaping, nothing marked safe."""
+    source = path.read_text(encoding="utf-8")
+    assert not markup_in_python(source, str(path.relative_to(PACKAGE)))
+
+
+def test_the_html_check_finds_markup_built_in_python() -> None:
+    """The check above can fail: an f-string row, a Markup badge and a hand escape are found."""
+    source = (
+        '"""A docstring may name <span> and <tr> elements."""\n'
+        "from markupsafe import Markup, escape\n"
+        "def row(name):\n"
+        "    return Markup(f'<tr><td>{escape(name)}</td></tr>')\n"
+        "BADGE = '<span class=\"badge\">x</span>'\n"
+        "MESSAGE_ID = '<{key}@example.com>'\n"
+    )
+    found = markup_in_python(source, "web/probe.py")
+    assert sorted(found) == [
+        "line 2: imports Markup",
+        "line 2: imports escape",
+        "line 4: '</td></tr>'",
+        "line 4: '<tr><td>'",
+        "line 5: '<span class=\"badge\">x</span>'",
+    ]

@@ -67,11 +67,11 @@ def require_write() -> None:
 
 def schedules() -> Select[Schedule]:
     """The token's tenant's schedules (tenant scope only: system schedules are the operator's)."""
-    return scope.schedules_of(current_token().tenant_id)
+    return scope.schedules(current_token().tenant_id)
 
 
 def runs() -> Select[Run]:
-    return scope.runs_of(current_token().tenant_id)
+    return scope.runs(current_token().tenant_id)
 
 
 def schedule_or_404(schedule_id: int) -> Schedule:

@@ -8,10 +8,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import and_
 from sqlalchemy.orm import Session
 
 from webapp.database import utcnow
 from webapp.models import ApiToken, AuditEvent, Schedule, User
+from webapp.services import scope
 
 
 @dataclass(frozen=True)
@@ -131,3 +133,26 @@ def record_event(
             "created_at": at or utcnow(),
         },
     )
+
+
+def audit_page(
+    session: Session, tenant_id: int, size: int, before: int | None = None
+) -> list[tuple[AuditEvent, str | None]]:
+    """A page of the tenant's events, the `size` newest (below the id `before`), each with the
+    current job of its schedule while that is still the tenant's (None otherwise): it names the
+    parameters of an event that changed only the arguments, joined in the same statement."""
+    same_schedule = and_(
+        AuditEvent.object_type == "schedule",
+        Schedule.id == AuditEvent.object_id,
+        Schedule.tenant_id == AuditEvent.tenant_id,
+    )
+    query = scope.audit_events(tenant_id)
+    if before is not None:
+        query = query.where(AuditEvent.id < before)
+    statement = (
+        query.add_columns(Schedule.job)
+        .outerjoin(Schedule, same_schedule)
+        .order_by(AuditEvent.id.desc())
+        .limit(size)
+    )
+    return [(event, job) for event, job in session.execute(statement)]

@@ -98,7 +98,7 @@ CONCURRENCY = 4
 def seed_demo_schedules(tenant: Tenant, admin: User, now: datetime) -> int:
     """Creates the demo schedules and their history; returns how many schedules it made."""
     keys = [data["key"] for data in DEMO_SCHEDULES]
-    exists = scope.schedules_of(tenant.id).where(Schedule.key.in_(keys))
+    exists = scope.schedules(tenant.id).where(Schedule.key.in_(keys))
     if db.session.scalar(exists.limit(1)) is not None:
         return 0
     if "demo.echo" not in current_catalog():

@@ -9,7 +9,6 @@ both have, so that no run row is ever loaded.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
@@ -60,7 +59,7 @@ def last_days(schedule_id: int, tenant_id: int | None, now: datetime) -> list[Da
     days = window(now.astimezone(UTC).date())
     first = days[0]
     rows: Any = db.session.execute(
-        days_statement(db.engine.dialect.name),
+        days_statement(),
         {
             "schedule_id": schedule_id,
             "tenant_id": tenant_id,
@@ -77,11 +76,10 @@ def last_days(schedule_id: int, tenant_id: int | None, now: datetime) -> list[Da
     return [found.get(day, replace(empty, day=day)) for day in days]
 
 
-@functools.cache
-def days_statement(dialect: str) -> CompoundSelect[Any]:
+def days_statement() -> CompoundSelect[Any]:
     """The roll-ups of the window UNION ALL the aggregate of the schedule's runs (parameters
-    schedule_id, tenant_id, first day, since), built once per dialect: building it costs more
-    than running it. The roll-ups come first, so that their column types (a Date) read both
+    schedule_id, tenant_id, first day, since), in the dialect's date arithmetic. The roll-ups
+    come first, so that their column types (a Date) read both
     parts."""
     rollups = select(
         RunRollup.day,

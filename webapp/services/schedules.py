@@ -100,7 +100,7 @@ def slugify(name: str) -> str:
 
 def free_key(tenant: Tenant, name: str) -> str:
     base = slugify(name)
-    mine = scope.schedules_of(tenant.id).with_only_columns(Schedule.key)
+    mine = scope.schedules(tenant.id).with_only_columns(Schedule.key)
     taken = set(db.session.scalars(mine.where(Schedule.key.like(f"{base}%"))))
     key, number = base, 2
     while key in taken:

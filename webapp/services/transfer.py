@@ -96,7 +96,7 @@ def import_schedules(tenant: Tenant, text: str, actor: Actor, now: datetime) -> 
     with write_transaction(db.session) as session:
         lock_tenant(session, tenant)
         existing = {
-            schedule.key: schedule for schedule in session.scalars(scope.schedules_of(tenant.id))
+            schedule.key: schedule for schedule in session.scalars(scope.schedules(tenant.id))
         }
         new = [NewSchedule(asked, tenant.id) for asked in cleaned if asked.key not in existing]
         changes, audits = [], []
@@ -133,6 +133,6 @@ def import_schedules(tenant: Tenant, text: str, actor: Actor, now: datetime) -> 
 
 def export_schedules(tenant: Tenant) -> str:
     """The tenant's schedules as the import format, sorted by key: export then import is a no-op."""
-    schedules = db.session.scalars(scope.schedules_of(tenant.id).order_by(Schedule.key))
+    schedules = db.session.scalars(scope.schedules(tenant.id).order_by(Schedule.key))
     items = [{name: getattr(s, name) for name in EXPORTED_FIELDS} for s in schedules]
     return json.dumps(items, indent=2, ensure_ascii=False) + "\n"

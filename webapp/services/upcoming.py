@@ -1,4 +1,8 @@
-"""The tenant's upcoming fire times across schedules: pure cron math, no clock or database."""
+"""Next runs: the tenant's upcoming fire times across schedules and its queued one-off runs.
+
+The merge (upcoming_fires) is pure cron math, no clock or database; upcoming_page reads what it
+needs of the tenant's schedules and runs.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +11,15 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from itertools import groupby, islice
-from typing import Protocol
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
+from sqlalchemy import Select, and_, tuple_
+from sqlalchemy.orm import Session
+
 from webapp import cron
+from webapp.models import Run, Schedule
+from webapp.services import scope
 
 
 class Timetable(Protocol):
@@ -108,3 +117,86 @@ def by_day(fires: list[Fire], time_zone: str) -> list[tuple[date, list[Fire]]]:
         (day, list(group))
         for day, group in groupby(fires, key=lambda fire: fire.at.astimezone(zone).date())
     ]
+
+
+# A queued one-off run ("Run once later"): the first attempt of a manual run that waits for a
+# later time (a retry's wait is not one).
+ONE_OFF = (Run.status == "queued", Run.trigger == "manual", Run.attempt == 0)
+# What Next runs needs of a schedule to compute and show its fire times (a Timetable).
+UPCOMING_COLUMNS = (
+    Schedule.id,
+    Schedule.tenant_id,
+    Schedule.name,
+    Schedule.job,
+    Schedule.cron,
+    Schedule.time_zone,
+    Schedule.next_run_at,
+)
+
+
+def active_schedules(tenant_id: int, size: int) -> Select[*tuple[Any, ...]]:
+    """The tenant's first `size` active schedules by (next_run_at, id), as rows of
+    UPCOMING_COLUMNS (no schedule loaded as a model). A schedule without next_run_at never
+    falls due: the scheduler will not fire it."""
+    return (
+        scope.schedules(tenant_id)
+        .with_only_columns(*UPCOMING_COLUMNS)
+        .where(Schedule.active, Schedule.next_run_at.is_not(None))
+        .order_by(Schedule.next_run_at, Schedule.id)
+        .limit(size)
+    )
+
+
+def one_off_fires(
+    session: Session,
+    tenant_id: int,
+    start: datetime,
+    end: datetime,
+    cursor: Cursor | None,
+    limit: int,
+) -> list[Fire]:
+    """The tenant's first `limit` queued one-off runs (ONE_OFF) due in (start, end] (after
+    `cursor` in fire_order: a one-off's (time, schedule, run id)), each with its schedule
+    (still the tenant's) as a row of UPCOMING_COLUMNS, as fires of Next runs."""
+    query = scope.runs(tenant_id).where(Run.available_at > start, Run.available_at <= end, *ONE_OFF)
+    if cursor is not None:
+        query = query.where(tuple_(Run.available_at, Run.schedule_id, Run.id) > tuple_(*cursor))
+    same_schedule = and_(Schedule.id == Run.schedule_id, Schedule.tenant_id == Run.tenant_id)
+    statement = (
+        query.with_only_columns(Run.id.label("run_id"), Run.available_at, *UPCOMING_COLUMNS)
+        .join(Schedule, same_schedule)
+        .order_by(Run.available_at, Run.schedule_id, Run.id)
+        .limit(limit)
+    )
+    return [Fire(row.available_at, row, None, row.run_id) for row in session.execute(statement)]
+
+
+def upcoming_page(
+    session: Session,
+    tenant_id: int,
+    start: datetime,
+    end: datetime,
+    cursor: Cursor | None,
+    size: int,
+) -> tuple[list[Fire], bool]:
+    """`size` fires of the tenant's active schedules and queued one-off runs in (start, end]
+    (after `cursor`), and whether more exist, loading schedules by next_run_at rather than all
+    of them: a schedule fires nothing before its next_run_at, so once the page's fires (and the
+    one after) all come before the last loaded schedule's (next_run_at, id), no schedule not
+    loaded can take a place on the page. The first `size` + 1 schedules usually suffice; else
+    four times as many, and so on."""
+    loaded = size + 1
+    queued = one_off_fires(session, tenant_id, start, end, cursor, size + 1)
+    while True:
+        schedules = session.execute(active_schedules(tenant_id, loaded)).all()
+        fires, _ = upcoming_fires(schedules, start, end, size + 1, cursor, queued)
+        if len(schedules) < loaded:
+            break  # every active schedule is loaded
+        last = schedules[-1]
+        if last.next_run_at > end or (
+            len(fires) > size
+            and (fires[-1].at, fires[-1].schedule.id) <= (last.next_run_at, last.id)
+        ):
+            break
+        loaded *= 4
+    return fires[:size], len(fires) > size

@@ -22,6 +22,7 @@ def register_panel(app: Flask) -> None:
         schedules,
         tenants,
         tokens,
+        upcoming,
     )
 
     if EXTENSION_KEY not in app.extensions:
@@ -29,6 +30,7 @@ def register_panel(app: Flask) -> None:
     params.install(app)  # the `<id:...>` converter, before the rules that use it
     for blueprint in (
         schedules.bp,
+        upcoming.bp,
         runs.bp,
         audit.bp,
         tenants.bp,

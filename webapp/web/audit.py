@@ -2,32 +2,22 @@
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from flask import Blueprint
 from flask_login import login_required
-from markupsafe import Markup, escape
-from sqlalchemy import Integer, Select, and_, bindparam
 from werkzeug.wrappers import Response
 
 from webapp.catalog import UnknownJobError
 from webapp.catalog.current import current_catalog
 from webapp.extensions import db
-from webapp.models import AuditEvent, Schedule
+from webapp.models import AuditEvent
+from webapp.services.audit import audit_page
 from webapp.web import tenancy
 from webapp.web.common import page_or_partial
-from webapp.web.formatting import (
-    describe_cron,
-    dom_id_of,
-    id_url,
-    id_url_parts,
-    moment,
-    pretty_value,
-)
+from webapp.web.formatting import describe_cron, id_url, pretty_value
 from webapp.web.forms import FIELD_LABELS, MISFIRE_CHOICES, OVERLAP_CHOICES
 from webapp.web.params import id_arg
 
@@ -41,9 +31,8 @@ PAGE_SIZE = 50
 def index() -> Response:
     """The tenant's audit events, newest first, keyset-paginated by id."""
     before = id_arg("before")
-    older = {} if before is None else {"before": before}
-    values = tenancy.bound(size=PAGE_SIZE + 1, **older)
-    rows = db.session.execute(page_statement(before is not None), values).all()
+    tenant = tenancy.current_tenant()
+    rows = audit_page(db.session(), tenant.id, PAGE_SIZE + 1, before)
     next_before = rows[PAGE_SIZE - 1][0].id if len(rows) > PAGE_SIZE else None
     rows = rows[:PAGE_SIZE]
     return page_or_partial(
@@ -52,30 +41,7 @@ def index() -> Response:
         events=[event for event, _ in rows],
         audit_jobs={event.object_id: job for event, job in rows if job is not None},
         next_before=next_before,
-        tenant=tenancy.current_tenant(),
-    )
-
-
-@functools.cache
-def page_statement(older: bool) -> Select[Any]:
-    """A page of the tenant's events, the `size` newest (`older`: below the id `before`), each
-    with the current job of its schedule if it is still there (None otherwise): it names the
-    parameters of an event that changed only the arguments, joined in the same statement while
-    the schedule is the tenant's. Built once, its values bound at execution (see
-    tenancy.TENANT_ID): building it costs more than running it."""
-    same_schedule = and_(
-        AuditEvent.object_type == "schedule",
-        Schedule.id == AuditEvent.object_id,
-        Schedule.tenant_id == AuditEvent.tenant_id,
-    )
-    query = tenancy.audit_events(tenancy.TENANT_ID)
-    if older:
-        query = query.where(AuditEvent.id < bindparam("before", type_=Integer))
-    return (
-        query.add_columns(Schedule.job)
-        .outerjoin(Schedule, same_schedule)
-        .order_by(AuditEvent.id.desc())
-        .limit(bindparam("size", type_=Integer))
+        tenant=tenant,
     )
 
 
@@ -92,69 +58,29 @@ EVENT_LABELS = {
 
 
 @dataclass(frozen=True)
+class FieldValue:
+    """A field's value as the form shows it (templates/audit/_rows.html): `kind` "text", or
+    "cron" (`detail`: its description), "run" (`text` its id, `detail` its page's URL) or "time"
+    (`detail`: the time)."""
+
+    text: str
+    kind: Literal["text", "cron", "run", "time"] = "text"
+    detail: Any = None
+
+
+@dataclass(frozen=True)
 class ChangeRow:
     """One line of an event's changes: a field's label and its values as the form shows them;
     None where the event has no value on that side (nothing before a creation)."""
 
     label: str
     hint: str  # "parameter" for a job parameter, else ""
-    before: Markup | None
-    after: Markup | None
+    before: FieldValue | None
+    after: FieldValue | None
 
 
 @bp.app_template_global()
-def audit_rows(
-    events: Iterable[AuditEvent], audit_jobs: Mapping[int, str], time_zone: str
-) -> Markup:
-    """The rows of the audit log (templates/audit/_rows.html, also a schedule's trail), as
-    one piece of HTML, as formatting.run_rows makes the history's: a page has 50 rows and
-    each expression of a template costs about as much as the value it prints. Every value from
-    the database is escaped."""
-    schedule_url = id_url_parts("schedules.detail", "schedule_id")
-    html = []
-    for event in events:
-        action = escape(event.action.split(".", 1)[-1].replace("_", " "))
-        if event.object_type == "schedule" and event.object_id:
-            url = f"{schedule_url[0]}{int(event.object_id)}{schedule_url[1]}"
-            label = f'<a href="{url}">{escape(event.object_label)}</a>'
-        else:
-            label = escape(event.object_label or "")
-        changes = audit_changes(event, audit_jobs.get(event.object_id or 0), time_zone)
-        table = ""
-        if changes:
-            lines = []
-            for change in changes:
-                hint = f' <span class="hint">{escape(change.hint)}</span>' if change.hint else ""
-                before = (
-                    f"<del>{escape(change.before)}</del>" if change.before is not None else NO_VALUE
-                )
-                after = (
-                    f"<ins>{escape(change.after)}</ins>" if change.after is not None else NO_VALUE
-                )
-                lines.append(
-                    f'      <tr><th scope="row">{escape(change.label)}{hint}</th>\n'
-                    f"        <td>{before}</td>\n        <td>{after}</td></tr>\n"
-                )
-            table = (
-                '\n    <table class="changes">\n      <thead><tr><th scope="col">Field</th>'
-                '<th scope="col">Before</th><th scope="col">After</th></tr></thead>\n'
-                f"      <tbody>\n{''.join(lines)}      </tbody>\n    </table>\n  "
-            )
-        html.append(
-            f'<tr id="{dom_id_of("auditevent", event.id)}">\n'
-            f'  <td class="small">{moment(event.created_at, time_zone)}</td>\n'
-            f"  <td>{escape(event.actor_label)}</td>\n"
-            f'  <td><span class="action">{action}</span>\n'
-            f"    {escape(event.object_type)}\n    {label}</td>\n"
-            f"  <td>{table}</td>\n</tr>\n"
-        )
-    return Markup("".join(html))
-
-
-NO_VALUE = '<span class="none">\u2013</span>'  # an en dash: no value on that side
-
-
-def audit_changes(event: AuditEvent, job: str | None, time_zone: str) -> list[ChangeRow]:
+def audit_changes(event: AuditEvent, job: str | None) -> list[ChangeRow]:
     """The changes of an audit event, one row per field, in the form's order and words."""
     before: dict[str, Any] = event.before or {}
     after: dict[str, Any] = event.after or {}
@@ -173,8 +99,8 @@ def audit_changes(event: AuditEvent, job: str | None, time_zone: str) -> list[Ch
             ChangeRow(
                 label[0].upper() + label[1:],
                 "",
-                field_value(name, before[name], time_zone) if name in before else None,
-                field_value(name, after[name], time_zone) if name in after else None,
+                field_value(name, before[name]) if name in before else None,
+                field_value(name, after[name]) if name in after else None,
             )
         )
     return rows
@@ -189,7 +115,7 @@ EMPTY_FIELDS = {
 }
 
 
-def field_value(name: str, value: Any, time_zone: str) -> Markup:
+def field_value(name: str, value: Any) -> FieldValue:
     """A schedule field's value as the form shows it: choices by their titles, the job by
     its title, the cron expression with its description, an empty field by what it means."""
     text: Any = value
@@ -206,17 +132,15 @@ def field_value(name: str, value: Any, time_zone: str) -> Markup:
     elif name == "job":
         text = job_label(value)
     elif name == "cron" and isinstance(value, str):
-        description = describe_cron(value)
-        return Markup(f'<code class="nowrap">{escape(value)}</code> {escape(description)}')
+        return FieldValue(value, "cron", describe_cron(value))
     elif name == "run_id" and isinstance(value, int):
-        url = id_url("runs.detail", run_id=value)
-        return Markup(f'<a href="{escape(url)}">#{value}</a>')
+        return FieldValue(str(value), "run", id_url("runs.detail", run_id=value))
     elif name in ("at", "from", "to") and isinstance(value, str):
         try:
-            return moment(datetime.fromisoformat(value), time_zone)
+            return FieldValue(value, "time", datetime.fromisoformat(value))
         except ValueError:
             pass
-    return escape(pretty_value(text))
+    return FieldValue(pretty_value(text))
 
 
 def job_label(name: Any) -> str:
@@ -257,8 +181,8 @@ def parameter_titles(job: str | None) -> dict[str, str]:
     return {param.name: param.title for param in spec.form_fields()}
 
 
-def parameter_value(value: Any) -> Markup:
+def parameter_value(value: Any) -> FieldValue:
     """A parameter as its form field shows it: a checkbox as Yes or No."""
     if isinstance(value, bool):
-        return escape("Yes" if value else "No")
-    return escape("(default)" if value is None else pretty_value(value))
+        return FieldValue("Yes" if value else "No")
+    return FieldValue("(default)" if value is None else pretty_value(value))

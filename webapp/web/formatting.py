@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from flask import Flask, g, request, session, url_for
-from markupsafe import Markup, escape
 
 from webapp import cron
+from webapp.config import settings
 from webapp.database import utcnow
-from webapp.models import MAX_SCHEDULE_NAME, TRIGGERS
+from webapp.models import MAX_SCHEDULE_NAME, TRIGGERS, UNFINISHED_STATUSES
+from webapp.services.overdue import schedule_late_by
 from webapp.web import tenancy
 
 
@@ -128,132 +129,45 @@ def shown_zone(time_zone: str | None) -> str:
     return "UTC" if times_in_utc() else time_zone or "UTC"
 
 
-def moment(value: datetime | None, time_zone: str | None, with_date: bool = True) -> Markup:
-    """A `<time>` in the zone the user chose (local or UTC), relative time beside it, and the
-    other zone in its title. The header toggle makes UTC reachable without a mouse.
-    `with_date=False` leaves out the date, under a heading that names the day."""
-    if value is None:
-        return Markup('<span class="muted">-</span>')
-    in_utc, now = moment_settings()
-    other = local_time(value, time_zone) if in_utc else utc_time(value)
-    shown = local_time(value, "UTC" if in_utc else time_zone or "UTC")
-    # An f-string, not Markup.format, and no escaping: every part is made by datetime from
-    # digits, separators and a zone's abbreviation. A history page formats 100 of these.
-    return Markup(
-        f'<time datetime="{value.isoformat()}" title="{other}">'
-        f"{shown if with_date else shown[11:]} "
-        f'<span class="muted">{relative_time(value, now)}</span></time>'
+@dataclass(frozen=True, slots=True)
+class PageClock:
+    """What a page shows its times against, read once per request."""
+
+    in_utc: bool  # the user chose to see every time in UTC (the header toggle)
+    now: datetime  # the relative times of one page are relative to the same moment
+    overdue_grace: timedelta  # SCHEDULER_OVERDUE_GRACE
+
+
+def page_clock() -> PageClock:
+    """This request's PageClock."""
+    clock: PageClock | None = g.get("page_clock")
+    if clock is None:
+        grace = settings().overdue_grace
+        clock = g.page_clock = PageClock(times_in_utc(), utcnow(), grace)
+    return clock
+
+
+def moment_of(value: datetime, time_zone: str | None) -> tuple[str, str, str, str]:
+    """A time as the `moment` macro (templates/_macros.html) shows it: its ISO 8601 text, the
+    other zone's time for its title (UTC, or the local zone if the user chose UTC), its time in
+    the zone the user chose (`2026-03-08 03:00 CET`) and the relative time (`in 5 min`)."""
+    clock = page_clock()
+    return (
+        value.isoformat(),
+        local_time(value, time_zone) if clock.in_utc else utc_time(value),
+        local_time(value, "UTC" if clock.in_utc else time_zone or "UTC"),
+        relative_time(value, clock.now),
     )
 
 
-NOT_STARTED = Markup('<span class="muted not-started">leased, not started yet</span>')
-
-
-def started_moment(run: Any, time_zone: str | None) -> Markup:
-    """A run's start (a model or a row with status and started_at): a running run without one
-    is leased by a worker whose slots have not started it yet."""
-    if run.started_at is None and run.status == "running":
-        return NOT_STARTED
-    return moment(run.started_at, time_zone)
-
-
-def moment_settings() -> tuple[bool, datetime]:
-    """Whether this request shows times in UTC, and its `now`: read once per request (the
-    relative times of one page are then relative to the same moment)."""
-    settings: tuple[bool, datetime] | None = g.get("moment_settings")
-    if settings is None:
-        settings = g.moment_settings = (times_in_utc(), utcnow())
-    return settings
-
-
-def run_rows(
-    runs: Iterable[Any],
-    time_zone: str,
-    place: str = "",
-    show_schedule: bool = True,
-    waiting: Mapping[int, Any] | None = None,
-) -> Markup:
-    """The rows of a run history page (templates/runs/_rows.html), as one piece of HTML.
-
-    Built here rather than by the template: a page has 50 rows of nine cells, and each
-    expression, filter and call in a template costs about as much as the value it formats.
-    The URLs are built once per page around the id. Every value from the database is escaped;
-    times, durations and badges are made by the functions above from numbers and names."""
-    detail = id_url_parts("runs.detail", "run_id")
-    schedule = id_url_parts("schedules.detail", "schedule_id")
-    waiting = waiting or {}
-    html = []
-    for run in runs:
-        row_id = dom_id_of("run", run.id)
-        url = f"{detail[0]}{run.id}{detail[1]}"
-        started, finished = run.started_at, run.finished_at
-        cells = [f'<tr id="{row_id}">\n  <td><a href="{url}">#{run.id}</a></td>\n']
-        if show_schedule:
-            if run.schedule_name is not None:
-                link = f"{schedule[0]}{run.schedule_id}{schedule[1]}"
-                name = f'<a href="{link}">{escape(run.schedule_name)}</a>'
-            else:
-                name = (
-                    '<span class="muted" title="The schedule was deleted">'
-                    f"{escape(run.job)} (deleted)</span>"
-                )
-            cells.append(f"  <td>{name}</td>\n")
-        trigger = escape(run.trigger)
-        covered = (
-            ' <span class="muted small" title="Missed fire times this run stands for">'
-            f"\u00d7{int(run.fires_covered)}</span>"
-            if run.fires_covered > 1
-            else ""
-        )
-        wait = waiting.get(run.id)
-        waits = (
-            f'<div class="waiting small" id="{row_id}-waiting">Waiting: not started '
-            f"{escape(wait.minutes)} min after it was due — {escape(wait.reason)}</div>"
-            if wait is not None
-            else ""
-        )
-        cells.append(
-            f'  <td data-label="Trigger"><span class="trigger trigger-{trigger}">'
-            f"{escape(TRIGGER_LABELS.get(run.trigger, run.trigger))}</span>{covered}</td>\n"
-            f'  <td class="small" data-label="Scheduled for">'
-            f"{moment(run.scheduled_for, time_zone)}</td>\n"
-            f'  <td class="small" data-label="Started">{started_moment(run, time_zone)}</td>\n'
-            f'  <td class="small num" data-label="Duration">'
-            f"{duration(finished - started) if finished and started else '-'}</td>\n"
-            f'  <td class="small num" data-label="Lag">'
-            f"{duration(started - run.scheduled_for) if started else '-'}</td>\n"
-            f'  <td class="small num" data-label="Attempt">{int(run.attempt)}</td>\n'
-            f"  <td>{status_badge(run, place, url)}{waits}</td>\n</tr>\n"
-        )
-        html.append("".join(cells))
-    return Markup("".join(html))
-
-
-LIVE_STATUSES = ("queued", "running")
-
-
-def status_badge(run: Any, place: str = "", url: str | None = None) -> Markup:
-    """A run's status badge (a model or a history row): templates/runs/_status.html renders it
-    alone, lists once per row, so it is made here, not by a macro (a macro call with its
-    expressions costs several times this). While the run is queued or running the badge polls
-    itself; a finished badge has no trigger, so the polling stops. `place` ("history") keeps
-    the id unique where a page shows the same run twice (a schedule's last run and its
-    history); the polled badge keeps its place. `url`: the run's page, if the caller has it.
-    A status is one of RUN_STATUSES and ids are numbers: nothing here needs escaping."""
-    status = run.status
-    badge_id = dom_id_of("run", run.id, f"{place}-status" if place else "status")
-    poll = spinner = took = ""
-    if status in LIVE_STATUSES:
-        polled = url_for("runs.status", run_id=run.id, place=place or None)
-        poll = f' hx-get="{polled}" hx-trigger="every 1s" hx-swap="outerHTML"'
-        spinner = '<span class="spinner" aria-hidden="true"></span>'
-    if run.finished_at and run.started_at:
-        took = f' <span class="muted">{duration(run.finished_at - run.started_at)}</span>'
-    url = url or id_url("runs.detail", run_id=run.id)
-    return Markup(
-        f'<span class="run-status" id="{badge_id}" data-status="{status}"{poll}>'
-        f'<a class="badge badge-{status}" href="{url}">{status}{spinner}</a>{took}</span>'
-    )
+def overdue_since(schedule: Any) -> str | None:
+    """How long ago a schedule that no tick has dispatched within the grace fell due (`1 h
+    ago`), or None when it is not overdue: computed now from the schedule, since the badge must
+    show when no worker is alive."""
+    clock = page_clock()
+    if schedule_late_by(schedule, clock.now, clock.overdue_grace) is None:
+        return None
+    return relative_time(schedule.next_run_at, clock.now)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -280,8 +194,8 @@ def pretty_value(value: Any) -> str:
 def install(app: Flask) -> None:
     app.add_template_global(dom_id)
     app.add_template_global(dom_id_of)
-    app.add_template_global(run_rows)
-    app.add_template_global(status_badge)
+    app.add_template_global(moment_of)
+    app.add_template_global(overdue_since)
     app.add_template_global(id_url)
     app.add_template_global(tenancy.can_write)
     app.add_template_global(tenancy.is_operator)
@@ -291,12 +205,11 @@ def install(app: Flask) -> None:
     app.add_template_global(shown_zone)
     app.jinja_env.globals["MAX_SCHEDULE_NAME"] = MAX_SCHEDULE_NAME
     app.jinja_env.globals["trigger_labels"] = TRIGGER_LABELS
+    app.jinja_env.globals["unfinished_statuses"] = UNFINISHED_STATUSES
     app.add_template_filter(local_time, "local_time")
     app.add_template_filter(utc_time, "utc_time")
     app.add_template_filter(relative_time, "relative_time")
     app.add_template_filter(duration, "duration")
-    app.add_template_filter(moment, "moment")
-    app.add_template_filter(started_moment, "started_moment")
     app.add_template_filter(describe_cron, "describe_cron")
     app.add_template_filter(pretty_value, "pretty_value")
 

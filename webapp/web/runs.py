@@ -2,41 +2,25 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
 from flask import Blueprint, abort, request, url_for
 from flask_login import login_required
-from sqlalchemy import (
-    Executable,
-    Integer,
-    Row,
-    Select,
-    Subquery,
-    and_,
-    bindparam,
-    func,
-    literal,
-    null,
-    select,
-    union_all,
-)
-from sqlalchemy.orm import defer, joinedload
 from werkzeug.wrappers import Response
 
 from webapp.config import settings
-from webapp.database import contains_text, like_pattern, utcnow
+from webapp.database import utcnow
 from webapp.extensions import db
-from webapp.models import RUN_STATUSES, TRIGGERS, Run, Schedule, User, Worker
+from webapp.models import RUN_STATUSES, TRIGGERS, Run
 from webapp.services.cancellation import CancelRefused, cancel_run
-from webapp.services.history import CONDITIONS, filter_values, run_conditions
+from webapp.services.history import History, filter_values, read_history, run_for_page
 from webapp.services.overdue import Waiting, waiting_runs
 from webapp.web import tenancy
 from webapp.web.auth import is_own_path
 from webapp.web.common import actor, done, page_or_partial
-from webapp.web.formatting import is_htmx, moment_settings
+from webapp.web.formatting import is_htmx, page_clock
 from webapp.web.params import bad_request, choice_arg, date_arg, id_arg
 
 bp = Blueprint("runs", __name__)
@@ -47,22 +31,6 @@ PAGE_SIZE = 50
 # typed) and the chosen one: a fixed cost whatever the number of schedules of the tenant.
 SCHEDULE_OPTIONS = 50
 MAX_SCHEDULE_QUERY = 200  # characters of "Find a schedule" (a name has at most 200)
-# What a history row shows (templates/runs/_rows.html and _status.html), loaded as row tuples:
-# 50 ORM objects with their schedules cost more to load than the whole page to render.
-HISTORY_COLUMNS = (
-    Run.id,
-    Run.schedule_id,
-    Run.job,
-    Run.trigger,
-    Run.scheduled_for,
-    Run.status,
-    Run.attempt,
-    Run.fires_covered,
-    Run.started_at,
-    Run.finished_at,
-    Run.available_at,  # a queued run waiting longer than the overdue grace says so
-    Schedule.name.label("schedule_name"),
-)
 # Where else a status badge may stand (its DOM id says where): a schedule's page shows its last
 # run twice, as the last run (`run-N-status`) and in its history (`run-N-history-status`).
 STATUS_PLACES = ("history",)
@@ -81,7 +49,7 @@ class RunFilters:
     status: str = ""
     trigger: str = ""
     schedule_id: int | None = None  # only this schedule's runs (404 unless it is the tenant's)
-    schedule: ChosenSchedule | None = None  # read with the page (read_history)
+    schedule: ChosenSchedule | None = None  # read with the page (history)
     since: date | None = None
     until: date | None = None
     before: int | None = None  # keyset: only runs with a smaller id
@@ -132,126 +100,39 @@ def schedule_query_arg() -> str:
     return text
 
 
-def schedule_options(find: bool) -> Select[int, str]:
-    """(id, name) of the schedules the filter offers, by name: at most the parameter `options`
-    (SCHEDULE_OPTIONS + 1: the last only tells that more match). A tenant with 10,000
-    schedules gets the first ones by name and "Find a schedule" (`find`: the parameter
-    schedule_query, like_pattern) narrows the list, rather than a page of 10,000 options. The
-    chosen schedule is always an option (the template adds it)."""
-    query = tenancy.schedules(tenancy.TENANT_ID).with_only_columns(Schedule.id, Schedule.name)
-    if find:
-        query = query.where(contains_text(Schedule.name, "schedule_query"))
-    return query.order_by(Schedule.name, Schedule.id).limit(bindparam("options", type_=Integer))
-
-
-def history_query(query: Select[Run]) -> Select[*tuple[Any, ...]]:
-    """`query` (a tenancy.runs() query) selecting HISTORY_COLUMNS: only the columns a row shows
-    (not the output, error or arguments, which may be large) and its schedule's name, joined
-    in the same statement while the schedule is still the tenant's."""
-    same_schedule = and_(Schedule.id == Run.schedule_id, Schedule.tenant_id == Run.tenant_id)
-    return query.with_only_columns(*HISTORY_COLUMNS).outerjoin_from(Run, Schedule, same_schedule)
-
-
 def waiting(runs: list[Any]) -> dict[int, Waiting]:
     """The page's overdue queued runs, by id, with why they wait (one statement, and only
     when the page shows one)."""
-    chosen = settings()
-    now = moment_settings()[1]  # the page's now, as its relative times
-    return waiting_runs(db.session(), runs, now, chosen.overdue_grace, chosen.lock_ttl)
+    clock = page_clock()  # the page's now, as its relative times
+    return waiting_runs(db.session(), runs, clock.now, clock.overdue_grace, settings().lock_ttl)
 
 
-@dataclass(frozen=True)
-class History:
-    runs: list[Row[Any]]  # newest first, at most PAGE_SIZE
-    next_before: int | None  # where "Load older runs" starts, if there are older ones
-    options: list[tuple[int, str]]  # the schedule filter's (schedule_options)
-    more_options: bool  # more schedules match than the filter offers
-
-
-# Which part of read_history's statement a row is of.
-PART_RUN, PART_OPTION, PART_CHOSEN = "run", "option", "chosen"
-
-
-@functools.cache
-def history_statement(
-    filtered: frozenset[str] | None, options: bool, find: bool, chosen: bool
-) -> Executable:
-    """read_history's statement: the page of runs with the run filters named in `filtered`
-    (None: no runs), the schedule filter's options (`find`: narrowed by "Find a schedule"),
-    the chosen schedule. One UNION ALL, each part in a subquery of its own (SQLite allows no
-    LIMIT on a member of a UNION); schedules fill the runs' id and schedule_name columns, and
-    `place` is an option's place by name. Built once per shape, its values bound at execution
-    (see tenancy.TENANT_ID): building it costs more than running it."""
-    names = [column.key for column in HISTORY_COLUMNS]
-    parts: list[Select[Any]] = []
-    if filtered is not None:
-        runs = tenancy.runs(tenancy.TENANT_ID).where(
-            *run_conditions(dict.fromkeys(sorted(filtered)))
-        )
-        size = bindparam("page_size", type_=Integer)
-        page = history_query(runs).order_by(Run.id.desc()).limit(size).subquery("page")
-        parts.append(select(literal(PART_RUN).label("part"), *page.c, null().label("place")))
-
-    def schedules_part(part: str, schedules: Subquery, place: Any) -> Select[Any]:
-        columns: list[Any] = [null().label(name) for name in names]
-        columns[names.index("id")] = schedules.c.id
-        columns[names.index("schedule_name")] = schedules.c.name.label("schedule_name")
-        return select(literal(part).label("part"), *columns, place.label("place"))
-
-    if options:
-        offered = schedule_options(find).subquery("offered")
-        place = func.row_number().over(order_by=(offered.c.name, offered.c.id))
-        parts.append(schedules_part(PART_OPTION, offered, place))
-    if chosen:
-        the_schedule = (
-            tenancy.schedules(tenancy.TENANT_ID)
-            .with_only_columns(Schedule.id, Schedule.name)
-            .where(Schedule.id == bindparam("schedule_id", type_=Integer))
-            .subquery("chosen")
-        )
-        parts.append(schedules_part(PART_CHOSEN, the_schedule, null()))
-    return union_all(*parts) if len(parts) > 1 else parts[0]
-
-
-def read_history(filters: RunFilters, runs: bool, options: bool) -> History:
-    """A page of the history (if `runs`), the schedule filter's options (if `options`) and the
-    chosen schedule, in one statement (history_statement); 404 when the chosen schedule is not
-    the tenant's.
-
-    A page walks ix_runs_tenant_history or ix_runs_schedule_history backwards from `before`:
-    no OFFSET, no COUNT, the same cost on page 1 and page 10,000."""
-    values = filters.values(tenancy.current_tenant().time_zone) if runs else {}
-    find = options and bool(filters.schedule_query)
-    if find:
-        values["schedule_query"] = like_pattern(filters.schedule_query)
-    chosen = filters.schedule_id is not None
-    if chosen:
-        values["schedule_id"] = filters.schedule_id
-    statement = history_statement(
-        frozenset(values.keys() & CONDITIONS.keys()) if runs else None, options, find, chosen
+def read_page(filters: RunFilters, runs: bool, options: bool) -> History:
+    """A page of the tenant's history (if `runs`) and the schedule filter's options (if
+    `options`), in one statement (services.history.read_history); 404 when the chosen schedule
+    is not the tenant's."""
+    tenant = tenancy.current_tenant()
+    read = read_history(
+        db.session(),
+        tenant.id,
+        filters.values(tenant.time_zone) if runs else None,
+        page_size=PAGE_SIZE,
+        options=SCHEDULE_OPTIONS if options else 0,
+        find=filters.schedule_query if options else "",
+        chosen=filters.schedule_id,
     )
-    limits = {"page_size": PAGE_SIZE + 1, "options": SCHEDULE_OPTIONS + 1}
-    rows = db.session.execute(statement, tenancy.bound(**limits, **values)).all()
-    if chosen:
-        found = [row for row in rows if row.part == PART_CHOSEN]
-        if not found:
+    if filters.schedule_id is not None:
+        if read.chosen is None:
             abort(404)
-        filters.schedule = ChosenSchedule(found[0].id, found[0].schedule_name)
-    newest = sorted((row for row in rows if row.part == PART_RUN), key=lambda row: -row.id)
-    offered = sorted((row for row in rows if row.part == PART_OPTION), key=lambda row: row.place)
-    return History(
-        runs=newest[:PAGE_SIZE],
-        next_before=newest[PAGE_SIZE - 1].id if len(newest) > PAGE_SIZE else None,
-        options=[(row.id, row.schedule_name) for row in offered[:SCHEDULE_OPTIONS]],
-        more_options=len(offered) > SCHEDULE_OPTIONS,
-    )
+        filters.schedule = ChosenSchedule(*read.chosen)
+    return read
 
 
 @bp.get("/runs")
 def index() -> Response:
     """The tenant's run history with filters; htmx loads older pages into the same table."""
     filters = RunFilters.from_args()
-    history = read_history(filters, runs=True, options=not is_htmx())
+    history = read_page(filters, runs=True, options=not is_htmx())
     partial = "runs/_rows.html" if filters.before is not None else "runs/_history.html"
     return page_or_partial(
         "runs/index.html",
@@ -275,7 +156,7 @@ def index() -> Response:
 def schedule_filter() -> Response:
     """The schedule filter's <select>, narrowed by "Find a schedule" as the user types."""
     filters = RunFilters.from_args()
-    history = read_history(filters, runs=False, options=True)
+    history = read_page(filters, runs=False, options=True)
     return page_or_partial(
         "runs/schedule_filter.html",
         "runs/_schedule_filter.html",
@@ -291,23 +172,11 @@ def detail(run_id: int) -> Response:
     return page_or_partial("runs/detail.html", "runs/_detail.html", **detail_context(run_id))
 
 
-@functools.cache
-def run_page_statement() -> Select[Run]:
-    """The run's page: one statement for the run, its schedule's name, its worker, who pressed
-    Run now and who cancelled it; built once (tenancy.run_by_id). Never runs.error_detail: the
-    full traceback is for operators, not tenants."""
-    return tenancy.run_by_id().options(
-        defer(Run.error_detail),
-        joinedload(Run.schedule).load_only(Schedule.id, Schedule.tenant_id, Schedule.name),
-        joinedload(Run.worker).load_only(Worker.hostname, Worker.pid),
-        joinedload(Run.requester).load_only(User.email),
-        joinedload(Run.canceller).load_only(User.email),
-    )
-
-
 def detail_context(run_id: int) -> dict[str, Any]:
     """What the run's page shows; Cancel and Stop render it again after the change."""
-    run = tenancy.get_run_or_404(run_id, run_page_statement())
+    run = run_for_page(db.session(), tenancy.current_tenant().id, run_id)
+    if run is None:
+        abort(404)
     schedule = run.schedule if run.schedule and run.schedule.tenant_id == run.tenant_id else None
     retry_due = run.status == "queued" and run.attempt > 0 and run.available_at > utcnow()
     return {

@@ -2,47 +2,21 @@
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, timedelta
 from typing import Any
-from urllib.parse import urlencode
-from zoneinfo import ZoneInfo
 
 from flask import Blueprint, abort, request, url_for
 from flask_login import login_required
-from flask_wtf.csrf import generate_csrf
-from markupsafe import Markup, escape
-from sqlalchemy import (
-    BindParameter,
-    Boolean,
-    ColumnElement,
-    CompoundSelect,
-    Integer,
-    Row,
-    Select,
-    String,
-    and_,
-    bindparam,
-    func,
-    literal,
-    null,
-    or_,
-    select,
-    tuple_,
-    union_all,
-)
-from sqlalchemy.orm import load_only
 from werkzeug.exceptions import BadRequest
 from werkzeug.wrappers import Response
 
 from webapp import cron
 from webapp.catalog.current import current_catalog
 from webapp.config import settings
-from webapp.database import UTCDateTime, contains_text, like_pattern, utcnow
+from webapp.database import utcnow
 from webapp.extensions import db
-from webapp.models import AuditEvent, Run, Schedule
+from webapp.models import Schedule
 from webapp.services.backfill import (
     MAX_BACKFILL_RUNS,
     PAUSED_LABEL,
@@ -52,8 +26,13 @@ from webapp.services.backfill import (
 from webapp.services.backfill import (
     backfill as queue_backfill,
 )
-from webapp.services.notifications import recent_notifications
-from webapp.services.overdue import schedule_late_by
+from webapp.services.schedule_pages import (
+    has_schedules,
+    last_runs,
+    list_page,
+    schedule_runs,
+    schedule_with_trail,
+)
 from webapp.services.schedule_stats import last_days
 from webapp.services.schedules import (
     ScheduleError,
@@ -66,23 +45,14 @@ from webapp.services.schedules import (
     run_now,
     update_schedule,
 )
-from webapp.services.upcoming import Cursor, Fire, by_day, upcoming_fires
+from webapp.services.upcoming import upcoming_fires
 from webapp.web import tenancy
 from webapp.web.auth import is_own_path
 from webapp.web.charts import days_figures
 from webapp.web.common import actor, done, htmx_redirect, page_or_partial
 from webapp.web.formatting import (
-    describe_cron,
-    dom_id_of,
     id_url,
-    id_url_parts,
     is_htmx,
-    local_time,
-    moment,
-    moment_settings,
-    relative_time,
-    shown_zone,
-    status_badge,
 )
 from webapp.web.forms import (
     FIELD_LABELS,
@@ -93,8 +63,8 @@ from webapp.web.forms import (
     job_spec,
     optional_number,
 )
-from webapp.web.params import bad_request, choice_arg, date_arg, id_arg, shown
-from webapp.web.runs import history_query, waiting
+from webapp.web.params import bad_request, choice_arg, date_arg, id_arg
+from webapp.web.runs import waiting
 from webapp.web.time_zones import time_zone_names
 
 bp = Blueprint("schedules", __name__)
@@ -111,216 +81,30 @@ LIST_LIMIT = 50
 DETAIL_RUNS = 20
 DETAIL_AUDIT = 20
 STATUS_FILTERS = ("active", "paused")
-UPCOMING_HOURS = 24
-UPCOMING_PAGE = 100  # fire times per page of Next runs
-# The columns of a schedule that its row in the list shows or needs (schedule_rows).
-LIST_COLUMNS = (
-    "id",
-    "tenant_id",
-    "name",
-    "job",
-    "cron",
-    "time_zone",
-    "active",
-    "inactive_reason",
-    "next_run_at",
-)
 
 
-def last_runs(schedule_ids: list[int]) -> dict[int, Run]:
-    """The latest run of each schedule (one index probe per schedule)."""
-    if not schedule_ids:
-        return {}
-    latest = (
-        select(func.max(Run.id))
-        .where(Run.tenant_id == tenancy.current_tenant().id, Run.schedule_id.in_(schedule_ids))
-        .group_by(Run.schedule_id)
-    )
-    # The status badge's columns only (not the output, which may be large).
-    badge = load_only(Run.id, Run.schedule_id, Run.status, Run.started_at, Run.finished_at)
-    runs = db.session.scalars(tenancy.runs().where(Run.id.in_(latest)).options(badge))
-    return {run.schedule_id: run for run in runs if run.schedule_id is not None}
+@dataclass(frozen=True, slots=True)
+class ScheduleUrls:
+    """The URLs of a schedule's links and forms, by action: a list page has six per row, so
+    they come from id_url, not url_for."""
 
-
-@dataclass(frozen=True)
-class LastRun:
-    """The latest run of a listed schedule: what its status badge shows (formatting.status_badge
-    takes a model or anything with these attributes)."""
-
-    id: int
-    status: str
-    started_at: datetime | None
-    finished_at: datetime | None
-
-
-# The list's filters, each a condition on parameters of its name (values: list_context).
-LIST_FILTERS: dict[str, Callable[[], ColumnElement[bool]]] = {
-    "search": lambda: contains_text(Schedule.name, "search"),
-    "job": lambda: Schedule.job == bindparam("job", type_=String),
-    "active": lambda: Schedule.active == bindparam("active", type_=Boolean),
-    # After the previous page's last row (after_name, after): by name, then id.
-    "after": lambda: or_(
-        Schedule.name > bindparam("after_name", type_=String),
-        and_(
-            Schedule.name == bindparam("after_name", type_=String),
-            Schedule.id > bindparam("after", type_=Integer),
-        ),
-    ),
-}
-
-
-@functools.cache
-def list_statement(filters: frozenset[str]) -> Select[Any]:
-    """A page of the list with the LIST_FILTERS named in `filters`: the first `limit` schedules
-    by name and id, as rows of LIST_COLUMNS, and the latest run of each that ran, in
-    one statement: the latest run's id is a subquery per listed schedule (one index probe
-    each, after the LIMIT), joined to its run. Rows, not models: loading each schedule whole
-    (its arguments decoded from JSON, its notification settings) and its run as objects cost
-    more than rendering the row. Built once per set of filters, its values bound at execution
-    (see tenancy.TENANT_ID): building it costs more than running it."""
-    latest = (
-        select(func.max(Run.id))
-        .where(Run.schedule_id == Schedule.id, Run.tenant_id == Schedule.tenant_id)
-        .scalar_subquery()
-    )
-    conditions = (LIST_FILTERS[name]() for name in sorted(filters))
-    page = (
-        tenancy.schedules(tenancy.TENANT_ID)
-        .where(*conditions)
-        .with_only_columns(*(getattr(Schedule, column) for column in LIST_COLUMNS))
-        .add_columns(latest.label("last_run_id"))
-        .order_by(Schedule.name, Schedule.id)
-        .limit(bindparam("limit", type_=Integer))
-        .subquery()
-    )
-    return (
-        select(page, Run.status, Run.started_at, Run.finished_at)
-        .outerjoin(Run, Run.id == page.c.last_run_id)
-        .order_by(page.c.name, page.c.id)
-    )
-
-
-ROW_ACTIONS = ("detail", "edit", "run", "pause", "resume", "delete")
+    detail: str
+    edit: str
+    run: str
+    pause: str
+    resume: str
+    delete: str
 
 
 @bp.app_template_global()
-def schedule_urls(schedule_id: int) -> dict[str, str]:
-    """The URLs of one schedule row's links and forms, by action ("detail", "run", ...): a list
-    page has six per row, so they come from id_url, not url_for."""
-    return {
-        action: id_url(f"schedules.{action}", schedule_id=schedule_id) for action in ROW_ACTIONS
-    }
-
-
-@bp.app_template_global()
-def overdue_badge(schedule: Schedule) -> Markup:
-    """The "Overdue" badge of a schedule no tick has dispatched within the grace (empty when
-    it is not overdue), computed now from the schedule: it must show when no worker is alive."""
-    now = moment_settings()[1]
-    if schedule_late_by(schedule, now, settings().overdue_grace) is None:
-        return Markup("")
-    return Markup(
-        '<span class="badge badge-overdue" id="{}">Overdue: due {}, not dispatched</span>'
-    ).format(
-        dom_id_of("schedule", schedule.id, "overdue"), relative_time(schedule.next_run_at, now)
-    )
-
-
-@bp.app_template_global()
-def active_badge(schedule: Schedule) -> Markup:
-    """A schedule's state badge; a paused one's title says why, when a worker paused it."""
-    if schedule.active:
-        return Markup('<span class="badge badge-active">active</span>')
-    reason = schedule.inactive_reason
-    title = f' title="{escape(reason)}"' if reason else ""
-    return Markup(f'<span class="badge badge-paused"{title}>paused</span>')
-
-
-@bp.app_template_global()
-def schedule_rows(
-    schedules: Iterable[Any],
-    last_runs: Mapping[int, Any],
-    tenant: Any,
-    titles: Mapping[str, str],
-) -> Markup:
-    """The rows of the schedule list (templates/schedules/_rows.html; _row.html swaps one in
-    after pause and resume), as one piece of HTML.
-
-    Built here rather than by a macro, as formatting.run_rows builds the history's: a row has
-    six cells and four forms, and each expression of a template costs about as much as the
-    value it prints. What rows share (the URLs around the id, the CSRF field, the list's URL)
-    is made once. Every value from the database is escaped."""
-    time_zone = tenant.time_zone
-    writer = tenancy.can_write()
-    urls = [(action, id_url_parts(f"schedules.{action}", "schedule_id")) for action in ROW_ACTIONS]
-    back = url_for("schedules.index")
-    hidden = (
-        f'<input type="hidden" name="csrf_token" value="{escape(generate_csrf())}">'
-        if writer
-        else ""
-    )
-    back_field = f'<input type="hidden" name="next" value="{escape(back)}">'
-    resume_query = escape("?" + urlencode({"next": back}))
-    html = []
-    for schedule in schedules:
-        row_id = dom_id_of("schedule", schedule.id)
-        url = {action: f"{before}{schedule.id}{after}" for action, (before, after) in urls}
-        name = escape(schedule.name)
-        job = escape(titles.get(schedule.job, schedule.job))
-        next_run = (
-            moment(schedule.next_run_at, time_zone)
-            if schedule.active
-            else '<span class="muted">paused</span>'
+def schedule_urls(schedule_id: int) -> ScheduleUrls:
+    """The URLs of one schedule's links and forms (templates/schedules/_rows.html, _detail.html)."""
+    return ScheduleUrls(
+        *(
+            id_url(f"schedules.{action}", schedule_id=schedule_id)
+            for action in ScheduleUrls.__slots__
         )
-        last_run = last_runs.get(schedule.id)
-        last = status_badge(last_run) if last_run else '<span class="muted">never ran</span>'
-        cells = [
-            f'<tr id="{row_id}" class="{"" if schedule.active else "is-paused"}">\n'
-            f'  <td>\n    <a class="strong" href="{url["detail"]}">{name}</a>\n'
-            f'    <div class="muted small">{job}</div>\n  </td>\n'
-            f'  <td><code class="cron">{escape(schedule.cron)}</code><div class="muted small">'
-            f"{escape(describe_cron(schedule.cron, schedule.time_zone))}</div></td>\n"
-            f'  <td class="small">{escape(schedule.time_zone)}</td>\n'
-            f'  <td class="small" data-label="Next run">{next_run}</td>\n'
-            f'  <td id="{row_id}-last-run" data-label="Last run">{last}</td>\n'
-            f"  <td>{active_badge(schedule)} {overdue_badge(schedule)}</td>\n"
-        ]
-        if writer:
-            if schedule.active:
-                pause = (
-                    f'    <form method="post" action="{url["pause"]}"\n'
-                    f'          hx-post="{url["pause"]}" hx-target="#{row_id}" '
-                    'hx-swap="outerHTML">\n'
-                    f"      {hidden}{back_field}\n"
-                    '      <button type="submit" name="pause" class="button small secondary">'
-                    "Pause</button>\n    </form>\n"
-                )
-            else:
-                # htmx asks in the row; without JavaScript the question is a page that comes
-                # back here.
-                resume = f"{url['resume']}{resume_query}"
-                pause = (
-                    f'    <a class="button small secondary" href="{resume}"\n'
-                    f'       hx-get="{resume}" hx-target="#{row_id}-actions">Resume</a>\n'
-                )
-            cells.append(
-                f'  <td class="actions-cell" id="{row_id}-actions"><div class="actions">\n'
-                f'    <form method="post" action="{url["run"]}"\n'
-                f'          hx-post="{url["run"]}" hx-target="#{row_id}-last-run">\n'
-                f"      {hidden}{back_field}\n"
-                '      <button type="submit" name="run_now" class="button small">Run now'
-                "</button>\n    </form>\n"
-                f"{pause}"
-                f'    <a class="button small secondary" href="{url["edit"]}">Edit</a>\n'
-                f'    <form method="post" action="{url["delete"]}"\n'
-                f'          hx-post="{url["delete"]}" hx-target="#{row_id}" hx-swap="delete"\n'
-                f'          hx-confirm="Delete the schedule “{name}”? Its run history stays.">\n'
-                f'      {hidden}<button type="submit" name="delete" class="button small danger">'
-                "Delete</button>\n    </form>\n  </div></td>\n"
-            )
-        cells.append("</tr>\n")
-        html.append("".join(cells))
-    return Markup("".join(html))
+    )
 
 
 def job_titles() -> dict[str, str]:
@@ -337,46 +121,38 @@ def list_context() -> dict[str, Any]:
     after_name = request.args.get("after_name")
     if (after is None) != (after_name is None):
         bad_request("“after” and “after_name” go together: the last schedule of a page.")
-    values: dict[str, Any] = {}
-    if q:
-        values["search"] = like_pattern(q)
-    if job:
-        values["job"] = job
-    if status:
-        values["active"] = status == "active"
-    if after is not None:
-        values.update(after=after, after_name=after_name)
-    statement = list_statement(frozenset(values.keys() & LIST_FILTERS.keys()))
-    rows = db.session.execute(statement, tenancy.bound(limit=LIST_LIMIT + 1, **values)).all()
-    last_runs = {
-        row.id: LastRun(row.last_run_id, row.status, row.started_at, row.finished_at)
-        for row in rows
-        if row.last_run_id is not None
-    }
-    schedules = rows[:LIST_LIMIT]
+    tenant = tenancy.current_tenant()
+    page = list_page(
+        db.session(),
+        tenant.id,
+        LIST_LIMIT,
+        search=q,
+        job=job,
+        active=status == "active" if status else None,
+        after=(after_name, after) if after_name is not None and after is not None else None,
+    )
     filters = {"q": q, "job": job, "status": status}
     first_page = {key: value for key, value in filters.items() if value}
     next_page = None
-    if len(rows) > LIST_LIMIT:
-        last = schedules[-1]
+    if page.more:
+        last = page.schedules[-1]
         next_page = {**first_page, "after": str(last.id), "after_name": last.name}
     filtered = bool(q or job or status)
-    any_schedules = bool(schedules) or bool(
-        (filtered or after is not None)
-        and db.session.scalar(tenancy.schedules().with_only_columns(Schedule.id).limit(1))
+    any_schedules = bool(page.schedules) or (
+        (filtered or after is not None) and has_schedules(db.session(), tenant.id)
     )
     return {
-        "schedules": schedules,
+        "schedules": page.schedules,
         "first_page": first_page,
         "next_page": next_page,
         "later_page": after is not None,
-        "last_runs": last_runs,
+        "last_runs": page.last_runs,
         "titles": job_titles(),
         "jobs": current_catalog().jobs(scope="tenant"),
         "filters": filters,
         "filtered": filtered,
         "any_schedules": any_schedules,
-        "tenant": tenancy.current_tenant(),
+        "tenant": tenant,
     }
 
 
@@ -390,11 +166,13 @@ def index() -> Response:
 
 
 def row_context(schedule: Schedule) -> dict[str, Any]:
+    """The list's rows (templates/schedules/_rows.html) with one schedule's row alone."""
+    tenant = tenancy.current_tenant()
     return {
-        "schedule": schedule,
-        "last_run": last_runs([schedule.id]).get(schedule.id),
+        "schedules": [schedule],
+        "last_runs": last_runs(db.session(), tenant.id, [schedule.id]),
         "titles": job_titles(),
-        "tenant": tenancy.current_tenant(),
+        "tenant": tenant,
     }
 
 
@@ -543,8 +321,12 @@ def detail_context(schedule_id: int) -> dict[str, Any]:
     """What the schedule's page shows; its actions render it again after a change. Three
     statements: the schedule with its audit trail and notifications, its runs (the latest and
     the queued one-offs), and its last 30 days."""
-    schedule, events, notifications = schedule_with_trail(schedule_id)
-    runs, one_offs = schedule_runs(schedule_id)
+    tenant = tenancy.current_tenant()
+    trail = schedule_with_trail(db.session(), tenant.id, schedule_id, DETAIL_AUDIT)
+    if trail is None:
+        abort(404)
+    schedule = trail.schedule
+    runs, one_offs = schedule_runs(db.session(), tenant.id, schedule_id, DETAIL_RUNS)
     spec = current_catalog().get(schedule.job) if schedule.job in current_catalog() else None
     return {
         "schedule": schedule,
@@ -555,131 +337,15 @@ def detail_context(schedule_id: int) -> dict[str, Any]:
         "runs": runs[:DETAIL_RUNS],
         "waiting": waiting(runs[:DETAIL_RUNS]),
         "more_runs": len(runs) > DETAIL_RUNS,
-        "events": events,
-        "notifications": notifications,
+        "events": trail.events,
+        "notifications": trail.notifications,
         "audit_jobs": {schedule.id: schedule.job},
         "last_run": runs[0] if runs else None,
-        "tenant": tenancy.current_tenant(),
+        "tenant": tenant,
         "titles": job_titles(),
         "history": days_figures(last_days(schedule.id, schedule.tenant_id, utcnow())),
         "one_offs": one_offs,
     }
-
-
-@dataclass(frozen=True)
-class SentNotification:
-    """A row of a schedule's notifications (templates/schedules/_notifications.html)."""
-
-    id: int
-    run_id: int | None
-    event: str
-    channel: str
-    target: str
-    status: str
-    sent_at: datetime | None
-    error: str | None
-
-
-@functools.cache
-def trail_statement() -> Select[Any]:
-    """The schedule, its last DETAIL_AUDIT audit events and its latest notifications, in one
-    statement: both lists are one UNION ALL joined beside the schedule. Built once (see
-    tenancy.TENANT_ID): its subqueries' columns cost more to build than the statement to run."""
-    schedule_id: BindParameter[int] = bindparam("schedule_id")
-    audit = (
-        tenancy.audit_events(tenancy.TENANT_ID)
-        .where(AuditEvent.object_type == "schedule", AuditEvent.object_id == schedule_id)
-        .order_by(AuditEvent.id.desc())
-        .limit(DETAIL_AUDIT)
-        .subquery()
-    )
-    sent = recent_notifications(tenancy.TENANT_ID, schedule_id).subquery()
-    # The audit events first: their columns' types read both parts (a NULL has none); the
-    # notifications' own columns come after, NULL in the events' rows.
-    trail = union_all(
-        select(
-            literal("audit").label("kind"),
-            audit.c.id,
-            audit.c.created_at.label("at"),
-            *(audit.c[name] for name in AUDIT_COLUMNS),
-            *(null().label(name) for name in NOTIFICATION_COLUMNS),
-        ),
-        select(
-            literal("notification"),
-            sent.c.id,
-            sent.c.sent_at,
-            *(null() for _ in AUDIT_COLUMNS),
-            *(sent.c[name] for name in NOTIFICATION_COLUMNS),
-        ),
-    ).subquery("trail")
-    return tenancy.schedule_with(trail)
-
-
-def schedule_with_trail(
-    schedule_id: int,
-) -> tuple[Schedule, list[AuditEvent], list[SentNotification]]:
-    """The schedule, its last DETAIL_AUDIT audit events and its latest notifications, newest
-    first (trail_statement), or 404."""
-    rows = tenancy.get_schedule_with_or_404(schedule_id, trail_statement())
-    schedule = rows[0][0]
-    events, notifications = [], []
-    for row in rows:
-        if row.kind == "audit":
-            columns = {name: getattr(row, name) for name in AUDIT_COLUMNS}
-            # Never added to the database session: shown, not saved.
-            events.append(AuditEvent(id=row.id, created_at=row.at, **columns))
-        elif row.kind == "notification":
-            columns = {name: getattr(row, name) for name in NOTIFICATION_COLUMNS}
-            notifications.append(SentNotification(id=row.id, sent_at=row.at, **columns))
-    events.sort(key=lambda event: event.id, reverse=True)
-    notifications.sort(key=lambda item: item.id, reverse=True)
-    return schedule, events, notifications
-
-
-# What the schedule's audit trail and notifications show (besides id and time).
-AUDIT_COLUMNS = (
-    "tenant_id",
-    "actor_id",
-    "actor_label",
-    "action",
-    "object_type",
-    "object_id",
-    "object_label",
-    "before",
-    "after",
-)
-NOTIFICATION_COLUMNS = ("run_id", "event", "channel", "target", "status", "error")
-
-
-@functools.cache
-def runs_statement() -> CompoundSelect[Any]:
-    """The schedule's latest DETAIL_RUNS + 1 runs and its queued one-off runs (at most
-    DETAIL_RUNS), as history rows, in one statement (UNION ALL); built once, as
-    trail_statement."""
-    runs = tenancy.runs(tenancy.TENANT_ID).where(Run.schedule_id == bindparam("schedule_id"))
-    latest = history_query(runs).order_by(Run.id.desc()).limit(DETAIL_RUNS + 1).subquery()
-    waiting_ones = (
-        history_query(runs.where(*ONE_OFF))
-        .order_by(Run.available_at, Run.id)
-        .limit(DETAIL_RUNS)
-        .subquery()
-    )
-    # Each part in its own subquery: SQLite allows no LIMIT on a member of a UNION.
-    return union_all(
-        select(literal(True).label("latest"), *latest.c),
-        select(literal(False), *waiting_ones.c),
-    )
-
-
-def schedule_runs(schedule_id: int) -> tuple[list[Row[Any]], list[Row[Any]]]:
-    """The schedule's latest DETAIL_RUNS + 1 runs, newest first, and its queued one-off runs
-    by start time (runs_statement)."""
-    rows = db.session.execute(runs_statement(), tenancy.bound(schedule_id=schedule_id)).all()
-    newest = sorted((row for row in rows if row.latest), key=lambda row: row.id, reverse=True)
-    one_offs = sorted(
-        (row for row in rows if not row.latest), key=lambda row: (row.available_at, row.id)
-    )
-    return newest, one_offs
 
 
 def back_to(schedule: Schedule | None = None) -> str:
@@ -705,7 +371,7 @@ def action_done(message: str, schedule: Schedule) -> Response:
         return done(
             message, back_to(schedule), "schedules/_detail.html", **detail_context(schedule.id)
         )
-    return done(message, back_to(schedule), "schedules/_row.html", **row_context(schedule))
+    return done(message, back_to(schedule), "schedules/_rows.html", **row_context(schedule))
 
 
 @bp.post("/schedules/<id:schedule_id>/run")
@@ -847,206 +513,3 @@ def delete(schedule_id: int) -> Response:
     if request.form.get("leave"):  # from the schedule's own page, which is gone now
         return htmx_redirect(message, url_for("schedules.index"))
     return done(message, url_for("schedules.index"))
-
-
-def upcoming_cursor() -> Cursor | None:
-    """The `after` (an ISO 8601 time with its offset), `after_id` (a schedule id) and, when the
-    last fire was a one-off, `after_run` (its run id) of a later page of Next runs: the last
-    fire of the page before; or 400."""
-    text = request.args.get("after", "")
-    schedule_id = id_arg("after_id")
-    run_id = id_arg("after_run")
-    if not text and schedule_id is None and run_id is None:
-        return None
-    if not text or schedule_id is None:
-        bad_request(
-            "“after” and “after_id” go together (and “after_run” needs both): "
-            "the last fire time of a page."
-        )
-    try:
-        at = datetime.fromisoformat(text)
-    except ValueError:
-        at = None
-    if at is None or at.utcoffset() is None:
-        bad_request(f"“after={shown(text)}” is not a time with its UTC offset (ISO 8601).")
-    return at.astimezone(UTC), schedule_id, run_id or 0
-
-
-# What Next runs needs of a schedule to compute and show its fire times.
-UPCOMING_COLUMNS = (
-    Schedule.id,
-    Schedule.tenant_id,
-    Schedule.name,
-    Schedule.job,
-    Schedule.cron,
-    Schedule.time_zone,
-    Schedule.next_run_at,
-)
-
-
-@functools.cache
-def active_schedules() -> Select[*tuple[Any, ...]]:
-    """The tenant's first `size` active schedules by (next_run_at, id), as rows of
-    UPCOMING_COLUMNS (no schedule loaded as a model); built once (see tenancy.TENANT_ID). A
-    schedule without next_run_at never falls due: the scheduler will not fire it."""
-    return (
-        tenancy.schedules(tenancy.TENANT_ID)
-        .with_only_columns(*UPCOMING_COLUMNS)
-        .where(Schedule.active, Schedule.next_run_at.is_not(None))
-        .order_by(Schedule.next_run_at, Schedule.id)
-        .limit(bindparam("size", type_=Integer))
-    )
-
-
-def upcoming_page(start: datetime, end: datetime, cursor: Cursor | None) -> tuple[list[Any], bool]:
-    """UPCOMING_PAGE fires of the tenant's active schedules (and whether more exist), loading
-    schedules by next_run_at rather than all of them: a schedule fires nothing before its
-    next_run_at, so once the page's fires (and the one after) all come before the last loaded
-    schedule's (next_run_at, id), no schedule not loaded can take a place on the page. The
-    first UPCOMING_PAGE + 1 schedules usually suffice; else four times as many, and so on."""
-    size = UPCOMING_PAGE + 1
-    queued = one_off_fires(start, end, cursor, UPCOMING_PAGE + 1)
-    while True:
-        schedules = db.session.execute(active_schedules(), tenancy.bound(size=size)).all()
-        fires, _ = upcoming_fires(schedules, start, end, UPCOMING_PAGE + 1, cursor, queued)
-        if len(schedules) < size:
-            break  # every active schedule is loaded
-        last = schedules[-1]
-        assert last.next_run_at is not None  # the query's condition
-        if last.next_run_at > end or (
-            len(fires) > UPCOMING_PAGE
-            and (fires[-1].at, fires[-1].schedule.id) <= (last.next_run_at, last.id)
-        ):
-            break
-        size *= 4
-    return fires[:UPCOMING_PAGE], len(fires) > UPCOMING_PAGE
-
-
-# A queued one-off run ("Run once later"): the first attempt of a manual run that waits for a
-# later time (a retry's wait is not one).
-ONE_OFF = (Run.status == "queued", Run.trigger == "manual", Run.attempt == 0)
-
-
-@functools.cache
-def one_offs_statement(after_cursor: bool) -> Select[*tuple[Any, ...]]:
-    """The tenant's first `size` queued one-off runs (ONE_OFF) due in (start, end] (and, with
-    `after_cursor`, after (after_at, after_schedule, after_run) in fire_order: a one-off's
-    (time, schedule, run id)), each with its schedule (still the tenant's) as a row of
-    UPCOMING_COLUMNS, by start time; built once (see tenancy.TENANT_ID)."""
-    query = tenancy.runs(tenancy.TENANT_ID).where(
-        Run.available_at > bindparam("start", type_=UTCDateTime),
-        Run.available_at <= bindparam("end", type_=UTCDateTime),
-        *ONE_OFF,
-    )
-    if after_cursor:
-        after = (
-            bindparam("after_at", type_=UTCDateTime),
-            bindparam("after_schedule", type_=Integer),
-            bindparam("after_run", type_=Integer),
-        )
-        query = query.where(tuple_(Run.available_at, Run.schedule_id, Run.id) > tuple_(*after))
-    same_schedule = and_(Schedule.id == Run.schedule_id, Schedule.tenant_id == Run.tenant_id)
-    return (
-        query.with_only_columns(Run.id.label("run_id"), Run.available_at, *UPCOMING_COLUMNS)
-        .join(Schedule, same_schedule)
-        .order_by(Run.available_at, Run.schedule_id, Run.id)
-        .limit(bindparam("size", type_=Integer))
-    )
-
-
-def one_off_fires(start: datetime, end: datetime, cursor: Cursor | None, limit: int) -> list[Fire]:
-    """The tenant's queued one-off runs due in (start, end] (after `cursor`), as fires of Next
-    runs (one_offs_statement)."""
-    values: dict[str, Any] = {"start": start, "end": end, "size": limit}
-    if cursor is not None:
-        values.update(zip(("after_at", "after_schedule", "after_run"), cursor, strict=True))
-    rows = db.session.execute(one_offs_statement(cursor is not None), tenancy.bound(**values))
-    return [Fire(row.available_at, row, None, row.run_id) for row in rows]
-
-
-@bp.app_template_global()
-def upcoming_rows(fires: Iterable[Fire], tenant: Any, titles: Mapping[str, str]) -> Markup:
-    """The rows of one day of Next runs (templates/schedules/_upcoming_days.html), as one
-    piece of HTML, as schedule_rows makes the list's: a page has 100. Every value from the
-    database is escaped."""
-    zone = shown_zone(tenant.time_zone)
-    detail = id_url_parts("schedules.detail", "schedule_id")
-    run_url = id_url_parts("runs.detail", "run_id")
-    cancel_url = id_url_parts("runs.cancel", "run_id")
-    cancel_fields = ""
-    if tenancy.can_write():
-        cancel_fields = (
-            f'<input type="hidden" name="csrf_token" value="{escape(generate_csrf())}">'
-            '<input type="hidden" name="place" value="upcoming"><input type="hidden" '
-            f'name="next" value="{escape(url_for("schedules.upcoming"))}">'
-        )
-    html = []
-    for fire in fires:
-        schedule = fire.schedule
-        local = (
-            f'<div class="muted small">{escape(local_time(fire.at, schedule.time_zone))}</div>'
-            if schedule.time_zone != zone
-            else ""
-        )
-        note = f'<span class="dst-note">{escape(fire.note)}</span>' if fire.note else ""
-        row_attribute = one_off = ""
-        if fire.run_id:
-            run_id = int(fire.run_id)
-            row_id = dom_id_of("run", run_id, "upcoming")
-            row_attribute = f' id="{row_id}"'
-            one_off = (
-                '<span class="trigger trigger-manual">one-off</span> '
-                f'<a href="{run_url[0]}{run_id}{run_url[1]}">#{run_id}</a>\n'
-            )
-            if cancel_fields:
-                cancel = f"{cancel_url[0]}{run_id}{cancel_url[1]}"
-                one_off += (
-                    f'          <form method="post" action="{cancel}" class="inline"\n'
-                    f'                hx-post="{cancel}" hx-target="#{row_id}" '
-                    'hx-swap="outerHTML"\n'
-                    f'                hx-confirm="Cancel run #{run_id}? It will not start.">\n'
-                    f"            {cancel_fields}\n"
-                    '            <button type="submit" name="cancel" class="button secondary '
-                    'small">Cancel</button>\n          </form>'
-                )
-        html.append(
-            f"      <tr{row_attribute}>\n"
-            f'        <td class="nowrap">{moment(fire.at, tenant.time_zone, with_date=False)}'
-            "</td>\n"
-            f'        <td><a href="{detail[0]}{schedule.id}{detail[1]}">{escape(schedule.name)}'
-            f"</a>\n          {local}</td>\n"
-            f'        <td class="small">{escape(titles.get(schedule.job, schedule.job))}</td>\n'
-            f'        <td class="small">{note}{one_off}</td>\n      </tr>\n'
-        )
-    return Markup("".join(html))
-
-
-@bp.get("/upcoming")
-def upcoming() -> Response:
-    """The tenant's fire times across all active schedules in the next 24 hours, by day,
-    UPCOMING_PAGE at a time ("Later fire times" continues after the last one shown)."""
-    now = utcnow()
-    cursor = upcoming_cursor()
-    fires, more = upcoming_page(now, now + timedelta(hours=UPCOMING_HOURS), cursor)
-    tenant = tenancy.current_tenant()
-    zone = shown_zone(tenant.time_zone)
-    today = now.astimezone(ZoneInfo(zone)).date()
-    later = None
-    if more:
-        last = fires[-1]
-        later = {"after": last.at.isoformat(), "after_id": str(last.schedule.id)}
-        if last.run_id:
-            later["after_run"] = str(last.run_id)
-    # A later page appends to the list; its first day may continue the last one shown.
-    later_page = "after" in request.args
-    return page_or_partial(
-        "schedules/upcoming.html",
-        "schedules/_upcoming_days.html" if later_page else "schedules/_upcoming.html",
-        days=by_day(fires, zone),
-        today=today,
-        tomorrow=today + timedelta(days=1),
-        continued=cursor[0].astimezone(ZoneInfo(zone)).date() if cursor else None,
-        later=later,
-        tenant=tenant,
-        titles=job_titles(),
-    )

@@ -11,15 +11,12 @@ page reads that tenant's data through the same helpers below, and every write an
 
 from __future__ import annotations
 
-import functools
-from typing import Any
-
 from flask import abort, g, session
 from flask_login import current_user
-from sqlalchemy import BindParameter, Row, Select, Subquery, bindparam, select, true
+from sqlalchemy import select
 
 from webapp.extensions import db
-from webapp.models import ApiToken, AuditEvent, Membership, Run, Schedule, Tenant
+from webapp.models import ApiToken, Membership, Run, Schedule, Tenant
 from webapp.services import scope
 
 SESSION_KEY = "tenant_id"
@@ -148,83 +145,18 @@ def switch_tenant(tenant_id: int) -> Tenant:
     return membership.tenant
 
 
-# A statement that a page builds once (building one with subqueries costs more than running
-# it) is scoped by this parameter, and executed with `bound()`: never another tenant's id.
-TENANT_ID: BindParameter[int] = bindparam("tenant_id")
-
-
-def bound(**values: Any) -> dict[str, Any]:
-    """The parameters of a statement built once with TENANT_ID: the current tenant's id and
-    `values`."""
-    return {"tenant_id": current_tenant().id, **values}
-
-
-def _tenant_id(tenant_id: Any) -> Any:
-    return current_tenant().id if tenant_id is None else tenant_id
-
-
-def schedules(tenant_id: Any = None) -> Select[Schedule]:
-    """The current tenant's schedules (tenant scope only: system schedules are the operator's).
-    `tenant_id`: TENANT_ID, for a statement built once (see `bound`)."""
-    return scope.schedules_of(_tenant_id(tenant_id))
-
-
-def runs(tenant_id: Any = None) -> Select[Run]:
-    return scope.runs_of(_tenant_id(tenant_id))
-
-
-def audit_events(tenant_id: Any = None) -> Select[AuditEvent]:
-    return scope.audit_events_of(_tenant_id(tenant_id))
-
-
-@functools.cache
-def schedule_by_id() -> Select[Schedule]:
-    """One of the tenant's schedules, by the parameter `schedule_id`: built once (TENANT_ID),
-    since every action on a schedule (Run now, Pause, Edit...) starts with it."""
-    return schedules(TENANT_ID).where(Schedule.id == bindparam("schedule_id"))
-
-
 def get_schedule_or_404(schedule_id: int) -> Schedule:
-    schedule = db.session.scalar(schedule_by_id(), bound(schedule_id=schedule_id))
+    """One of the current tenant's schedules, or 404."""
+    statement = scope.schedules(current_tenant().id).where(Schedule.id == schedule_id)
+    schedule = db.session.scalar(statement)
     if schedule is None:
         abort(404)
     return schedule
 
 
-def schedule_with(side: Subquery) -> Select[Any]:
-    """One of the tenant's schedules (parameter `schedule_id`) with each row of `side` beside
-    it (a subquery of what its page shows, itself scoped by TENANT_ID): built once, run by
-    get_schedule_with_or_404. The rows are (schedule, *side's columns); one row of NULLs
-    beside the schedule when `side` is empty."""
-    return (
-        schedules(TENANT_ID)
-        .where(Schedule.id == bindparam("schedule_id"))
-        .add_columns(*side.c)
-        .outerjoin(side, true())
-    )
-
-
-def get_schedule_with_or_404(schedule_id: int, statement: Select[Any]) -> list[Row[Any]]:
-    """The rows of `statement` (from schedule_with) for the current tenant's schedule, or 404."""
-    rows = list(db.session.execute(statement, bound(schedule_id=schedule_id)))
-    if not rows:
-        abort(404)
-    return rows
-
-
-@functools.cache
-def run_by_id() -> Select[Run]:
-    """One of the tenant's runs, by the parameter `run_id`: built once (TENANT_ID), since a
-    running run's badge asks for it every second. A page adds its loader options to it in a
-    statement of its own, built once too, and runs that with get_run_or_404."""
-    return runs(TENANT_ID).where(Run.id == bindparam("run_id"))
-
-
-def get_run_or_404(run_id: int, statement: Select[Run] | None = None) -> Run:
-    """One of the current tenant's runs, by run_by_id() or a statement made from it (what a
-    page loads with the run), or 404."""
-    chosen = run_by_id() if statement is None else statement
-    run = db.session.scalar(chosen, bound(run_id=run_id))
+def get_run_or_404(run_id: int) -> Run:
+    """One of the current tenant's runs, or 404."""
+    run = db.session.scalar(scope.runs(current_tenant().id).where(Run.id == run_id))
     if run is None:
         abort(404)
     return run

@@ -1,0 +1,250 @@
+"""The reads of the schedule pages: a page of the list, a schedule with its trail and runs.
+
+Each takes the tenant's id and builds its statement for it (webapp.services.scope).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import NamedTuple
+
+from sqlalchemy import and_, func, literal, null, or_, select, true, union_all
+from sqlalchemy.orm import Session, load_only
+
+from webapp.database import contains_text, like_pattern
+from webapp.models import AuditEvent, Run, Schedule
+from webapp.services import scope
+from webapp.services.history import HistoryRow, history_query, history_row
+from webapp.services.notifications import recent_notifications
+from webapp.services.upcoming import ONE_OFF
+
+
+@dataclass(frozen=True, slots=True)
+class LastRun:
+    """The latest run of a listed schedule: what its status badge shows (the status_badge macro
+    takes a model or anything with these attributes)."""
+
+    id: int
+    status: str
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class ListedSchedule(NamedTuple):
+    """A schedule as its row in the list shows it (templates/schedules/_rows.html)."""
+
+    id: int
+    tenant_id: int
+    name: str
+    job: str
+    cron: str
+    time_zone: str
+    active: bool
+    inactive_reason: str | None
+    next_run_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ListPage:
+    schedules: list[ListedSchedule]  # by name, then id; at most the page's size
+    last_runs: dict[int, LastRun]  # by schedule id, for those that ran
+    more: bool  # a next page starts after the last schedule
+
+
+def list_page(
+    session: Session,
+    tenant_id: int,
+    size: int,
+    *,
+    search: str = "",
+    job: str = "",
+    active: bool | None = None,
+    after: tuple[str, int] | None = None,
+) -> ListPage:
+    """A page of the tenant's schedules by name and id (`search`: in the name, whatever the
+    case; `after`: the previous page's last (name, id)), with the latest run of each that ran,
+    in one statement: the latest run's id is a subquery per listed schedule (one index probe
+    each, after the LIMIT), joined to its run. Columns, not models: loading each schedule
+    whole (its arguments decoded from JSON, its notification settings) and its run as objects
+    cost more than rendering the row."""
+    latest = (
+        select(func.max(Run.id))
+        .where(Run.schedule_id == Schedule.id, Run.tenant_id == Schedule.tenant_id)
+        .scalar_subquery()
+    )
+    query = scope.schedules(tenant_id)
+    if search:
+        query = query.where(contains_text(Schedule.name, "search"))
+    if job:
+        query = query.where(Schedule.job == job)
+    if active is not None:
+        query = query.where(Schedule.active == active)
+    if after is not None:
+        name, schedule_id = after
+        query = query.where(
+            or_(Schedule.name > name, and_(Schedule.name == name, Schedule.id > schedule_id))
+        )
+    page = (
+        query.with_only_columns(*(getattr(Schedule, field) for field in ListedSchedule._fields))
+        .add_columns(latest.label("last_run_id"))
+        .order_by(Schedule.name, Schedule.id)
+        .limit(size + 1)
+        .subquery()
+    )
+    statement = (
+        select(page, Run.status, Run.started_at, Run.finished_at)
+        .outerjoin(Run, Run.id == page.c.last_run_id)
+        .order_by(page.c.name, page.c.id)
+    )
+    values = {"search": like_pattern(search)} if search else {}
+    rows = session.execute(statement, values).all()
+    width = len(ListedSchedule._fields)
+    return ListPage(
+        schedules=[ListedSchedule._make(row[:width]) for row in rows[:size]],
+        last_runs={
+            row.id: LastRun(row.last_run_id, row.status, row.started_at, row.finished_at)
+            for row in rows[:size]
+            if row.last_run_id is not None
+        },
+        more=len(rows) > size,
+    )
+
+
+def has_schedules(session: Session, tenant_id: int) -> bool:
+    """Whether the tenant has any schedule (an empty page of the list says which it means)."""
+    query = scope.schedules(tenant_id).with_only_columns(Schedule.id).limit(1)
+    return session.scalar(query) is not None
+
+
+def last_runs(session: Session, tenant_id: int, schedule_ids: list[int]) -> dict[int, Run]:
+    """The latest run of each schedule, by schedule id (one index probe per schedule)."""
+    if not schedule_ids:
+        return {}
+    latest = (
+        select(func.max(Run.id))
+        .where(Run.tenant_id == tenant_id, Run.schedule_id.in_(schedule_ids))
+        .group_by(Run.schedule_id)
+    )
+    # The status badge's columns only (not the output, which may be large).
+    badge = load_only(Run.id, Run.schedule_id, Run.status, Run.started_at, Run.finished_at)
+    runs = session.scalars(scope.runs(tenant_id).where(Run.id.in_(latest)).options(badge))
+    return {run.schedule_id: run for run in runs if run.schedule_id is not None}
+
+
+@dataclass(frozen=True)
+class SentNotification:
+    """A row of a schedule's notifications (templates/schedules/_notifications.html)."""
+
+    id: int
+    run_id: int | None
+    event: str
+    channel: str
+    target: str
+    status: str
+    sent_at: datetime | None
+    error: str | None
+
+
+# What the schedule's audit trail and notifications show (besides id and time).
+AUDIT_COLUMNS = (
+    "tenant_id",
+    "actor_id",
+    "actor_label",
+    "action",
+    "object_type",
+    "object_id",
+    "object_label",
+    "before",
+    "after",
+)
+NOTIFICATION_COLUMNS = ("run_id", "event", "channel", "target", "status", "error")
+
+
+@dataclass(frozen=True)
+class ScheduleTrail:
+    schedule: Schedule
+    events: list[AuditEvent]  # newest first; never added to the session: shown, not saved
+    notifications: list[SentNotification]  # newest first
+
+
+def schedule_with_trail(
+    session: Session, tenant_id: int, schedule_id: int, events: int
+) -> ScheduleTrail | None:
+    """One of the tenant's schedules with its last `events` audit events and its latest
+    notifications, in one statement (both lists are one UNION ALL joined beside the schedule),
+    or None when it is not the tenant's."""
+    audit = (
+        scope.audit_events(tenant_id)
+        .where(AuditEvent.object_type == "schedule", AuditEvent.object_id == schedule_id)
+        .order_by(AuditEvent.id.desc())
+        .limit(events)
+        .subquery()
+    )
+    sent = recent_notifications(tenant_id, schedule_id).subquery()
+    # The audit events first: their columns' types read both parts (a NULL has none); the
+    # notifications' own columns come after, NULL in the events' rows.
+    trail = union_all(
+        select(
+            literal("audit").label("kind"),
+            audit.c.id,
+            audit.c.created_at.label("at"),
+            *(audit.c[name] for name in AUDIT_COLUMNS),
+            *(null().label(name) for name in NOTIFICATION_COLUMNS),
+        ),
+        select(
+            literal("notification"),
+            sent.c.id,
+            sent.c.sent_at,
+            *(null() for _ in AUDIT_COLUMNS),
+            *(sent.c[name] for name in NOTIFICATION_COLUMNS),
+        ),
+    ).subquery("trail")
+    # One row per part of the trail beside the schedule; one row of NULLs when it has none.
+    statement = (
+        scope.schedules(tenant_id)
+        .where(Schedule.id == schedule_id)
+        .add_columns(*trail.c)
+        .outerjoin(trail, true())
+    )
+    rows = session.execute(statement).all()
+    if not rows:
+        return None
+    found = ScheduleTrail(rows[0][0], [], [])
+    for row in rows:
+        if row.kind == "audit":
+            columns = {name: getattr(row, name) for name in AUDIT_COLUMNS}
+            found.events.append(AuditEvent(id=row.id, created_at=row.at, **columns))
+        elif row.kind == "notification":
+            columns = {name: getattr(row, name) for name in NOTIFICATION_COLUMNS}
+            found.notifications.append(SentNotification(id=row.id, sent_at=row.at, **columns))
+    found.events.sort(key=lambda event: event.id, reverse=True)
+    found.notifications.sort(key=lambda item: item.id, reverse=True)
+    return found
+
+
+def schedule_runs(
+    session: Session, tenant_id: int, schedule_id: int, size: int
+) -> tuple[list[HistoryRow], list[HistoryRow]]:
+    """The schedule's latest `size` + 1 runs (the last tells that there are more), newest
+    first, and its queued one-off runs (at most `size`) by start time, in one statement (UNION
+    ALL)."""
+    runs = scope.runs(tenant_id).where(Run.schedule_id == schedule_id)
+    latest = history_query(runs).order_by(Run.id.desc()).limit(size + 1).subquery()
+    waiting = (
+        history_query(runs.where(*ONE_OFF))
+        .order_by(Run.available_at, Run.id)
+        .limit(size)
+        .subquery()
+    )
+    # Each part in its own subquery: SQLite allows no LIMIT on a member of a UNION.
+    statement = union_all(
+        select(literal(True).label("latest"), *latest.c), select(literal(False), *waiting.c)
+    )
+    rows = session.execute(statement).all()
+    newest = sorted((history_row(row[1:]) for row in rows if row.latest), key=lambda r: -r.id)
+    one_offs = sorted(
+        (history_row(row[1:]) for row in rows if not row.latest),
+        key=lambda run: (run.available_at, run.id),
+    )
+    return newest, one_offs
