@@ -133,6 +133,7 @@ def make_app(url: str, **config: Any) -> Flask:
 
 def log_in(app: Flask, client: FlaskClient, user_id: int, **session_values: Any) -> None:
     """Gives the test client a real login session of the user, as the login form would."""
+    from webapp.config import settings
     from webapp.database import utcnow, write_transaction
     from webapp.extensions import db
     from webapp.models import User
@@ -141,7 +142,7 @@ def log_in(app: Flask, client: FlaskClient, user_id: int, **session_values: Any)
     with app.app_context(), write_transaction(db.session):
         user = db.session.get(User, user_id)
         assert user is not None, f"no user {user_id}"
-        token = sessions.start(user, utcnow(), sessions.Lifetimes.of(app.config)).get_id()
+        token = sessions.start(user, utcnow(), sessions.Lifetimes.of(settings(app))).get_id()
     with client.session_transaction() as session:
         session.update(_user_id=token, _fresh=True, **session_values)
 
