@@ -1,15 +1,29 @@
 """The reads of the schedule pages: a page of the list, a schedule with its trail and runs.
 
-Each takes the tenant's id and builds its statement for it (webapp.services.scope).
+Each takes the tenant's id: the list builds its statement for it (webapp.services.scope); the
+schedule page runs named statements built once with the tenant as a bound parameter.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from sqlalchemy import and_, func, literal, null, or_, select, true, union_all
+from sqlalchemy import (
+    CompoundSelect,
+    Integer,
+    Select,
+    and_,
+    bindparam,
+    func,
+    literal,
+    null,
+    or_,
+    select,
+    true,
+    union_all,
+)
 from sqlalchemy.orm import Session, load_only
 
 from webapp.database import contains_text, like_pattern
@@ -168,20 +182,25 @@ class ScheduleTrail:
     notifications: list[SentNotification]  # newest first
 
 
-def schedule_with_trail(
-    session: Session, tenant_id: int, schedule_id: int, events: int
-) -> ScheduleTrail | None:
-    """One of the tenant's schedules with its last `events` audit events and its latest
-    notifications, in one statement (both lists are one UNION ALL joined beside the schedule),
-    or None when it is not the tenant's."""
+# The schedule page's statements are named and built once, at import, with the tenant and the
+# schedule as bound parameters: building their unions cost the page more than running them
+# (bench/README), and a statement holding no value cannot hold another tenant's.
+TENANT_ID = bindparam("tenant_id", type_=Integer)
+SCHEDULE_ID = bindparam("schedule_id", type_=Integer)
+
+
+def trail_statement() -> Select[Any]:
+    """The schedule (TENANT_ID's, SCHEDULE_ID) with its last `:events` audit events and its
+    latest notifications beside it (both lists one UNION ALL joined to the schedule; one row of
+    NULLs beside the schedule when it has neither)."""
     audit = (
-        scope.audit_events(tenant_id)
-        .where(AuditEvent.object_type == "schedule", AuditEvent.object_id == schedule_id)
+        scope.audit_events(TENANT_ID)
+        .where(AuditEvent.object_type == "schedule", AuditEvent.object_id == SCHEDULE_ID)
         .order_by(AuditEvent.id.desc())
-        .limit(events)
+        .limit(bindparam("events", type_=Integer))
         .subquery()
     )
-    sent = recent_notifications(tenant_id, schedule_id).subquery()
+    sent = recent_notifications(TENANT_ID, SCHEDULE_ID).subquery()
     # The audit events first: their columns' types read both parts (a NULL has none); the
     # notifications' own columns come after, NULL in the events' rows.
     trail = union_all(
@@ -200,14 +219,24 @@ def schedule_with_trail(
             *(sent.c[name] for name in NOTIFICATION_COLUMNS),
         ),
     ).subquery("trail")
-    # One row per part of the trail beside the schedule; one row of NULLs when it has none.
-    statement = (
-        scope.schedules(tenant_id)
-        .where(Schedule.id == schedule_id)
+    return (
+        scope.schedules(TENANT_ID)
+        .where(Schedule.id == SCHEDULE_ID)
         .add_columns(*trail.c)
         .outerjoin(trail, true())
     )
-    rows = session.execute(statement).all()
+
+
+TRAIL = trail_statement()
+
+
+def schedule_with_trail(
+    session: Session, tenant_id: int, schedule_id: int, events: int
+) -> ScheduleTrail | None:
+    """One of the tenant's schedules with its last `events` audit events and its latest
+    notifications, in one statement (TRAIL), or None when it is not the tenant's."""
+    values = {"tenant_id": tenant_id, "schedule_id": schedule_id, "events": events}
+    rows = session.execute(TRAIL, values).all()
     if not rows:
         return None
     found = ScheduleTrail(rows[0][0], [], [])
@@ -223,25 +252,43 @@ def schedule_with_trail(
     return found
 
 
+def runs_statement() -> CompoundSelect[Any]:
+    """The schedule's (TENANT_ID's, SCHEDULE_ID) latest `:latest` runs, newest first, and its
+    queued one-off runs (at most `:waiting`) by start time, in one UNION ALL; each part in its
+    own subquery: SQLite allows no LIMIT on a member of a UNION."""
+    runs = scope.runs(TENANT_ID).where(Run.schedule_id == SCHEDULE_ID)
+    latest = (
+        history_query(runs)
+        .order_by(Run.id.desc())
+        .limit(bindparam("latest", type_=Integer))
+        .subquery()
+    )
+    waiting = (
+        history_query(runs.where(*ONE_OFF))
+        .order_by(Run.available_at, Run.id)
+        .limit(bindparam("waiting", type_=Integer))
+        .subquery()
+    )
+    return union_all(
+        select(literal(True).label("latest"), *latest.c), select(literal(False), *waiting.c)
+    )
+
+
+RUNS = runs_statement()
+
+
 def schedule_runs(
     session: Session, tenant_id: int, schedule_id: int, size: int
 ) -> tuple[list[HistoryRow], list[HistoryRow]]:
     """The schedule's latest `size` + 1 runs (the last tells that there are more), newest
-    first, and its queued one-off runs (at most `size`) by start time, in one statement (UNION
-    ALL)."""
-    runs = scope.runs(tenant_id).where(Run.schedule_id == schedule_id)
-    latest = history_query(runs).order_by(Run.id.desc()).limit(size + 1).subquery()
-    waiting = (
-        history_query(runs.where(*ONE_OFF))
-        .order_by(Run.available_at, Run.id)
-        .limit(size)
-        .subquery()
-    )
-    # Each part in its own subquery: SQLite allows no LIMIT on a member of a UNION.
-    statement = union_all(
-        select(literal(True).label("latest"), *latest.c), select(literal(False), *waiting.c)
-    )
-    rows = session.execute(statement).all()
+    first, and its queued one-off runs (at most `size`) by start time, in one statement (RUNS)."""
+    values = {
+        "tenant_id": tenant_id,
+        "schedule_id": schedule_id,
+        "latest": size + 1,
+        "waiting": size,
+    }
+    rows = session.execute(RUNS, values).all()
     newest = sorted((history_row(row[1:]) for row in rows if row.latest), key=lambda r: -r.id)
     one_offs = sorted(
         (history_row(row[1:]) for row in rows if not row.latest),

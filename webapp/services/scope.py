@@ -7,22 +7,22 @@ another tenant's id: it is built for the tenant it is run for.
 
 from __future__ import annotations
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import BindParameter, Select, func, select
 
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule
 
 
-def schedules(tenant_id: int) -> Select[Schedule]:
+def schedules(tenant_id: int | BindParameter[int]) -> Select[Schedule]:
     """The tenant's schedules (tenant scope only: system schedules are the operator's)."""
     return select(Schedule).where(Schedule.tenant_id == tenant_id, Schedule.scope == "tenant")
 
 
-def runs(tenant_id: int) -> Select[Run]:
+def runs(tenant_id: int | BindParameter[int]) -> Select[Run]:
     return select(Run).where(Run.tenant_id == tenant_id)
 
 
-def audit_events(tenant_id: int) -> Select[AuditEvent]:
+def audit_events(tenant_id: int | BindParameter[int]) -> Select[AuditEvent]:
     return select(AuditEvent).where(AuditEvent.tenant_id == tenant_id)
 
 
