@@ -26,10 +26,6 @@ def audit_events(tenant_id: int | BindParameter[int]) -> Select[AuditEvent]:
     return select(AuditEvent).where(AuditEvent.tenant_id == tenant_id)
 
 
-def schedule_of(tenant_id: int, schedule_id: int) -> Schedule | None:
-    return db.session.scalar(schedules(tenant_id).where(Schedule.id == schedule_id))
-
-
 def schedule_by_key(tenant_id: int, key: str) -> Schedule | None:
     return db.session.scalar(schedules(tenant_id).where(Schedule.key == key))
 
