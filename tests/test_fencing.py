@@ -27,6 +27,7 @@ from tests.pg_cluster import Cluster, ClusterUnavailable, start_cluster
 from tests.probe_jobs import concurrent_copies, executions
 from tests.scheduler_helpers import get_run
 from tests.worker_support import Workers, one_at_a_time, postgresql_only, wait_for
+from webapp.database import write_transaction
 from webapp.extensions import db
 from webapp.models import Run, Tenant
 from webapp.scheduler.runs import LOST_ERROR
@@ -211,27 +212,28 @@ def queue_probes(
     delay: float = 0.0,
 ) -> list[int]:
     """`count` queued probe runs with one attempt each, after every run queued so far;
-    available `delay` seconds from now."""
+    available `delay` seconds from now. One write transaction from its first read: on SQLite a
+    read that a worker's commit overtakes cannot become a write ("database is locked" at once)."""
     db.session.rollback()
-    first = len(db.session.scalars(select(Run.id)).all())
-    available = datetime.now(UTC) + timedelta(seconds=delay)
-    args = {"directory": str(directory), "seconds": seconds, "check_owner": check_owner}
-    runs = [
-        Run(
-            tenant_id=tenant_id,
-            job="probe.work",
-            args=args,
-            trigger="manual",
-            scheduled_for=START + timedelta(seconds=first + n),
-            available_at=available + timedelta(microseconds=n),
-            queued_at=START,
-            idempotency_key=f"probe:{first + n}",
-            max_attempts=1,
-        )
-        for n in range(count)
-    ]
-    db.session.add_all(runs)
-    db.session.commit()
+    with write_transaction(db.session) as session:
+        first = len(session.scalars(select(Run.id)).all())
+        available = datetime.now(UTC) + timedelta(seconds=delay)
+        args = {"directory": str(directory), "seconds": seconds, "check_owner": check_owner}
+        runs = [
+            Run(
+                tenant_id=tenant_id,
+                job="probe.work",
+                args=args,
+                trigger="manual",
+                scheduled_for=START + timedelta(seconds=first + n),
+                available_at=available + timedelta(microseconds=n),
+                queued_at=START,
+                idempotency_key=f"probe:{first + n}",
+                max_attempts=1,
+            )
+            for n in range(count)
+        ]
+        session.add_all(runs)
     return [run.id for run in runs]
 
 
