@@ -230,7 +230,15 @@ def row_locks(path: Path) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             if isinstance(node.func, ast.Attribute) and node.func.attr == "with_for_update":
-                found.append(f"line {node.lineno}: with_for_update")
+                # SQLAlchemy's key_share=True: FOR NO KEY UPDATE, which lets the foreign keys
+                # of rows inserted meanwhile (FOR KEY SHARE) through.
+                weakest = any(
+                    k.arg == "key_share" and isinstance(k.value, ast.Constant) and k.value.value
+                    for k in node.keywords
+                )
+                found.append(
+                    f"line {node.lineno}: with_for_update{'' if weakest else ' (FOR UPDATE)'}"
+                )
             for keyword in node.keywords:
                 value = keyword.value
                 if keyword.arg == "skip_locked" and not (
@@ -257,6 +265,17 @@ def test_only_the_modules_that_lock_rows_lock_them() -> None:
     page = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
     rule = page.split("- **Locking SQL**")[1].split("\n- **")[0]
     assert all(f"`webapp/{name}`" in rule for name in LOCKING_MODULES), rule
+
+
+def test_row_locks_are_the_weakest_that_do_the_job() -> None:
+    """No path changes a key under a lock it took first (a DELETE takes its own): FOR UPDATE,
+    which waits for every row inserted meanwhile that refers to the locked one, is the lock
+    that made edits, pauses and the tick deadlock (tests/test_lock_order.py)."""
+    strong = {
+        str(path.relative_to(PACKAGE)): [lock for lock in row_locks(path) if "FOR UPDATE" in lock]
+        for path in sorted(PACKAGE.rglob("*.py"))
+    }
+    assert {name: locks for name, locks in strong.items() if locks} == {}
 
 
 SQL_START = re.compile(

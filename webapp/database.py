@@ -3,12 +3,13 @@ searches in text."""
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy import (
     ColumnElement,
@@ -25,6 +26,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.engine import Dialect, Engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, scoped_session
 from sqlalchemy.types import TypeDecorator
 
@@ -153,6 +155,37 @@ def write_transaction(session: Session | scoped_session[Any]) -> Iterator[Sessio
     except BaseException:
         current.rollback()
         raise
+
+
+# PostgreSQL's answers to the loser of a race that a second try may win: deadlock_detected and
+# serialization_failure. Its transaction was rolled back whole, so nothing of it was written.
+LOST_RACE = {"40P01", "40001"}
+TRIES = 3
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def lost_race(error: DBAPIError) -> bool:
+    return getattr(error.orig, "sqlstate", None) in LOST_RACE
+
+
+def retry_lost_race(change: Callable[P, T]) -> Callable[P, T]:
+    """`change` (a function that is one whole write transaction, and safe to run again: it reads
+    what it decides on inside the transaction) run again when PostgreSQL aborted it as the loser
+    of a deadlock or a serialization race, up to TRIES times."""
+
+    @functools.wraps(change)
+    def tried(*args: P.args, **kwargs: P.kwargs) -> T:
+        for attempt in range(1, TRIES + 1):
+            try:
+                return change(*args, **kwargs)
+            except DBAPIError as error:
+                if attempt == TRIES or not lost_race(error):
+                    raise
+        raise AssertionError("unreachable")
+
+    return tried
 
 
 def is_postgresql(session: Session) -> bool:

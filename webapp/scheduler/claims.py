@@ -85,7 +85,7 @@ DUE_POSTGRESQL = (
         CLAIM_NOW, CLAIM_NOW + bindparam("ahead", type_=Interval), bindparam("limit", type_=Integer)
     )
     .add_columns(CLAIM_NOW.label("claimed_at"))
-    .with_for_update(of=Schedule, skip_locked=True)
+    .with_for_update(of=Schedule, skip_locked=True, key_share=True)
 )
 
 
@@ -99,7 +99,7 @@ def lock_schedules(session: Session, schedule_ids: Sequence[int]) -> None:
             select(Schedule.id)
             .where(Schedule.id.in_(schedule_ids))
             .order_by(Schedule.id)
-            .with_for_update()
+            .with_for_update(key_share=True)
         )
 
 

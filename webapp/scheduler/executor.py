@@ -27,7 +27,7 @@ from sqlalchemy import insert, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from webapp.database import utcnow
+from webapp.database import lost_race, utcnow
 from webapp.extensions import db
 from webapp.models import Worker
 
@@ -129,6 +129,13 @@ def retry_while_database_down(
             if give_up is not None and time.monotonic() >= give_up:
                 db.session.rollback()
                 raise
+            if lost_race(error):  # rolled back whole: the database is up, try again at once
+                db.session.rollback()
+                log.info(
+                    "transaction_lost_race",
+                    extra={"action": "transaction_lost_race", "during": action, **fields},
+                )
+                continue
             delay = backoff.next()
             database_unavailable(error, delay, action, **fields)
             if stop is None:

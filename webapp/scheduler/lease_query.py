@@ -158,7 +158,7 @@ def oldest_queued(now: Any, group: Any, take: Any) -> Any:
         .where(QUEUED, Run.available_at <= now, group)
         .order_by(Run.available_at, Run.id)
         .limit(take)
-        .with_for_update(skip_locked=True)
+        .with_for_update(skip_locked=True, key_share=True)
     )
 
 

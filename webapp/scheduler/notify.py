@@ -107,7 +107,7 @@ def lock_failure_counts(session: Session, schedule_ids: list[int]) -> Sequence[A
         .order_by(Schedule.id)
     )
     if is_postgresql(session):
-        query = query.with_for_update(of=Schedule)
+        query = query.with_for_update(of=Schedule, key_share=True)
     return session.execute(query).all()
 
 

@@ -85,7 +85,7 @@ def notification_lease_statement(skip_locked: bool) -> Any:
         .limit(bindparam("limit", type_=Integer))
     )
     if skip_locked:
-        candidates = candidates.with_for_update(skip_locked=True)
+        candidates = candidates.with_for_update(skip_locked=True, key_share=True)
     secret = select(Tenant.webhook_secret).where(Tenant.id == Notification.tenant_id)
     return (
         update(Notification)

@@ -58,7 +58,7 @@ def flag_overdue_schedules(
         .limit(limit)
     )
     if is_postgresql(session):
-        candidates = candidates.with_for_update(of=Schedule, skip_locked=True)
+        candidates = candidates.with_for_update(of=Schedule, skip_locked=True, key_share=True)
     # Materialized: as a subquery, PostgreSQL may run it again for each row it updates (a
     # nested loop), skipping the rows this statement has just changed, so the LIMIT would not
     # bound it.
@@ -93,7 +93,7 @@ def clear_recovered_schedules(
         .limit(limit)
     )
     if is_postgresql(session):
-        query = query.with_for_update(of=Schedule, skip_locked=True)
+        query = query.with_for_update(of=Schedule, skip_locked=True, key_share=True)
     rows = session.execute(query).all()
     if rows:
         session.execute(

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from webapp.catalog.current import current_catalog
 from webapp.config import Settings, settings
-from webapp.database import database_now, utcnow, write_transaction
+from webapp.database import database_now, lost_race, utcnow, write_transaction
 from webapp.extensions import db
 from webapp.scheduler import claims
 from webapp.scheduler.execution import prints_go_to_runs, store_outcomes
@@ -412,6 +412,10 @@ class WorkerProcess:
                 pause = 0.0 if worked else self.seconds_to_sleep()
                 backoff.reset()
             except DBAPIError as error:
+                if lost_race(error):  # rolled back whole (a deadlock's loser): go on at once
+                    db.session.rollback()
+                    log.info("transaction_lost_race", extra={"action": "transaction_lost_race"})
+                    continue
                 pause = backoff.next()
                 database_unavailable(error, pause)
                 self.connection_lost()

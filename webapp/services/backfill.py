@@ -18,7 +18,7 @@ from sqlalchemy import select
 from webapp import cron
 from webapp.catalog import ArgsError, args_path
 from webapp.config import settings
-from webapp.database import write_transaction
+from webapp.database import retry_lost_race, write_transaction
 from webapp.extensions import db
 from webapp.models import Run, Schedule
 from webapp.scheduler import runs
@@ -191,6 +191,7 @@ def check_job(schedule: Schedule) -> int:
     return spec.max_attempts
 
 
+@retry_lost_race
 def backfill(
     schedule: Schedule, start: str, end: str, actor: Actor, now: datetime
 ) -> BackfillResult:

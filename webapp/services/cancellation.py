@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from webapp.database import write_transaction
+from webapp.database import retry_lost_race, write_transaction
 from webapp.extensions import db
 from webapp.models import Run, Tenant
 from webapp.scheduler import runs
@@ -31,6 +31,7 @@ class Cancelled:
     outcome: Literal["cancelled", "stop_requested"]
 
 
+@retry_lost_race
 def cancel_run(run: Run, actor: Actor, now: datetime) -> Cancelled:
     """Cancels a queued run, or asks a running one to stop; CancelRefused otherwise.
 

@@ -21,7 +21,7 @@ from webapp import cron
 from webapp.catalog import JobSpec, UnknownJobError, args_path, size_errors
 from webapp.catalog.current import current_catalog
 from webapp.config import settings
-from webapp.database import is_postgresql, write_transaction
+from webapp.database import is_postgresql, retry_lost_race, write_transaction
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule, Scope, Tenant
 from webapp.scheduler import claims, runs
@@ -110,8 +110,12 @@ def free_key(tenant: Tenant, name: str) -> str:
 
 def lock_tenant(session: Session, tenant: Tenant) -> None:
     """Serialises the tenant's schedule changes, so that two creations cannot both pass the quota
-    or take the same key (PostgreSQL row lock; SQLite's write lock is already exclusive)."""
-    session.execute(select(Tenant.id).where(Tenant.id == tenant.id).with_for_update())
+    or take the same key (PostgreSQL row lock; SQLite's write lock is already exclusive). FOR NO
+    KEY UPDATE: the tick and Run now, inserting runs and audit rows of the tenant meanwhile, take
+    FOR KEY SHARE on it through the foreign keys, which FOR UPDATE would make wait (a deadlock
+    with a tick that holds a schedule this change then locks)."""
+    tenant_row = select(Tenant.id).where(Tenant.id == tenant.id)
+    session.execute(tenant_row.with_for_update(key_share=True))
 
 
 def key_taken(tenant: Tenant, key: str) -> bool:
@@ -177,6 +181,7 @@ def add_schedules(
     return schedules
 
 
+@retry_lost_race
 def create_schedule(
     tenant: Tenant, data: Mapping[str, object], actor: Actor, now: datetime
 ) -> Schedule:
@@ -198,6 +203,7 @@ def create_schedule(
 Precondition = Callable[[Schedule], None]
 
 
+@retry_lost_race
 def update_schedule(
     schedule: Schedule,
     data: Mapping[str, object],
@@ -229,6 +235,7 @@ def update_schedule(
     return schedule
 
 
+@retry_lost_race
 def delete_schedule(
     schedule: Schedule, actor: Actor, precondition: Precondition | None = None
 ) -> None:
@@ -248,6 +255,7 @@ def delete_schedule(
         db.session.delete(schedule)
 
 
+@retry_lost_race
 def pause_schedule(schedule: Schedule, actor: Actor) -> None:
     with write_transaction(db.session) as session:
         if not schedule.active:
@@ -260,6 +268,7 @@ def pause_schedule(schedule: Schedule, actor: Actor) -> None:
         )
 
 
+@retry_lost_race
 def resume_schedule(schedule: Schedule, actor: Actor, now: datetime, catch_up: bool) -> None:
     """Resumes; missed fire times are skipped, or left due so the misfire policy handles them."""
     with write_transaction(db.session) as session:
@@ -303,6 +312,7 @@ def runnable_job(schedule: Schedule) -> JobSpec:
     return spec
 
 
+@retry_lost_race
 def run_now(schedule: Schedule, actor: Actor, now: datetime, at: datetime | None = None) -> Run:
     """Queues a manual run (at `at`, or now) without touching the schedule's cadence.
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import insert, update
 
-from webapp.database import write_transaction
+from webapp.database import retry_lost_race, write_transaction
 from webapp.extensions import db
 from webapp.models import AuditEvent, Schedule, Tenant
 from webapp.scheduler.fire_ahead import withdraw_fires_ahead
@@ -67,6 +67,7 @@ def parse_items(text: str) -> list[Any]:
     return document
 
 
+@retry_lost_race
 def import_schedules(tenant: Tenant, text: str, actor: Actor, now: datetime) -> ImportResult:
     """Creates or updates (by key) every schedule of the file, or nothing at all."""
     items = parse_items(text)
