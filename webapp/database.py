@@ -94,6 +94,31 @@ def bad_text(value: object, path: str = "") -> dict[str, str]:
     return found
 
 
+def storable(text: str) -> str:
+    """`text` as the database can store it: what text_problem refuses (a NUL, a lone surrogate)
+    written as a backslash escape. For text a job produced (its output, its error), which is
+    recorded as it came, not refused."""
+    if text_problem(text) is None:
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+
+
+def decode_json_object(value: str) -> tuple[dict[str, Any], str | None]:
+    """A stored JSON object (a run's arguments) decoded: (the object, None), or ({}, why it
+    cannot be used): not JSON, not an object, or holding text that text_problem refuses."""
+    try:
+        decoded = json.loads(value)
+    except ValueError as error:
+        return {}, f"its stored arguments are not JSON ({error})"
+    if not isinstance(decoded, dict):
+        return {}, f"its stored arguments are not an object but {type(decoded).__name__}"
+    bad = bad_text(decoded, "args")
+    if bad:
+        path, problem = next(iter(bad.items()))
+        return {}, f"its stored arguments hold text that is not valid: {path} {problem}"
+    return decoded, None
+
+
 LIKE_ESCAPE = "/"
 
 
@@ -111,6 +136,10 @@ def like_pattern(text: str) -> str:
     return text.lower()
 
 
+def read_text(stored: bytes) -> str:
+    return stored.decode("utf-8", "replace")
+
+
 def install_engine_hooks(engine: Engine) -> None:
     """SQLite: WAL, a busy timeout, foreign keys, and BEGIN IMMEDIATE for write transactions."""
     if engine.dialect.name != "sqlite":
@@ -120,6 +149,9 @@ def install_engine_hooks(engine: Engine) -> None:
     def configure_sqlite(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
         # Let SQLAlchemy's begin event, not the driver, decide how a transaction starts.
         dbapi_connection.isolation_level = None
+        # SQLite stores any bytes as text: one that is not UTF-8 (written behind our back) reads
+        # as U+FFFD, rather than failing every statement that reads its row.
+        dbapi_connection.text_factory = read_text
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute(BUSY_TIMEOUT)

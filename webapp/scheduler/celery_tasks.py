@@ -59,7 +59,7 @@ from webapp.scheduler.executor import (
     retry_while_database_down,
 )
 from webapp.scheduler.lease_query import LEASED_COLUMNS
-from webapp.scheduler.leases import LeasedRun, renew_leases
+from webapp.scheduler.leases import LeasedRun, leased_run, renew_leases
 
 log = logging.getLogger("webapp.worker")
 
@@ -82,7 +82,7 @@ def take_over(
         row = runs.take_over(
             session, run_id, attempt, idempotency_key, sent_by, worker_id, now, lock_ttl
         )
-    return None if row is None else LeasedRun(**row._asdict())
+    return None if row is None else leased_run(row)
 
 
 def held_run(session: Session, run_id: int, attempt: int, worker_id: int) -> LeasedRun | None:
@@ -96,7 +96,7 @@ def held_run(session: Session, run_id: int, attempt: int, worker_id: int) -> Lea
         )
     ).one_or_none()
     session.rollback()
-    return None if row is None else LeasedRun(**row._asdict())
+    return None if row is None else leased_run(row)
 
 
 class LeaseKeeper:

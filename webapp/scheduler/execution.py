@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 from webapp.catalog import ArgsError, Catalog, PermanentError, UnknownJobError
 from webapp.catalog.context import JobContext, JobTimeout, RunCancelled
 from webapp.config import Settings
-from webapp.database import utcnow, write_transaction
+from webapp.database import storable, utcnow, write_transaction
 from webapp.models import RunStatus
 from webapp.scheduler import runs
 from webapp.scheduler.leases import LeasedRun
@@ -209,6 +209,8 @@ def run_job(
     stop = threading.Event() if stop is None else stop
     if stop.is_set():
         return JobResult(None, "", stopped=True)
+    if run.unreadable is not None:
+        return JobResult(JobError(run.unreadable, permanent=True), "")
     output = CappedOutput(int(settings["SCHEDULER_OUTPUT_LIMIT"]))
     try:
         spec = catalog.get(run.job)
@@ -310,9 +312,10 @@ def store_outcomes(
             "id": done.run.id,
             "attempt": done.run.attempt,
             "status": done.outcome.status,
-            "output": done.outcome.output,
-            "error": done.outcome.error,
-            "error_detail": done.outcome.error_detail,
+            # As the job gave it, escaped where the database could not store it.
+            "output": storable(done.outcome.output),
+            "error": done.outcome.error and storable(done.outcome.error),
+            "error_detail": done.outcome.error_detail and storable(done.outcome.error_detail),
             "started_at": done.started_at,
             "finished_at": None if done.outcome.status == "queued" else done.finished_at,
             "available_at": done.outcome.retry_at,

@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from webapp.config import Settings
-from webapp.database import write_transaction
+from webapp.database import decode_json_object, write_transaction
 from webapp.models import Trigger
 from webapp.scheduler import runs
 from webapp.scheduler.notify import FinishedAttempt, record_finished_runs
@@ -47,6 +47,16 @@ class LeasedRun:
     attempt: int
     max_attempts: int
     started_at: datetime | None  # None until the start mark (the lease's or runs.mark_started)
+    # Why the stored row cannot be run (its arguments cannot be decoded), or None: the run then
+    # fails alone with this reason and its job is not called (execution.run_job).
+    unreadable: str | None = None
+
+
+def leased_run(row: Any) -> LeasedRun:
+    """A row of LEASED_COLUMNS as a LeasedRun, its arguments decoded from their JSON text."""
+    fields = row._asdict()
+    fields["args"], fields["unreadable"] = decode_json_object(fields["args"])
+    return LeasedRun(**fields)
 
 
 def lease_once(
@@ -110,24 +120,7 @@ def lease_with_starts(
 
 
 def leased_runs(rows: Sequence[Any], worker_id: int) -> list[LeasedRun]:
-    leased = [
-        LeasedRun(
-            id=row.id,
-            tenant_id=row.tenant_id,
-            tenant_slug=row.tenant_slug,
-            schedule_id=row.schedule_id,
-            schedule_key=row.schedule_key,
-            job=row.job,
-            args=row.args,
-            trigger=row.trigger,
-            scheduled_for=row.scheduled_for,
-            idempotency_key=row.idempotency_key,
-            attempt=row.attempt,
-            max_attempts=row.max_attempts,
-            started_at=row.started_at,
-        )
-        for row in sorted(rows, key=lambda r: r.id)
-    ]
+    leased = [leased_run(row) for row in sorted(rows, key=lambda r: r.id)]
     if log.isEnabledFor(logging.DEBUG):  # `run_started` is logged when a slot starts the job
         for run in leased:
             log.debug(

@@ -419,6 +419,10 @@ class WorkerProcess:
                 pause = backoff.next()
                 database_unavailable(error, pause)
                 self.connection_lost()
+            except Exception:  # a bug, or a value nobody foresaw: the runs it holds go on
+                db.session.rollback()
+                pause = backoff.next()
+                log.exception("worker_round_failed", extra={"action": "worker_round_failed"})
             if pause:
                 self.wake.wait(pause)
             self.wake.clear()
