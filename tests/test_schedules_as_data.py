@@ -417,7 +417,7 @@ def test_deeply_nested_json_is_malformed_not_a_crash(
     cli: FlaskCliRunner, world: World, tmp_path: Path
 ) -> None:
     code, _, err = import_file(cli, write(tmp_path, "[" * 100_000))
-    assert code == 1 and err.startswith("malformed JSON: nested too deeply")
+    assert code == 1 and err.startswith("malformed JSON: nested more than 32 levels deep")
 
 
 def test_reactivating_through_an_import_skips_the_missed_fires(

@@ -33,6 +33,7 @@ from sqlalchemy.types import TypeDecorator
 # How long a SQLite writer waits for the write lock before "database is locked": 10 s.
 BUSY_TIMEOUT = "PRAGMA busy_timeout=10000"
 IMMEDIATE = "sqlite_begin_immediate"
+RETRY_AFTER = 5  # seconds: what a 503 asks a client to wait while the database is away
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -92,6 +93,32 @@ def bad_text(value: object, path: str = "") -> dict[str, str]:
         problem = text_problem(key) if isinstance(key, str) else None
         found |= {inner: f"its name {problem}"} if problem else bad_text(item, inner)
     return found
+
+
+MAX_JSON_DEPTH = 32  # objects and lists within each other; far more than any job's arguments
+
+
+def load_user_json(text: str | bytes) -> Any:
+    """JSON a user sent (an API body, an import, a webhook's body): the value, or ValueError
+    saying what is wrong with it, including nesting deeper than MAX_JSON_DEPTH (which would
+    otherwise take the parser, or whatever walks the value next, past Python's recursion
+    limit)."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"not UTF-8 ({error.reason})") from None
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict | list) and depth > MAX_JSON_DEPTH:
+            raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep")
+        if isinstance(item, dict):
+            pending.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            pending.extend((child, depth + 1) for child in item)
+    return value
 
 
 def storable(text: str) -> str:

@@ -22,9 +22,10 @@ def install(app: Flask) -> None:
     bp = views.bp
     csrf.exempt(bp)
     app.register_blueprint(bp)
-    # No rule matched (404, 405): the blueprint's handlers are not asked, the app's are, and
-    # the panel's render HTML. Under /api/ they answer problem details instead.
-    for status in (404, 405):
+    # No rule matched (404, 405), or the app's request guard refused the request before a
+    # view was chosen (400: a NUL in the path; 413): the blueprint's handlers are not asked,
+    # the app's are, and the panel's render HTML. Under /api/ they answer problem details.
+    for status in (400, 404, 405, 413):
         previous = next(iter(app.error_handler_spec[None][status].values()), None)
         app.register_error_handler(status, under_api(previous))
 

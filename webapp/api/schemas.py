@@ -359,9 +359,19 @@ class RunQuery(Strict):
     trigger: Trigger | None = None
     schedule_id: int | None = Field(None, ge=1, le=MAX_ID)
     since: date | None = Field(
-        None, alias="from", description="First local day (the tenant's zone), YYYY-MM-DD"
+        None,
+        alias="from",
+        ge=cron.FIRST_DAY,
+        le=cron.LAST_DAY,
+        description="First local day (the tenant's zone), YYYY-MM-DD",
     )
-    until: date | None = Field(None, alias="to", description="Last local day, YYYY-MM-DD")
+    until: date | None = Field(
+        None,
+        alias="to",
+        ge=cron.FIRST_DAY,
+        le=cron.LAST_DAY,
+        description="Last local day, YYYY-MM-DD",
+    )
     limit: int = Field(50, ge=1, le=MAX_PAGE)
     cursor: str | None = Field(None, max_length=20)
 

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from flask import Blueprint, Response, json, request, url_for
 from pydantic import BaseModel, ValidationError
 from sqlalchemy import Select, func
+from sqlalchemy.exc import OperationalError
 from werkzeug.exceptions import HTTPException, default_exceptions
 
 from webapp import cron
@@ -39,7 +40,7 @@ from webapp.api.schemas import (
     ScheduleQuery,
 )
 from webapp.catalog.current import current_catalog
-from webapp.database import bad_text, utcnow
+from webapp.database import RETRY_AFTER, bad_text, load_user_json, utcnow
 from webapp.extensions import db
 from webapp.models import Run, Schedule
 from webapp.services import backfill as backfills
@@ -64,6 +65,12 @@ def require_token() -> None:
 @bp.errorhandler(Problem)
 def problem(error: Problem) -> Response:
     return error.response()
+
+
+@bp.errorhandler(OperationalError)
+def database_unavailable(_error: OperationalError) -> Response:
+    detail = "the database is not answering; nothing was changed: try again"
+    return Problem(503, None, detail, headers={"Retry-After": str(RETRY_AFTER)}).response()
 
 
 @bp.errorhandler(ScheduleError)
@@ -104,8 +111,8 @@ def body(optional: bool = False) -> dict[str, Any]:
     if request.mimetype not in JSON_TYPES:
         raise Problem(415, None, "send the body as JSON, with Content-Type: application/json")
     try:
-        document = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as error:
+        document = load_user_json(raw)
+    except ValueError as error:
         raise Problem(400, "malformed", f"the body is not valid JSON: {error}") from None
     if not isinstance(document, dict):
         raise Problem.invalid({"body": "must be a JSON object"})

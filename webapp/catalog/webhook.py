@@ -12,7 +12,6 @@ connections, DNS failures and other answers raise WebhookError and are retried.
 from __future__ import annotations
 
 import http.client
-import json
 import socket
 from collections.abc import Mapping
 from contextlib import closing
@@ -38,6 +37,7 @@ from webapp.catalog.ssrf import (
     pinned_connection,
     request_timeout,
 )
+from webapp.database import load_user_json
 
 BODY_LIMIT = 4096  # bytes of the answer kept in the run's output
 USER_AGENT = "webapp-scheduler (http.webhook)"
@@ -86,7 +86,7 @@ class WebhookParams(BaseModel):
         if body is None or not body.strip():  # an empty form field means no body
             return None
         try:
-            json.loads(body)
+            load_user_json(body)
         except ValueError as exc:
             raise ValueError(f"body must be JSON: {exc}") from None
         return body

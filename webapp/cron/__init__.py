@@ -28,7 +28,9 @@ from .errors import CronError
 from .fields import ALIASES, MAX_EXPRESSION_LENGTH, MAX_GAP_DAYS
 from .fires import CronSpec, validate
 from .zones import (
+    FIRST_DAY,
     FIRST_YEAR,
+    LAST_DAY,
     LAST_YEAR,
     check_time_zone,
     known_time_zones,
@@ -41,7 +43,9 @@ from .zones import (
 
 __all__ = [
     "ALIASES",
+    "FIRST_DAY",
     "FIRST_YEAR",
+    "LAST_DAY",
     "LAST_YEAR",
     "MAX_EXPRESSION_LENGTH",
     "MAX_GAP_DAYS",

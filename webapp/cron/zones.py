@@ -51,6 +51,7 @@ def load_zone(tz: str) -> ZoneInfo:
 # The years a typed time may name (the panel's "Run once later", a backfill's window, the API's
 # `at`, the preview's --after): beyond them a zone's conversion may overflow.
 FIRST_YEAR, LAST_YEAR = 1970, 2999
+FIRST_DAY, LAST_DAY = date(FIRST_YEAR, 1, 1), date(LAST_YEAR, 12, 31)
 
 
 def parse_typed_time(text: str) -> datetime:

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import insert, update
 
-from webapp.database import retry_lost_race, write_transaction
+from webapp.database import load_user_json, retry_lost_race, write_transaction
 from webapp.extensions import db
 from webapp.models import AuditEvent, Schedule, Tenant
 from webapp.scheduler.fire_ahead import withdraw_fires_ahead
@@ -57,11 +57,9 @@ class ImportResult:
 
 def parse_items(text: str) -> list[Any]:
     try:
-        document = json.loads(text)
-    except json.JSONDecodeError as error:
+        document = load_user_json(text)
+    except ValueError as error:
         raise ImportProblems([f"malformed JSON: {error}"]) from None
-    except RecursionError:
-        raise ImportProblems(["malformed JSON: nested too deeply"]) from None
     if not isinstance(document, list):
         raise ImportProblems(["the file must hold a JSON list of schedule objects"])
     return document

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from flask import Flask, make_response, redirect, render_template, request, url_for
+from sqlalchemy.exc import OperationalError
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
+from webapp.database import RETRY_AFTER
 from webapp.web import formatting, params, tenancy
 from webapp.web.formatting import is_htmx
 
@@ -47,6 +49,13 @@ def register_panel(app: Flask) -> None:
         if tenancy.is_operator():  # an operator needs no tenant: the operator area is theirs
             return redirect(url_for("operator.tenants"), 303)
         return render_template("errors/no_tenant.html"), 403
+
+    @app.errorhandler(OperationalError)
+    def database_unavailable(_error: OperationalError) -> Response:
+        """The database is down, or busy past its timeouts: 503 and when to try again (the
+        request's transaction was rolled back whole)."""
+        page = render_template("errors/unavailable.html", retry_after=RETRY_AFTER)
+        return make_response(page, 503, {"Retry-After": str(RETRY_AFTER)})
 
     @app.errorhandler(400)
     def bad_request(error: HTTPException) -> Response:

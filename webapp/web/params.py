@@ -17,12 +17,12 @@ from typing import NoReturn
 from flask import Flask, abort, request
 from werkzeug.routing import IntegerConverter, Map
 
+from webapp.cron import FIRST_DAY, LAST_DAY
+
 MAX_ID = 2_147_483_647  # the largest PostgreSQL `integer`
 ID_PATTERN = "[0-9]{1,10}"  # not \d: that matches any Unicode digit
 _ID = re.compile(ID_PATTERN)
 _DATE = re.compile("[0-9]{4}-[0-9]{2}-[0-9]{2}")
-FIRST_DAY = date(1970, 1, 1)
-LAST_DAY = date(2999, 12, 31)
 
 
 def parse_id(text: str | None) -> int | None:
