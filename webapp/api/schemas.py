@@ -6,7 +6,7 @@ strings."""
 from __future__ import annotations
 
 from datetime import date, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
@@ -352,26 +352,19 @@ class ScheduleQuery(Strict):
     cursor: str | None = Field(None, max_length=20)
 
 
+Day = Annotated[date, Field(ge=cron.FIRST_DAY, le=cron.LAST_DAY)]
+
+
 class RunQuery(Strict):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     status: RunStatus | None = None
     trigger: Trigger | None = None
     schedule_id: int | None = Field(None, ge=1, le=MAX_ID)
-    since: date | None = Field(
-        None,
-        alias="from",
-        ge=cron.FIRST_DAY,
-        le=cron.LAST_DAY,
-        description="First local day (the tenant's zone), YYYY-MM-DD",
+    since: Day | None = Field(
+        None, alias="from", description="First local day (the tenant's zone), YYYY-MM-DD"
     )
-    until: date | None = Field(
-        None,
-        alias="to",
-        ge=cron.FIRST_DAY,
-        le=cron.LAST_DAY,
-        description="Last local day, YYYY-MM-DD",
-    )
+    until: Day | None = Field(None, alias="to", description="Last local day, YYYY-MM-DD")
     limit: int = Field(50, ge=1, le=MAX_PAGE)
     cursor: str | None = Field(None, max_length=20)
 
