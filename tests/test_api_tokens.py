@@ -7,11 +7,13 @@ import hashlib
 import re
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskCliRunner
-from sqlalchemy import select
+from sqlalchemy import event, select
 
-from tests.conftest import World
+from tests.api_helpers import NEW, Api
+from tests.conftest import World, migrated_app
 from tests.panel_helpers import Panel
 from webapp.database import utcnow
 from webapp.extensions import db
@@ -178,3 +180,40 @@ def test_the_rate_limit_counts_requests_per_token_per_minute(app: Flask, world: 
     assert waits == [None, None, 15]
     assert tokens.count_request(token, minute + timedelta(minutes=1), 2) is None  # a new window
     assert tokens.count_request(token, minute + timedelta(minutes=1, seconds=1), 0) is None
+
+
+def test_an_api_request_holds_one_pooled_connection_at_a_time(app: Flask, world: World) -> None:
+    """The token's count is written on the request's own connection: with more threads than
+    connections to spare, a request waiting for a second one would wait for the pool."""
+    api = Api(app, world.alpha, world.alice)
+    held, most = 0, 0
+
+    def checkout(*_args: object) -> None:
+        nonlocal held, most
+        held += 1
+        most = max(most, held)
+
+    def checkin(*_args: object) -> None:
+        nonlocal held
+        held -= 1
+
+    db.session.remove()  # the test's own session gives its connection back
+    event.listen(db.engine, "checkout", checkout)
+    event.listen(db.engine, "checkin", checkin)
+    try:
+        for url in ("/api/v1/schedules", "/api/v1/runs"):
+            assert api.get(url).status_code == 200
+        assert api.post("/api/v1/schedules", json=NEW).status_code == 201
+    finally:
+        event.remove(db.engine, "checkout", checkout)
+        event.remove(db.engine, "checkin", checkin)
+    assert most == 1
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_the_pool_keeps_a_connection_for_each_request_thread(database_url: str) -> None:
+    for threads, size in (("2", 5), ("32", 32)):
+        app = migrated_app(database_url, SCHEDULER_WEB_THREADS=threads)
+        with app.app_context():
+            assert db.engine.pool.size() == size  # type: ignore[attr-defined]
+            db.engine.dispose()

@@ -49,7 +49,6 @@ def build_app(config: Mapping[str, Any] | None) -> Flask:
     )
     os.makedirs(app.instance_path, exist_ok=True)
     app.config.update(
-        SQLALCHEMY_ENGINE_OPTIONS={"pool_pre_ping": True},
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
         REMEMBER_COOKIE_HTTPONLY=True,
@@ -59,6 +58,10 @@ def build_app(config: Mapping[str, Any] | None) -> Flask:
     loaded = load_settings(app.instance_path, config)
     settings = app.extensions[EXTENSION_KEY] = loaded.settings
     app.config.update(loaded.flask_config(app.instance_path))
+    app.config.setdefault(
+        "SQLALCHEMY_ENGINE_OPTIONS",
+        settings.engine_options(str(app.config["SQLALCHEMY_DATABASE_URI"])),
+    )
     if not app.config.get("SECRET_KEY"):
         if not is_secret_key_optional(app.config):
             raise ConfigError(

@@ -91,6 +91,9 @@ class Settings(BaseModel):
     SCHEDULER_LOCK_TTL: Positive = 60
     SCHEDULER_SHUTDOWN_GRACE: Number = 30.0
     SCHEDULER_CONCURRENCY: Int = 4
+    # gunicorn's threads per process (gunicorn.conf.py reads the same variable): the database
+    # pool keeps at least as many connections, one per request in flight.
+    SCHEDULER_WEB_THREADS: Annotated[int, from_text(int), Field(ge=1, le=256)] = 2
     SCHEDULER_MISFIRE_GRACE: Number = 60.0
     SCHEDULER_RECOVERY_WINDOW: Int = 86400
     SCHEDULER_MAX_CATCHUP: Int = 100
@@ -179,6 +182,14 @@ class Settings(BaseModel):
         settings of JOB_SETTINGS, read-only. Never SECRET_KEY, the database URL or anything
         else of the app's."""
         return MappingProxyType({name: getattr(self, name) for name in JOB_SETTINGS})
+
+    def engine_options(self, url: str) -> dict[str, Any]:
+        """SQLAlchemy's engine for `url`: a connection is checked before use (a restarted
+        server); on PostgreSQL the pool keeps one for each of the process's request threads (a
+        request takes one), or SQLAlchemy's 5 if more. SQLite's pools are Flask-SQLAlchemy's."""
+        if url.startswith("sqlite"):
+            return {"pool_pre_ping": True}
+        return {"pool_pre_ping": True, "pool_size": max(5, self.SCHEDULER_WEB_THREADS)}
 
     def flask_config(self, instance_path: str) -> dict[str, Any]:
         """What Flask itself reads: the database URL for SQLAlchemy, the secret key and the

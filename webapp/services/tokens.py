@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from sqlalchemy import case, select, update
-from sqlalchemy.orm.attributes import set_committed_value
 
 from webapp.database import text_problem, write_transaction
 from webapp.extensions import db
@@ -141,14 +140,15 @@ def authenticate(secret: str, now: datetime) -> ApiToken | None:
 
 
 def count_request(token: ApiToken, now: datetime, limit: int) -> int | None:
-    """Counts a request of the token in this minute's window and records its last use, in one
-    statement on a connection of its own (the request's session may be reading). Returns the
+    """Counts a request of the token in this minute's window and records its last use, in a
+    transaction of its own on the request's one connection (committed at once: a GET never
+    commits, and the token's row must not stay locked while the request works). Returns the
     seconds to wait when the token has made more than `limit` requests this minute (0 or less:
     no limit), else None."""
     window = now.replace(second=0, microsecond=0)
     same_window = ApiToken.window_start == window
-    with db.engine.begin() as connection:
-        count = connection.scalar(
+    with write_transaction(db.session) as session:
+        count = session.scalar(
             update(ApiToken)
             .where(ApiToken.id == token.id)
             .values(
@@ -157,8 +157,8 @@ def count_request(token: ApiToken, now: datetime, limit: int) -> int | None:
                 last_used_at=now,
             )
             .returning(ApiToken.window_count)
+            .execution_options(synchronize_session=False)
         )
-    set_committed_value(token, "last_used_at", now)  # written already: not dirty
     if limit > 0 and count is not None and count > limit:
         return max(1, math.ceil((window + timedelta(minutes=1) - now).total_seconds()))
     return None
