@@ -69,8 +69,9 @@ def tick_command() -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as one JSON object.")
 def health_command(max_heartbeat_age: int | None, as_json: bool) -> None:
-    """Check the database, the migrations, a worker's heartbeat and the overdue; exit 1 if any
-    fails (for systemd, Kubernetes or any supervisor)."""
+    """Check the database, the migrations, a worker's heartbeat (and a Celery worker's with
+    SCHEDULER_EXECUTOR=celery) and the overdue; exit 1 if any fails (for systemd, Kubernetes or
+    any supervisor)."""
     import json
     from datetime import timedelta
 
@@ -92,6 +93,10 @@ def health_command(max_heartbeat_age: int | None, as_json: bool) -> None:
         try:
             now = database_now(session)
             checks["worker_heartbeat"] = health.heartbeat_check(session, now, max_age)
+            if chosen.uses_celery:
+                checks["celery_worker_heartbeat"] = health.heartbeat_check(
+                    session, now, max_age, celery=True
+                )
             checks["overdue_schedules"] = health.overdue_schedules_check(session, now, grace)
             checks["overdue_runs"] = health.overdue_runs_check(session, now, grace)
         except SQLAlchemyError as error:  # a schema far behind, the connection lost meanwhile

@@ -187,7 +187,7 @@ class CeleryNode:
 
     def add_row(self, concurrency: int) -> int:
         with write_transaction(db.session) as session:
-            return register_worker(session, concurrency)
+            return register_worker(session, concurrency, "celery-worker")
 
     def start_heartbeat(self) -> None:
         threading.Thread(target=self.beat, daemon=True, name="heartbeat").start()
@@ -225,7 +225,8 @@ class CeleryNode:
         ttl = self.lock_ttl
         run = take_over(session, run_id, attempt, idempotency_key, sent_by, worker_id, ttl)
         if run is None:
-            log.warning(
+            # Expected, not a fault: the copies a resend or a redelivery leave behind.
+            log.info(
                 "celery_task_stale",
                 extra={
                     "action": "celery_task_stale",

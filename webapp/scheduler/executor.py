@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 
 from webapp.database import utcnow
 from webapp.extensions import db
-from webapp.models import Worker
+from webapp.models import Worker, WorkerKind
 
 log = logging.getLogger("webapp.worker")
 
@@ -48,13 +48,14 @@ def worker_version() -> str:
         return "unknown"
 
 
-def register_worker(session: Session, concurrency: int) -> int:
-    """Adds this process's `workers` row (host, pid, slots, version); returns its id."""
+def register_worker(session: Session, concurrency: int, kind: WorkerKind) -> int:
+    """Adds this process's `workers` row (host, pid, kind, slots, version); returns its id."""
     statement = (
         insert(Worker)
         .values(
             hostname=socket.gethostname(),
             pid=os.getpid(),
+            kind=kind,
             concurrency=concurrency,
             version=worker_version(),
         )

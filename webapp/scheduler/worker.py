@@ -113,7 +113,7 @@ class WorkerProcess:
 
     def register(self) -> int:
         with write_transaction(db.session) as session:
-            self.worker_id = register_worker(session, self.concurrency)
+            self.worker_id = register_worker(session, self.concurrency, self.pool_kind.kind)
         bind_process_fields(worker_id=self.worker_id)
         log.info(
             "worker_started",
