@@ -177,3 +177,79 @@ def test_health_names_the_schedule_and_the_run_a_dead_fleet_leaves_waiting(
         "fail 1 run waiting to start beyond the 300 s grace (oldest: could start 20 min ago)"
         in (lines)
     )
+
+
+# --- the operator area: the fleet's banner, each worker's kind -------------------------------
+
+
+def banners(page: str) -> list[str]:
+    found = re.findall(r'<p class="flash flash-error fleet-alarm"[^>]*>(.*?)</p>', page, re.S)
+    return [re.sub(r"<[^>]+>", "", banner).split(":")[0] for banner in found]
+
+
+def test_every_operator_page_says_when_no_worker_is_alive_and_since_when(
+    app: Flask,
+    world: World,
+    make_worker: WorkerFactory,
+    operator: User,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    olga = Panel(app, operator)
+    pages = ("/operator", "/operator/workers", "/operator/fires")
+    for page in pages:
+        assert banners(olga.get(page).get_data(as_text=True)) == [
+            "0 workers alive (none has ever heartbeated)"
+        ], page
+    now = datetime.now(UTC)
+    make_worker(kind="thread", last_heartbeat_at=now - timedelta(minutes=5, seconds=10))
+    make_worker(kind="thread", last_heartbeat_at=now - timedelta(minutes=1), stopped_at=now)
+    for page in pages:
+        assert banners(olga.get(page).get_data(as_text=True)) == [
+            "0 workers alive (last heartbeat 1 min ago)"
+        ], page
+    sender = make_worker(kind="celery-sender", last_heartbeat_at=now)
+    assert banners(olga.get("/operator").get_data(as_text=True)) == []
+
+    celery = settings().model_copy(
+        update={"SCHEDULER_EXECUTOR": "celery", "SCHEDULER_CELERY_BROKER_URL": "redis://x"}
+    )
+    monkeypatch.setitem(app.extensions, EXTENSION_KEY, celery)
+    assert banners(olga.get("/operator/workers").get_data(as_text=True)) == [
+        "0 Celery workers alive (none has ever heartbeated)"
+    ]
+    make_worker(kind="celery-worker", last_heartbeat_at=now)
+    assert banners(olga.get("/operator/workers").get_data(as_text=True)) == []
+    assert sender.id
+
+
+def test_the_workers_page_says_each_workers_kind_and_its_concurrency_where_it_applies(
+    app: Flask, world: World, make_worker: WorkerFactory, operator: User
+) -> None:
+    rows = {
+        kind: make_worker(kind=kind, concurrency=3)
+        for kind in ("thread", "process", "celery-sender", "celery-worker")
+    }
+    legacy = make_worker(concurrency=2)  # a row from before workers.kind
+    page = Panel(app, operator).get("/operator/workers").get_data(as_text=True)
+
+    def facts(worker: Worker) -> dict[str, str]:
+        card = page.split(f'id="{dom_id(worker)}"', 1)[1].split("</dl>", 1)[0]
+        pairs = re.findall(r"<dt>(.*?)</dt><dd[^>]*>(.*?)</dd>", card, re.S)
+        return {name: re.sub(r"<[^>]+>", "", value).strip() for name, value in pairs}
+
+    shown = {kind: facts(worker) for kind, worker in rows.items()}
+    assert {kind: each["Kind"] for kind, each in shown.items()} == {
+        "thread": "thread",
+        "process": "process",
+        "celery-sender": "Celery sender",
+        "celery-worker": "Celery worker",
+    }
+    assert [kind for kind, each in shown.items() if "Concurrency" in each] == [
+        "thread",
+        "process",
+        "celery-worker",
+    ]
+    assert shown["celery-worker"]["Concurrency"] == "3"
+    assert "Sent, not taken yet" in shown["celery-sender"]
+    assert [kind for kind, each in shown.items() if "Abandoned jobs" in each] == ["thread"]
+    assert (facts(legacy)["Kind"], facts(legacy)["Concurrency"]) == ("-", "2")
