@@ -57,6 +57,7 @@ from webapp.scheduler.executor import (
     heartbeat,
     register_worker,
     retry_while_database_down,
+    touch_liveness,
 )
 from webapp.scheduler.lease_query import LEASED_COLUMNS
 from webapp.scheduler.leases import LeasedRun, renew_leases
@@ -195,6 +196,7 @@ class CeleryNode:
     def beat(self) -> None:
         with self.app.app_context():
             while not self.stopping.wait(self.lock_ttl.total_seconds() / 3):
+                touch_liveness(settings(self.app).SCHEDULER_LIVENESS_FILE)
                 try:
                     assert self.worker_id is not None
                     with write_transaction(db.session) as session:
