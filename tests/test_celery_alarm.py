@@ -253,3 +253,32 @@ def test_the_workers_page_says_each_workers_kind_and_its_concurrency_where_it_ap
     assert "Sent, not taken yet" in shown["celery-sender"]
     assert [kind for kind, each in shown.items() if "Abandoned jobs" in each] == ["thread"]
     assert (facts(legacy)["Kind"], facts(legacy)["Concurrency"]) == ("-", "2")
+
+
+def test_the_overdue_counts_and_the_watchdog_read_no_table_whole(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
+    from tests.test_query_plans import add_schedules, full_scans, plan_of, statements_of
+    from webapp.services import health
+
+    add_schedules(world.alpha.id, 300)
+    late, sending = db.session.scalars(
+        select(Schedule).where(Schedule.key.in_(["s1", "s2"])).order_by(Schedule.key)
+    ).all()
+    late.next_run_at = datetime.now(UTC) - timedelta(hours=1)
+    db.session.commit()
+    sent_run(sending, make_worker(kind="celery-sender"), 20)
+    now = datetime.now(UTC)
+    session = db.session()
+
+    def checks_and_watch() -> None:
+        health.overdue_schedules_check(session, now, GRACE)
+        health.overdue_runs_check(session, now, GRACE)
+        watch_overdue(session, now, GRACE)
+
+    sent = statements_of(checks_and_watch)
+    assert len(sent) >= 7
+    plans = {statement: plan_of(statement, parameters) for statement, parameters in sent}
+    db.session.rollback()
+    scans = {statement: full_scans(plan) for statement, plan in plans.items()}
+    assert {statement: lines for statement, lines in scans.items() if lines} == {}

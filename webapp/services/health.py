@@ -20,8 +20,8 @@ from webapp.models import (
     Tenant,
     Worker,
     overdue_runs,
+    overdue_schedule_ids,
     schedule_late,
-    schedule_overdue,
 )
 from webapp.services.metrics import COUNT_LIMIT, RECENT_WORKERS_LIMIT, capped_count
 
@@ -118,8 +118,7 @@ def heartbeat_check(
 
 
 def overdue_schedules_check(session: Session, now: datetime, grace: timedelta) -> Check:
-    overdue = select(Schedule.next_run_at).where(schedule_overdue(now, grace))
-    count = capped_count(session, overdue)
+    count = capped_count(session, select(overdue_schedule_ids(now, grace).subquery()))
     seconds = int(grace.total_seconds())
     if not count:
         return Check(True, f"no schedule overdue beyond the {seconds} s grace")

@@ -36,8 +36,8 @@ from webapp.models import (
     Run,
     Schedule,
     Worker,
+    overdue_schedule_ids,
     run_overdue,
-    schedule_overdue,
 )
 
 RECENT_WINDOW = timedelta(minutes=15)
@@ -159,9 +159,7 @@ def read_figures(session: Session, settings: Settings) -> Figures:
         select(func.count(), tally(held.c.locked_until < now), tally(held.c.overdue))
     ).one()
 
-    schedules_overdue = capped_count(
-        session, select(Schedule.next_run_at).where(schedule_overdue(now, grace))
-    )
+    schedules_overdue = capped_count(session, select(overdue_schedule_ids(now, grace).subquery()))
     first_due = session.execute(
         select(func.min(Schedule.next_run_at)).where(Schedule.active)
     ).scalar_one()
