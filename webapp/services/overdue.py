@@ -1,9 +1,11 @@
 """Overdue schedules and waiting runs as the panel shows them, computed when the page renders.
 
-Not from `schedules.overdue_since`: that flag needs a living worker, and a page must say that a
-schedule is overdue precisely when none is alive. The rules are those of webapp.models
-(`schedule_overdue`, `run_overdue`), here on rows already loaded, so a page pays no statement
-for them; the reason a run waits costs one, only on a page that shows a waiting run.
+Not from `schedules.overdue_since` alone: that flag needs a living worker, and a page must say
+that a schedule is overdue precisely when none is alive. The rules are those of webapp.models
+(`schedule_overdue`'s late half, `run_overdue`), here on rows already loaded, so a page pays no
+statement for them; the badge adds the watchdog's flag for a schedule with an overdue run (a
+living worker flags it: the Celery sender whose runs no Celery worker takes). The reason a run
+waits costs one statement per kind of wait (queued, leased), only on a page that shows one.
 """
 
 from __future__ import annotations
