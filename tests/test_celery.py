@@ -25,10 +25,12 @@ from tests.pg_cluster import free_port
 from tests.redis_support import RedisServer, redis_server
 from tests.scheduler_helpers import add_run, add_schedule, get_run
 from tests.worker_support import PROJECT, Workers, postgresql_only, wait_for
+from webapp.config import settings as settings_of
 from webapp.extensions import db
 from webapp.models import Run, Worker
 from webapp.scheduler.celery_tasks import CeleryNode
 from webapp.services.audit import Actor
+from webapp.services.metrics import read_figures
 
 __all__ = ["redis_server"]  # the session fixture, used here
 
@@ -290,6 +292,63 @@ def test_a_worker_without_a_reachable_broker_says_so_once_and_loses_no_run(
     # Given back each time, never burnt: the run waits in the queue with no attempt counted.
     wait_for(lambda: get_run(run.id).status == "queued", 10, "the run given back")
     assert get_run(run.id).attempt == 0
+
+
+def health(settings: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "flask", "--app", "webapp", "scheduler", "health"],
+        cwd=PROJECT,
+        env={**os.environ, **settings},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.slow
+@postgresql_only
+def test_a_dead_celery_fleet_raises_the_alarm_and_a_celery_worker_that_starts_clears_it(
+    app: Flask,
+    world: World,
+    workers: Workers,
+    celery_workers: CeleryWorkers,
+    settings: dict[str, str],
+) -> None:
+    alarm = {**settings, "SCHEDULER_OVERDUE_GRACE": "1"}
+    now = datetime.now(UTC)
+    schedule = add_schedule(world.alpha.id, "yearly", now + timedelta(days=300), cron="0 0 1 1 *")
+    run = add_run(world.alpha.id, now, schedule_id=schedule.id, args={"message": "late"})
+    workers.start(**alarm)  # the sender; no Celery worker
+    sent = f"action=run_sent run_id={run.id} "
+    wait_for(lambda: workers.logs().count(sent) >= 2, 30, "the run to be sent, then again")
+    assert (get_run(run.id).status, get_run(run.id).started_at) == ("running", None)
+
+    checked = health(alarm)
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    lines = checked.stdout.splitlines()
+    assert "fail no Celery worker heartbeat in the last 6 s (no Celery worker is running)" in lines
+    assert any(line.startswith("ok worker heartbeat fresh") for line in lines), lines
+    assert any(
+        line.startswith("fail 1 run waiting to start beyond the 1 s grace") for line in lines
+    ), lines
+    assert any(
+        line.startswith("fail 1 schedule overdue beyond the 1 s grace (oldest: alpha/yearly, ")
+        for line in lines
+    ), lines
+    grace = settings_of(app).model_copy(update={"SCHEDULER_OVERDUE_GRACE": 1})
+    figures = read_figures(db.session(), grace)
+    assert (figures.queued_runs_overdue, figures.schedules_overdue) == (1, 1)
+    db.session.rollback()
+
+    celery_workers.start()
+    wait_for(lambda: get_run(run.id).status == "succeeded", 30, "the run to succeed")
+    # The copies the resends left in the queue are dropped, as expected: INFO, not WARNING.
+    wait_for(lambda: "action=celery_task_stale" in celery_workers.logs(), 10, "a stale copy")
+    assert "WARNING action=celery_task_stale" not in celery_workers.logs()
+    assert f"INFO action=celery_task_stale run_id={run.id} " in celery_workers.logs()
+    checked = health(alarm)
+    assert checked.returncode == 0, checked.stdout
+    assert "ok Celery worker heartbeat fresh (Celery worker " in checked.stdout
 
 
 def test_an_unknown_executor_is_refused_at_start(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -193,7 +193,8 @@ def test_the_queue_is_logged_once_when_it_becomes_overdue_and_once_when_it_recov
     assert (vars(record)["run_id"], vars(record)["overdue_for"]) == (stuck.id, 600)
 
     caplog.clear()
-    db.session.execute(update(Run).where(Run.id == stuck.id).values(status="running"))
+    started = {"status": "running", "started_at": NOW}  # a run leased and not started waits on
+    db.session.execute(update(Run).where(Run.id == stuck.id).values(started))
     db.session.commit()
     with caplog.at_level(logging.INFO, logger="webapp.scheduler"):
         recovered = watch(queue_was_overdue=True)

@@ -139,6 +139,9 @@ class Settings(BaseModel):
     # The bearer token /metrics asks for; empty: /metrics answers 404.
     SCHEDULER_METRICS_TOKEN: str = ""
     SCHEDULER_LOG_FORMAT: Literal["keyvalue", "json"] = "keyvalue"
+    # A file the worker's loop (a Celery worker's heartbeat) touches at each turn, for a
+    # per-process liveness probe (`scheduler alive`) that reads no database; "": none.
+    SCHEDULER_LIVENESS_FILE: str = ""
     # Where leased runs execute: this worker's job pool, or a Celery fleet (README, Celery
     # execution); "celery" needs the broker's URL.
     SCHEDULER_EXECUTOR: Literal["pool", "celery"] = "pool"

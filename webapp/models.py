@@ -21,10 +21,15 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     and_,
+    or_,
+    select,
     text,
+    union,
+    union_all,
 )
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Mapped, mapped_column, relationship
+from sqlalchemy.sql.selectable import CompoundSelect
 
 from webapp.database import UTCDateTime, utcnow
 from webapp.extensions import db
@@ -51,6 +56,10 @@ NotificationEvent = Literal["failure", "recovery", "overdue", "paused"]
 NotificationChannel = Literal["email", "webhook"]
 # suppressed: written but not sent, because the schedule was notified within the window.
 NotificationStatus = Literal["pending", "sent", "failed", "suppressed"]
+# What a `workers` row is: a scheduler worker with its thread or process pool (it ticks, leases
+# and runs), one that sends its runs to Celery (SCHEDULER_EXECUTOR=celery), or a Celery worker
+# of the fleet that runs them.
+WorkerKind = Literal["thread", "process", "celery-sender", "celery-worker"]
 ROLES: tuple[Role, ...] = get_args(Role)
 SCOPES: tuple[Scope, ...] = get_args(Scope)
 MISFIRE_POLICIES: tuple[MisfirePolicy, ...] = get_args(MisfirePolicy)
@@ -60,6 +69,7 @@ RUN_STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
 NOTIFICATION_EVENTS: tuple[NotificationEvent, ...] = get_args(NotificationEvent)
 NOTIFICATION_CHANNELS: tuple[NotificationChannel, ...] = get_args(NotificationChannel)
 NOTIFICATION_STATUSES: tuple[NotificationStatus, ...] = get_args(NotificationStatus)
+WORKER_KINDS: tuple[WorkerKind, ...] = get_args(WorkerKind)
 # A run in one of these has not finished: overlap, deletion and the run-now status poll ask this.
 UNFINISHED_STATUSES: tuple[RunStatus, ...] = ("queued", "running")
 # What a schedule's key may look like (it is the column's width) and the width of its name: checked
@@ -268,11 +278,13 @@ class Schedule(Model):
 
 class Worker(Model):
     __tablename__ = "workers"
-    __table_args__ = NEVER_REUSE_IDS
+    __table_args__ = (CheckConstraint(one_of("kind", WORKER_KINDS), name="kind"), NEVER_REUSE_IDS)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     hostname: Mapped[str] = mapped_column(String(255))
     pid: Mapped[int] = mapped_column(Integer)
+    # WORKER_KINDS; NULL: a row written before the column (the workers page says "-").
+    kind: Mapped[str | None] = mapped_column(String(16))
     concurrency: Mapped[int] = mapped_column(Integer, default=1)
     # The release of the package it runs (webapp.__version__ / the installed distribution).
     version: Mapped[str | None] = mapped_column(String(32))
@@ -580,13 +592,52 @@ class RunRollup(Model):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
-def schedule_overdue(now: datetime, grace: timedelta) -> ColumnElement[bool]:
-    """The dead-man's switch: an active schedule whose fire time passed more than `grace` ago
-    without a tick dispatching it (the panel, the watchdog, /metrics and `scheduler health`)."""
+def schedule_late(now: datetime, grace: timedelta) -> ColumnElement[bool]:
+    """An active schedule whose fire time passed more than `grace` ago without a tick
+    dispatching it: the first half of schedule_overdue, served by ix_schedules_due."""
     return and_(Schedule.active, Schedule.next_run_at < now - grace)
 
 
+def run_overdue_halves(now: datetime, grace: timedelta) -> tuple[ColumnElement[bool], ...]:
+    """run_overdue's two halves, each served by its partial index: a queued run (ix_runs_queue:
+    no worker is alive, or all are busy), and a run leased and not started (ix_runs_leases:
+    held for a free slot of its worker, or sent to Celery and taken by no Celery worker)."""
+    could_start = Run.available_at < now - grace
+    return (
+        and_(Run.status == "queued", could_start),
+        and_(Run.status == "running", Run.started_at.is_(None), could_start),
+    )
+
+
 def run_overdue(now: datetime, grace: timedelta) -> ColumnElement[bool]:
-    """A queued run that could have started more than `grace` ago: no worker is alive, or all
-    are busy."""
-    return and_(Run.status == "queued", Run.available_at < now - grace)
+    """A run that could have started more than `grace` ago and has not: queued, or leased and
+    not started (see run_overdue_halves)."""
+    return or_(*run_overdue_halves(now, grace))
+
+
+def overdue_runs(now: datetime, grace: timedelta, *columns: Any) -> CompoundSelect:
+    """`columns` of the overdue runs, one SELECT per half of run_overdue, so that each reads its
+    partial index rather than the table."""
+    return union_all(*(select(*columns).where(half) for half in run_overdue_halves(now, grace)))
+
+
+def schedule_overdue(now: datetime, grace: timedelta) -> ColumnElement[bool]:
+    """The dead-man's switch: an active schedule that is not being run, either late (its fire
+    time passed more than `grace` ago without a tick dispatching it) or with a run overdue (one
+    that could have started more than `grace` ago and has not: no worker has a free slot, no
+    Celery worker takes what is sent). The panel, the watchdog, /metrics, `scheduler health`."""
+    with_overdue_run = Schedule.id.in_(overdue_runs(now, grace, Run.schedule_id))
+    return or_(schedule_late(now, grace), and_(Schedule.active, with_overdue_run))
+
+
+def overdue_schedule_ids(now: datetime, grace: timedelta) -> CompoundSelect:
+    """The ids of the overdue schedules (schedule_overdue), each half read through its indexes
+    (ix_schedules_due; the runs' partial indexes, then the schedules' key): what a count of
+    them reads rather than every schedule. A UNION: a schedule in both halves counts once."""
+    waiting = overdue_runs(now, grace, Run.schedule_id).subquery()
+    return union(
+        select(Schedule.id).where(schedule_late(now, grace)),
+        select(Schedule.id)
+        .join(waiting, waiting.c.schedule_id == Schedule.id)
+        .where(Schedule.active),
+    )

@@ -60,6 +60,38 @@ def tick_command() -> None:
     )
 
 
+@scheduler_cli.command("alive")
+@click.option(
+    "--max-age",
+    type=click.IntRange(1),
+    default=None,
+    help="Seconds within which the worker must have touched SCHEDULER_LIVENESS_FILE "
+    "[default: 2 x SCHEDULER_LOCK_TTL].",
+)
+def alive_command(max_age: int | None) -> None:
+    """Check that this machine's worker process goes round its loop (it touches
+    SCHEDULER_LIVENESS_FILE); exit 1 if not. A liveness probe for one worker that reads no
+    database: `scheduler health` is the installation's, for alerts."""
+    import time
+
+    from webapp.scheduler.executor import liveness_age
+
+    chosen = settings()
+    path = chosen.SCHEDULER_LIVENESS_FILE
+    if not path:
+        click.echo("fail SCHEDULER_LIVENESS_FILE is not set: the worker touches no file")
+        raise SystemExit(1)
+    limit = max_age or int(2 * chosen.lock_ttl.total_seconds())
+    age = liveness_age(path, time.time())
+    if age is None:
+        click.echo(f"fail {path} does not exist: no worker has started here")
+        raise SystemExit(1)
+    if age > limit:
+        click.echo(f"fail the worker has not gone round its loop for {int(age)} s (over {limit} s)")
+        raise SystemExit(1)
+    click.echo(f"ok the worker went round its loop {int(max(age, 0))} s ago")
+
+
 @scheduler_cli.command("health")
 @click.option(
     "--max-heartbeat-age",
@@ -69,8 +101,9 @@ def tick_command() -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as one JSON object.")
 def health_command(max_heartbeat_age: int | None, as_json: bool) -> None:
-    """Check the database, the migrations, a worker's heartbeat and the overdue; exit 1 if any
-    fails (for systemd, Kubernetes or any supervisor)."""
+    """Check the database, the migrations, a worker's heartbeat (and a Celery worker's with
+    SCHEDULER_EXECUTOR=celery) and the overdue; exit 1 if any fails (for systemd, Kubernetes or
+    any supervisor)."""
     import json
     from datetime import timedelta
 
@@ -92,6 +125,10 @@ def health_command(max_heartbeat_age: int | None, as_json: bool) -> None:
         try:
             now = database_now(session)
             checks["worker_heartbeat"] = health.heartbeat_check(session, now, max_age)
+            if chosen.uses_celery:
+                checks["celery_worker_heartbeat"] = health.heartbeat_check(
+                    session, now, max_age, celery=True
+                )
             checks["overdue_schedules"] = health.overdue_schedules_check(session, now, grace)
             checks["overdue_runs"] = health.overdue_runs_check(session, now, grace)
         except SQLAlchemyError as error:  # a schema far behind, the connection lost meanwhile

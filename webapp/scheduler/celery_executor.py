@@ -81,7 +81,7 @@ class CeleryJobPool(JobPool):
     sent yet, `sent_at` those sent (time.monotonic() of the last send).
     """
 
-    kind = "celery"
+    kind = "celery-sender"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -57,6 +57,7 @@ from webapp.scheduler.executor import (
     heartbeat,
     register_worker,
     retry_while_database_down,
+    touch_liveness,
 )
 from webapp.scheduler.lease_query import LEASED_COLUMNS
 from webapp.scheduler.leases import LeasedRun, leased_run, renew_leases
@@ -187,7 +188,7 @@ class CeleryNode:
 
     def add_row(self, concurrency: int) -> int:
         with write_transaction(db.session) as session:
-            return register_worker(session, concurrency)
+            return register_worker(session, concurrency, "celery-worker")
 
     def start_heartbeat(self) -> None:
         threading.Thread(target=self.beat, daemon=True, name="heartbeat").start()
@@ -195,6 +196,7 @@ class CeleryNode:
     def beat(self) -> None:
         with self.app.app_context():
             while not self.stopping.wait(self.lock_ttl.total_seconds() / 3):
+                touch_liveness(settings(self.app).SCHEDULER_LIVENESS_FILE)
                 try:
                     assert self.worker_id is not None
                     with write_transaction(db.session) as session:
@@ -225,7 +227,8 @@ class CeleryNode:
         ttl = self.lock_ttl
         run = take_over(session, run_id, attempt, idempotency_key, sent_by, worker_id, ttl)
         if run is None:
-            log.warning(
+            # Expected, not a fault: the copies a resend or a redelivery leave behind.
+            log.info(
                 "celery_task_stale",
                 extra={
                     "action": "celery_task_stale",

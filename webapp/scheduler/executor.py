@@ -3,6 +3,8 @@
 
 - The worker row: register_worker, heartbeat, deregister_worker; its version (worker_version:
   one rule for the column's width).
+- Liveness: touch_liveness, the file a per-process probe reads (`scheduler alive`), touched
+  whether the database answers or not (an outage is no reason to restart a worker).
 - Waiting for a database that is away: Backoff (waits that double, up to a ceiling) and
   retry_while_database_down (one action, tried again until it gets through), both logged as
   `database_unavailable` unless told otherwise.
@@ -29,7 +31,7 @@ from sqlalchemy.orm import Session
 
 from webapp.database import lost_race, utcnow
 from webapp.extensions import db
-from webapp.models import Worker
+from webapp.models import Worker, WorkerKind
 
 log = logging.getLogger("webapp.worker")
 
@@ -48,13 +50,14 @@ def worker_version() -> str:
         return "unknown"
 
 
-def register_worker(session: Session, concurrency: int) -> int:
-    """Adds this process's `workers` row (host, pid, slots, version); returns its id."""
+def register_worker(session: Session, concurrency: int, kind: WorkerKind) -> int:
+    """Adds this process's `workers` row (host, pid, kind, slots, version); returns its id."""
     statement = (
         insert(Worker)
         .values(
             hostname=socket.gethostname(),
             pid=os.getpid(),
+            kind=kind,
             concurrency=concurrency,
             version=worker_version(),
         )
@@ -73,6 +76,27 @@ def heartbeat(
     if abandoned_jobs is not None:
         values["abandoned_jobs"] = abandoned_jobs
     session.execute(update(Worker).where(Worker.id == worker_id).values(values))
+
+
+def touch_liveness(path: str) -> None:
+    """This process is alive: its loop (a Celery worker's heartbeat thread) has gone round.
+    SCHEDULER_LIVENESS_FILE's modification time, for `scheduler alive`; nothing without one. A
+    file that cannot be written is left alone: the probe says so, the worker goes on."""
+    if not path:
+        return
+    try:
+        with open(path, "a"):
+            os.utime(path)
+    except OSError:
+        pass
+
+
+def liveness_age(path: str, now: float) -> float | None:
+    """Seconds since the process last touched `path` (now: time.time()); None: never."""
+    try:
+        return now - os.stat(path).st_mtime
+    except FileNotFoundError:
+        return None
 
 
 def deregister_worker(session: Session, worker_id: int) -> None:

@@ -77,7 +77,9 @@ def lease_once(
         return []
     with write_transaction(session):
         rows = runs.lease_runs(session, worker_id, now, lock_ttl, limit, max_running)
-    return leased_runs(rows, worker_id)
+    leased = leased_runs(rows)
+    log_leased(leased, worker_id)
+    return leased
 
 
 @dataclass(frozen=True)
@@ -111,16 +113,20 @@ def lease_with_starts(
             if limit > 0
             else []
         )
-        leased = leased_runs(rows, worker_id)
+        leased = leased_runs(rows)
         marked = {run.id for run in leased if run.started_at is not None}
         # A lease that marks nothing (bench.unfair_lease's) leaves its runs to mark_started.
         unmarked = [run.id for run in leased[:start_new] if run.id not in marked]
         started = runs.mark_started(session, worker_id, waiting + unmarked, now)
+    log_leased(leased, worker_id)  # committed: no log line inside a transaction
     return Lease(leased, started | marked)
 
 
-def leased_runs(rows: Sequence[Any], worker_id: int) -> list[LeasedRun]:
-    leased = [leased_run(row) for row in sorted(rows, key=lambda r: r.id)]
+def leased_runs(rows: Sequence[Any]) -> list[LeasedRun]:
+    return [leased_run(row) for row in sorted(rows, key=lambda r: r.id)]
+
+
+def log_leased(leased: list[LeasedRun], worker_id: int) -> None:
     if log.isEnabledFor(logging.DEBUG):  # `run_started` is logged when a slot starts the job
         for run in leased:
             log.debug(
@@ -132,7 +138,6 @@ def leased_runs(rows: Sequence[Any], worker_id: int) -> list[LeasedRun]:
                     "worker_id": worker_id,
                 },
             )
-    return leased
 
 
 def start_runs(

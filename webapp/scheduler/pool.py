@@ -45,6 +45,7 @@ from flask import Flask
 from webapp.catalog import Catalog
 from webapp.database import utcnow
 from webapp.extensions import db
+from webapp.models import WorkerKind
 from webapp.scheduler.execution import (
     FinishedRun,
     JobError,
@@ -99,7 +100,7 @@ class Slot:
 class JobPool(ABC):
     """`concurrency` slots taking leased runs; the table of held runs; outcomes to store."""
 
-    kind = ""
+    kind: WorkerKind = "thread"  # its `workers` row's
     # Jobs left running past their hard limit: only threads can be left behind (a process is
     # killed), so this stays 0 but in ThreadJobPool.
     abandoned_threads = 0
@@ -403,8 +404,6 @@ class JobPool(ABC):
 
 class ThreadJobPool(JobPool):
     """Slots are threads of the worker; a job past its hard limit is abandoned and counted."""
-
-    kind = "thread"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

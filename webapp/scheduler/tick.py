@@ -26,6 +26,9 @@ from webapp.scheduler.run_rows import apply_overlap, run_row
 
 log = logging.getLogger("webapp.scheduler")
 
+# A log line held until the transaction commits: its level, action and fields.
+LogLine = tuple[int, str, dict[str, Any]]
+
 
 @dataclass
 class TickResult:
@@ -106,8 +109,11 @@ def resolve(
 def tick_once(
     session: Session, catalog: Catalog, settings: TickSettings, now: datetime | None = None
 ) -> TickResult:
-    """One batch: claims up to `batch_size` due schedules and commits their runs and advance."""
+    """One batch: claims up to `batch_size` due schedules and commits their runs and advance,
+    then logs them: no log line is written inside the transaction, so a log sink that blocks
+    (a full pipe, a stuck journald) never holds the claimed schedules' locks."""
     result = TickResult()
+    lines: list[LogLine] = []
     with write_transaction(session):
         claimed_at, due = claims.claim_due_schedules(
             session, now, settings.batch_size, settings.fire_ahead
@@ -130,14 +136,8 @@ def tick_once(
                 failed = PlannedRun(schedule.next_run_at, "schedule", "failed")
                 rows.append(run_row(schedule, failed, now, 1, why))
                 deactivations.append({"id": schedule.id, "active": False, "inactive_reason": why})
-                log.warning(
-                    "schedule_deactivated",
-                    extra={
-                        "action": "schedule_deactivated",
-                        "schedule_id": schedule.id,
-                        "reason": why,
-                    },
-                )
+                line = {"schedule_id": schedule.id, "reason": why}
+                lines.append((logging.WARNING, "schedule_deactivated", line))
                 continue
             if schedule.next_run_at > now:
                 plan = plan_ahead(spec, schedule.next_run_at)
@@ -165,9 +165,11 @@ def tick_once(
         inserted = runs.insert_runs(session, rows)
         for row in rows:
             recorded = (row["schedule_id"], row["scheduled_for"]) in inserted
-            count_run(result, row, recorded)
+            lines.extend(count_run(result, row, recorded))
         claims.advance_schedules(session, advances)
         claims.advance_schedules(session, deactivations)
+    for level, action, fields in lines:  # committed
+        log.log(level, action, extra={"action": action, **fields})
     return result
 
 
@@ -182,20 +184,21 @@ def plan_ahead(spec: cron.CronSpec, fire: datetime) -> FirePlan:
     )
 
 
-def count_run(result: TickResult, row: dict[str, Any], recorded: bool) -> None:
+def count_run(result: TickResult, row: dict[str, Any], recorded: bool) -> list[LogLine]:
+    """Counts a run of the batch in `result`; returns its log line, to write after the commit."""
     fields = {"schedule_id": row["schedule_id"], "scheduled_for": row["scheduled_for"].isoformat()}
     if not recorded:
         result.already_recorded += 1
-        log.info("fire_already_recorded", extra={"action": "fire_already_recorded", **fields})
-    elif row["status"] == "queued":
+        return [(logging.INFO, "fire_already_recorded", fields)]
+    if row["status"] == "queued":
         result.queued += 1
         result.first_start = earliest_of(result.first_start, row["available_at"])
-        log.info("schedule_fired", extra={"action": "schedule_fired", **fields})
-    elif row["status"] == "skipped":
+        return [(logging.INFO, "schedule_fired", fields)]
+    if row["status"] == "skipped":
         result.skipped += 1
-        log.info("fire_skipped", extra={"action": "fire_skipped", "reason": row["error"], **fields})
-    else:
-        result.failed += 1
+        return [(logging.INFO, "fire_skipped", {"reason": row["error"], **fields})]
+    result.failed += 1
+    return []
 
 
 def tick(

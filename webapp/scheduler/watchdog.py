@@ -13,14 +13,22 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import and_, false, func, not_, select, update
+from sqlalchemy import ColumnElement, and_, false, func, not_, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session
 
 from webapp.config import Settings
 from webapp.database import is_postgresql, write_transaction
-from webapp.models import Run, Schedule, Worker, run_overdue, schedule_overdue
+from webapp.models import (
+    Run,
+    Schedule,
+    Worker,
+    overdue_runs,
+    schedule_late,
+    schedule_overdue,
+)
 from webapp.scheduler.notify import record_overdue
 
 log = logging.getLogger("webapp.scheduler")
@@ -43,9 +51,30 @@ class WatchResult:
 
 def flag_overdue_schedules(
     session: Session, now: datetime, grace: timedelta, limit: int
+) -> list[Row[int, int | None, datetime | None]]:
+    """Sets overdue_since = now on up to `limit` overdue schedules not yet flagged: the late
+    ones first (oldest fire time first), then those with an overdue run (models.schedule_overdue's
+    two halves, each read through its indexes); returns (id, tenant_id, next_run_at) of those
+    flipped."""
+    late = flag_schedules(session, now, schedule_late(now, grace), limit, Schedule.next_run_at)
+    if len(late) >= limit:
+        return list(late)
+    with_overdue_run = and_(
+        Schedule.active, Schedule.id.in_(overdue_runs(now, grace, Run.schedule_id))
+    )
+    return [*late, *flag_schedules(session, now, with_overdue_run, limit - len(late))]
+
+
+def flag_schedules(
+    session: Session,
+    now: datetime,
+    condition: ColumnElement[bool],
+    limit: int,
+    *order: Any,
 ) -> Sequence[Row[int, int | None, datetime | None]]:
-    """Sets overdue_since = now on up to `limit` overdue schedules not yet flagged, oldest fire
-    time first; returns (id, tenant_id, next_run_at) of those this statement flipped.
+    """Sets overdue_since = now on up to `limit` schedules meeting `condition` not yet flagged,
+    in `order` (then by id); returns (id, tenant_id, next_run_at) of those this statement
+    flipped.
 
     The condition is part of the UPDATE, so of several workers only one flips (and reports)
     a row: PostgreSQL skips rows another transaction holds (a tick firing them, another
@@ -53,8 +82,8 @@ def flag_overdue_schedules(
     """
     candidates = (
         select(Schedule.id)
-        .where(schedule_overdue(now, grace), Schedule.overdue_since.is_(None))
-        .order_by(Schedule.next_run_at, Schedule.id)
+        .where(condition, Schedule.overdue_since.is_(None))
+        .order_by(*order, Schedule.id)
         .limit(limit)
     )
     if is_postgresql(session):
@@ -126,21 +155,24 @@ def watch_overdue(
         flagged = flag_overdue_schedules(session, now, grace, limit)
         record_overdue(session, settings, [row.id for row in flagged], now)
         recovered = clear_recovered_schedules(session, now, grace, limit)
+        waiting = overdue_runs(now, grace, Run.id, Run.available_at).subquery()
         oldest = session.execute(
-            select(Run.id, Run.available_at)
-            .where(run_overdue(now, grace))
-            .order_by(Run.available_at, Run.id)
-            .limit(1)
+            select(waiting).order_by(waiting.c.available_at, waiting.c.id).limit(1)
         ).first()
     for row in flagged:
+        due = row.next_run_at
+        late = due is not None and due < now - grace
         log.warning(
             "schedule_overdue",
             extra={
                 "action": "schedule_overdue",
                 "schedule_id": row.id,
                 "tenant_id": row.tenant_id,
-                "next_run_at": row.next_run_at.isoformat(),
-                "overdue_for": seconds(now - row.next_run_at),  # since its fire time
+                **(
+                    {"next_run_at": due.isoformat(), "overdue_for": seconds(now - due)}
+                    if late
+                    else {"reason": "a run could start more than the grace ago and has not"}
+                ),
             },
         )
     for row in recovered:
@@ -178,27 +210,67 @@ def seconds(delta: timedelta) -> int:
     return int(delta.total_seconds())
 
 
+# Why a run leased and not started waits, by the kind of worker that holds it.
+NOT_TAKEN_BY_CELERY = "no Celery worker has taken it"
+NO_FREE_SLOT = "its worker has no free slot for it yet"
+
+
+def alive_worker(now: datetime, lock_ttl: timedelta) -> ColumnElement[bool]:
+    """A worker that has not stopped and has heartbeated within two lock TTLs (it heartbeats
+    three times per TTL)."""
+    return and_(Worker.stopped_at.is_(None), Worker.last_heartbeat_at >= now - 2 * lock_ttl)
+
+
 def queue_stall_reason(session: Session, now: datetime, lock_ttl: timedelta) -> str:
     """Why queued runs wait, in words, from the workers table (one statement).
 
-    A worker is alive when it has not stopped and has heartbeated within two lock TTLs (it
-    heartbeats three times per TTL). Its slots are its concurrency; a slot is busy when a run
-    it holds is running.
+    The slots are the concurrency of the workers alive that run jobs (a Celery sender leases
+    and sends, and runs nothing); a slot is busy when its worker holds a running run (one may
+    hold more runs than slots, leased and waiting for one: shown as full).
     """
-    alive = and_(Worker.stopped_at.is_(None), Worker.last_heartbeat_at >= now - 2 * lock_ttl)
-    running = (
+    held = (
         select(func.count(Run.id))
-        .where(Run.status == "running", Run.worker_id.in_(select(Worker.id).where(alive)))
+        .where(Run.status == "running", Run.worker_id == Worker.id)
+        .correlate(Worker)
         .scalar_subquery()
     )
-    workers, slots, busy = session.execute(
-        select(
-            func.count(Worker.id), func.coalesce(func.sum(Worker.concurrency), 0), running
-        ).where(alive)
-    ).one()
-    if workers == 0:
+    alive = (
+        select(Worker.kind, Worker.concurrency, held.label("busy"))
+        .where(alive_worker(now, lock_ttl))
+        .subquery()
+    )
+    kinds = {
+        kind: (int(slots), int(busy))
+        for kind, slots, busy in session.execute(
+            select(alive.c.kind, func.sum(alive.c.concurrency), func.sum(alive.c.busy)).group_by(
+                alive.c.kind
+            )
+        )
+    }
+    if not kinds:
         return "no worker is alive"
+    if not kinds.keys() - {"celery-worker"}:
+        return "no scheduler worker is alive to lease it"
+    if "celery-sender" in kinds and "celery-worker" not in kinds:
+        return "no Celery worker is alive"
+    running = [each for kind, each in kinds.items() if kind != "celery-sender"]
+    slots, busy = sum(slots for slots, _ in running), sum(busy for _, busy in running)
     if busy >= slots:
-        # A worker may hold more runs than slots (leased, waiting for one): shown as full.
         return f"all workers are busy ({slots} of {slots} slots running)"
     return "workers are alive but have not taken it yet"
+
+
+def held_run_reasons(session: Session, run_ids: list[int]) -> dict[int, str]:
+    """Why runs leased and not started wait, by run id, from the kind of worker that holds
+    each (one statement, none without runs)."""
+    if not run_ids:
+        return {}
+    holders = session.execute(
+        select(Run.id, Worker.kind)
+        .outerjoin(Worker, Worker.id == Run.worker_id)
+        .where(Run.id.in_(run_ids))
+    ).all()
+    return {
+        run_id: NOT_TAKEN_BY_CELERY if kind == "celery-sender" else NO_FREE_SLOT
+        for run_id, kind in holders
+    }

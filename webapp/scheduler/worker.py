@@ -38,6 +38,7 @@ from webapp.scheduler.executor import (
     heartbeat,
     register_worker,
     retry_while_database_down,
+    touch_liveness,
 )
 from webapp.scheduler.leases import (
     lease_with_starts,
@@ -56,6 +57,7 @@ from webapp.scheduler.watchdog import watch_overdue
 
 log = logging.getLogger("webapp.worker")
 
+LIVENESS_INTERVAL = 1.0  # seconds: touch_liveness at most this often
 WATCH_INTERVAL = 30.0  # the overdue watchdog's period (at least the poll interval)
 # The name of the thread that sends the outbox (send_notifications_loop).
 NOTIFICATIONS_THREAD = "scheduler-notifications"
@@ -108,12 +110,13 @@ class WorkerProcess:
         self.watch_interval = max(WATCH_INTERVAL, self.poll_interval)
         self.last_watch: float | None = None  # None: watch in the first round
         self.queue_overdue: bool | None = None  # the watchdog's last view of the queue
+        self.last_alive = -math.inf  # time.monotonic() of the last touch_liveness
 
     # --- registration ------------------------------------------------------------------------
 
     def register(self) -> int:
         with write_transaction(db.session) as session:
-            self.worker_id = register_worker(session, self.concurrency)
+            self.worker_id = register_worker(session, self.concurrency, self.pool_kind.kind)
         bind_process_fields(worker_id=self.worker_id)
         log.info(
             "worker_started",
@@ -405,6 +408,7 @@ class WorkerProcess:
     def loop(self) -> None:
         backoff = Backoff(1.0, self.max_backoff)
         while not self.stop_requested.is_set():
+            self.stay_alive()
             try:
                 worked = self.round()
                 if self.burst and not worked and self.idle():
@@ -427,8 +431,20 @@ class WorkerProcess:
                 self.wake.wait(pause)
             self.wake.clear()
 
+    def stay_alive(self) -> None:
+        """Touches SCHEDULER_LIVENESS_FILE (at most once a second: a busy loop goes round at
+        once)."""
+        now = time.monotonic()
+        if now - self.last_alive >= LIVENESS_INTERVAL:
+            touch_liveness(self.config.SCHEDULER_LIVENESS_FILE)
+            self.last_alive = now
+
     def connect_and_register(self) -> None:
-        retry_while_database_down(self.register, stop=self.stop_requested)
+        def attempt() -> int:
+            self.stay_alive()  # alive while it waits for the database
+            return self.register()
+
+        retry_while_database_down(attempt, stop=self.stop_requested)
 
     def shut_down(self) -> None:
         """Lets running jobs finish within the grace period, returns the rest to the queue."""

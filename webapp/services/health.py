@@ -14,7 +14,15 @@ from sqlalchemy import func, select, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from webapp.models import Run, Schedule, Tenant, Worker, run_overdue, schedule_overdue
+from webapp.models import (
+    Run,
+    Schedule,
+    Tenant,
+    Worker,
+    overdue_runs,
+    overdue_schedule_ids,
+    schedule_late,
+)
 from webapp.services.metrics import COUNT_LIMIT, RECENT_WORKERS_LIMIT, capped_count
 
 
@@ -81,62 +89,78 @@ def ago(seconds: float) -> str:
     return f"{int(seconds // 86400)} days ago"
 
 
-def heartbeat_check(session: Session, now: datetime, max_age: timedelta) -> Check:
-    """A worker that has not stopped heartbeated within `max_age`."""
+def heartbeat_check(
+    session: Session, now: datetime, max_age: timedelta, celery: bool = False
+) -> Check:
+    """A worker that has not stopped heartbeated within `max_age`: a scheduler worker (it
+    ticks and leases; a row from before workers.kind counts), or with `celery` a Celery worker
+    of the fleet (SCHEDULER_EXECUTOR=celery: without one, what is sent never runs)."""
+    kind = func.coalesce(Worker.kind, "thread")
+    what = "Celery worker" if celery else "worker"
     newest = session.execute(
         select(Worker.id, Worker.hostname, Worker.last_heartbeat_at, Worker.stopped_at)
         .order_by(Worker.last_heartbeat_at.desc())
         .limit(1)
         .where(Worker.stopped_at.is_(None))
+        .where((kind == "celery-worker") if celery else (kind != "celery-worker"))
         .where(
             Worker.id.in_(select(Worker.id).order_by(Worker.id.desc()).limit(RECENT_WORKERS_LIMIT))
         )
     ).first()
     limit = int(max_age.total_seconds())
     if newest is None:
-        return Check(False, f"no worker heartbeat in the last {limit} s (no worker is running)")
+        return Check(False, f"no {what} heartbeat in the last {limit} s (no {what} is running)")
     age = (now - newest.last_heartbeat_at).total_seconds()
-    where = f"worker {newest.id} on {newest.hostname}, {ago(max(age, 0))}"
+    where = f"{what} {newest.id} on {newest.hostname}, {ago(max(age, 0))}"
     if age > max_age.total_seconds():
-        return Check(False, f"no worker heartbeat in the last {limit} s (newest: {where})")
-    return Check(True, f"worker heartbeat fresh ({where})")
+        return Check(False, f"no {what} heartbeat in the last {limit} s (newest: {where})")
+    return Check(True, f"{what} heartbeat fresh ({where})")
 
 
 def overdue_schedules_check(session: Session, now: datetime, grace: timedelta) -> Check:
-    overdue = select(Schedule.next_run_at).where(schedule_overdue(now, grace))
-    count = capped_count(session, overdue)
+    count = capped_count(session, select(overdue_schedule_ids(now, grace).subquery()))
     seconds = int(grace.total_seconds())
     if not count:
         return Check(True, f"no schedule overdue beyond the {seconds} s grace")
-    oldest = session.execute(
-        select(Tenant.slug, Schedule.key, Schedule.next_run_at)
-        .outerjoin(Tenant, Tenant.id == Schedule.tenant_id)
-        .where(schedule_overdue(now, grace))
+    named = select(Tenant.slug, Schedule.key).outerjoin(Tenant, Tenant.id == Schedule.tenant_id)
+    late = session.execute(
+        named.add_columns(Schedule.next_run_at)
+        .where(schedule_late(now, grace))
         .order_by(Schedule.next_run_at)
         .limit(1)
-    ).one()
-    due = ago((now - oldest.next_run_at).total_seconds())
+    ).first()
+    if late is not None:
+        due = ago((now - late.next_run_at).total_seconds())
+        oldest = f"{late.slug or 'system'}/{late.key} due {due}"
+    else:  # overdue for a run that has not started
+        waiting = overdue_runs(now, grace, Run.schedule_id, Run.available_at).subquery()
+        run = session.execute(
+            named.add_columns(waiting.c.available_at)
+            .join(waiting, waiting.c.schedule_id == Schedule.id)
+            .where(Schedule.active)
+            .order_by(waiting.c.available_at)
+            .limit(1)
+        ).one()
+        since = ago((now - run.available_at).total_seconds())
+        oldest = f"{run.slug or 'system'}/{run.key}, a run not started, could start {since}"
     counted = f"{count}+" if count >= COUNT_LIMIT else str(count)
     plural = "schedule" if count == 1 else "schedules"
     return Check(
-        False,
-        f"{counted} {plural} overdue beyond the {seconds} s grace "
-        f"(oldest: {oldest.slug or 'system'}/{oldest.key} due {due})",
+        False, f"{counted} {plural} overdue beyond the {seconds} s grace (oldest: {oldest})"
     )
 
 
 def overdue_runs_check(session: Session, now: datetime, grace: timedelta) -> Check:
-    count = capped_count(session, select(Run.available_at).where(run_overdue(now, grace)))
+    count = capped_count(session, select(overdue_runs(now, grace, Run.available_at).subquery()))
     seconds = int(grace.total_seconds())
     if not count:
-        return Check(True, f"no queued run waiting beyond the {seconds} s grace")
-    oldest = session.execute(
-        select(func.min(Run.available_at)).where(run_overdue(now, grace))
-    ).scalar_one()
+        return Check(True, f"no run waiting to start beyond the {seconds} s grace")
+    waiting = overdue_runs(now, grace, Run.available_at).subquery()
+    oldest = session.execute(select(func.min(waiting.c.available_at))).scalar_one()
     counted = f"{count}+" if count >= COUNT_LIMIT else str(count)
     plural = "run" if count == 1 else "runs"
     return Check(
         False,
-        f"{counted} queued {plural} waiting beyond the {seconds} s grace "
+        f"{counted} {plural} waiting to start beyond the {seconds} s grace "
         f"(oldest: could start {ago((now - oldest).total_seconds())})",
     )

@@ -36,8 +36,8 @@ from webapp.models import (
     Run,
     Schedule,
     Worker,
+    overdue_schedule_ids,
     run_overdue,
-    schedule_overdue,
 )
 
 RECENT_WINDOW = timedelta(minutes=15)
@@ -148,12 +148,18 @@ def read_figures(session: Session, settings: Settings) -> Figures:
     ).one()
     queued = capped_count(session, select(Run.available_at).where(Run.status == "queued"))
 
-    held = select(Run.locked_until).where(Run.status == "running").limit(COUNT_LIMIT).subquery()
-    running, expired = session.execute(select(func.count(), tally(held.c.locked_until < now))).one()
-
-    schedules_overdue = capped_count(
-        session, select(Schedule.next_run_at).where(schedule_overdue(now, grace))
+    # A run leased and not started is overdue too (sent to Celery, taken by no Celery worker).
+    held = (
+        select(Run.locked_until, run_overdue(now, grace).label("overdue"))
+        .where(Run.status == "running")
+        .limit(COUNT_LIMIT)
+        .subquery()
     )
+    running, expired, overdue_held = session.execute(
+        select(func.count(), tally(held.c.locked_until < now), tally(held.c.overdue))
+    ).one()
+
+    schedules_overdue = capped_count(session, select(overdue_schedule_ids(now, grace).subquery()))
     first_due = session.execute(
         select(func.min(Schedule.next_run_at)).where(Schedule.active)
     ).scalar_one()
@@ -250,7 +256,7 @@ def read_figures(session: Session, settings: Settings) -> Figures:
         runs_running=running,
         queue_depth=depth,
         queue_oldest_age_seconds=age_seconds(now, oldest_ready),
-        queued_runs_overdue=int(overdue_runs),
+        queued_runs_overdue=int(overdue_runs) + int(overdue_held),
         leases_expired=int(expired),
         schedules_overdue=schedules_overdue,
         dispatch_lag_seconds=age_seconds(now, first_due),
@@ -328,7 +334,8 @@ def metric_families(figures: Figures) -> list[Metric]:
         ),
         gauge(
             "scheduler_queued_runs_overdue",
-            "Queued runs waiting longer than SCHEDULER_OVERDUE_GRACE.",
+            "Runs not started longer than SCHEDULER_OVERDUE_GRACE after they could: queued, or "
+            "leased and not started (sent to Celery and taken by no Celery worker).",
             figures.queued_runs_overdue,
         ),
         gauge("scheduler_leases_held", "Running runs (each holds a lease).", figures.runs_running),

@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, case, func, select
+from sqlalchemy import ColumnElement, and_, case, func, select, type_coerce
 from sqlalchemy.orm import Session
 
 from webapp import database
-from webapp.database import write_transaction
+from webapp.database import UTCDateTime, write_transaction
 from webapp.extensions import db
 from webapp.models import Run, Schedule, Tenant, Worker, run_overdue, schedule_overdue
 from webapp.scheduler import runs
@@ -205,6 +205,46 @@ def stale_before(now: datetime, lock_ttl: timedelta) -> datetime:
     """A worker silent since before this is stale: it renews three times per TTL, so two TTLs
     without a heartbeat is no late round but a dead or cut-off process."""
     return now - 2 * lock_ttl
+
+
+@dataclass(frozen=True)
+class FleetAlarm:
+    """No worker of a kind is alive: the banner of every operator page."""
+
+    what: str  # "workers" (they tick and lease), "Celery workers" (they run what is sent)
+    last_heartbeat_at: datetime | None  # the newest heartbeat of any of them; None: none ever
+
+
+def fleet_alarms(session: Session, lock_ttl: timedelta, celery: bool) -> list[FleetAlarm]:
+    """The installation-wide alarms: no scheduler worker alive, and with `celery`
+    (SCHEDULER_EXECUTOR=celery) no Celery worker alive; two statements over the newest
+    MAX_WORKERS rows (alive and stale as the workers page decides them)."""
+    now = database.database_now(session)
+    recent = (
+        select(Worker.kind, Worker.last_heartbeat_at, Worker.stopped_at)
+        .order_by(Worker.id.desc())
+        .limit(MAX_WORKERS)
+        .subquery()
+    )
+    alive = and_(
+        recent.c.stopped_at.is_(None), recent.c.last_heartbeat_at >= stale_before(now, lock_ttl)
+    )
+    kinds = {
+        "workers": func.coalesce(recent.c.kind, "thread") != "celery-worker",
+        "Celery workers": recent.c.kind == "celery-worker",
+    }
+    if not celery:
+        del kinds["Celery workers"]
+    columns: list[ColumnElement[Any]] = []
+    for kind in kinds.values():
+        newest = func.max(case((kind, recent.c.last_heartbeat_at)))
+        columns += [count_where(and_(alive, kind)), type_coerce(newest, UTCDateTime())]
+    row = session.execute(select(*columns)).one()
+    return [
+        FleetAlarm(what, row[2 * index + 1])
+        for index, what in enumerate(kinds)
+        if row[2 * index] == 0
+    ]
 
 
 def worker_state(worker: Worker, now: datetime, lock_ttl: timedelta) -> WorkerState:

@@ -57,6 +57,7 @@ class ListedSchedule(NamedTuple):
     active: bool
     inactive_reason: str | None
     next_run_at: datetime | None
+    overdue_since: datetime | None  # the watchdog's flag (an overdue run: the badge)
 
 
 @dataclass(frozen=True)

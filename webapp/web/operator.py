@@ -25,6 +25,15 @@ def lock_ttl() -> timedelta:
     return settings().lock_ttl
 
 
+def fleet_alarms() -> dict[str, object]:
+    """For templates/operator/_fleet.html, on every page of the operator area."""
+    chosen = settings()
+    return {"fleet_alarms": operations.fleet_alarms(db.session(), lock_ttl(), chosen.uses_celery)}
+
+
+bp.context_processor(fleet_alarms)
+
+
 @bp.get("")
 def tenants() -> Response:
     """Every tenant with its schedules, recent failures and what is overdue."""

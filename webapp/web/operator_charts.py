@@ -9,9 +9,11 @@ from webapp.database import utcnow
 from webapp.services.forecast import MINUTES, Forecast, fires_per_minute
 from webapp.web import tenancy
 from webapp.web.charts import BarChart, bar_chart, plural
+from webapp.web.operator import fleet_alarms
 
 bp = Blueprint("operator_charts", __name__, url_prefix="/operator")
 bp.before_request(login_required(lambda: None))
+bp.context_processor(fleet_alarms)
 
 TOP_MINUTES = 10
 LABELLED_PEAKS = 3

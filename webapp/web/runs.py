@@ -101,8 +101,8 @@ def schedule_query_arg() -> str:
 
 
 def waiting(runs: list[Any]) -> dict[int, Waiting]:
-    """The page's overdue queued runs, by id, with why they wait (one statement, and only
-    when the page shows one)."""
+    """The page's overdue runs, by id, with why they wait (a statement per kind of wait, and
+    only when the page shows one)."""
     clock = page_clock()  # the page's now, as its relative times
     return waiting_runs(db.session(), runs, clock.now, clock.overdue_grace, settings().lock_ttl)
 
