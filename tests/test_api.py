@@ -260,3 +260,22 @@ def test_the_run_list_filters_as_the_history_page(app: Flask, world: World) -> N
     older = api.get(f"/api/v1/runs?limit=1&cursor={first['next_cursor']}").get_json()
     assert [first["items"][0]["id"], older["items"][0]["id"]] == [failed.id + 1, failed.id]
     assert api.get("/api/v1/runs?from=2026-13-01").status_code == 400
+
+
+def test_a_run_carries_its_schedules_zone_and_the_tenants_once_it_is_deleted(
+    app: Flask, world: World
+) -> None:
+    api = Api(app, world.alpha, world.alice)  # alpha's zone: Europe/Berlin
+    york = api.post("/api/v1/schedules", {**NEW, "time_zone": "America/New_York"}).get_json()
+    berlin = api.post("/api/v1/schedules", {**NEW, "name": "Here"}).get_json()
+    york_run = api.post(f"/api/v1/schedules/{york['id']}/runs").get_json()
+    berlin_run = api.post(f"/api/v1/schedules/{berlin['id']}/runs").get_json()
+    assert york_run["time_zone"] == "America/New_York"
+    listed = {run["id"]: run["time_zone"] for run in api.get("/api/v1/runs").get_json()["items"]}
+    assert listed == {york_run["id"]: "America/New_York", berlin_run["id"]: "Europe/Berlin"}
+    assert api.get(f"/api/v1/runs/{york_run['id']}").get_json()["time_zone"] == "America/New_York"
+    cancelled = api.post(f"/api/v1/runs/{york_run['id']}/cancel").get_json()
+    assert cancelled["run"]["time_zone"] == "America/New_York"
+    assert api.delete(f"/api/v1/schedules/{york['id']}").status_code == 204
+    orphan = api.get(f"/api/v1/runs/{york_run['id']}").get_json()
+    assert orphan["schedule_id"] is None and orphan["time_zone"] == "Europe/Berlin"

@@ -101,7 +101,8 @@ class SchedulePage(BaseModel):
 
 
 class RunOut(BaseModel):
-    """A run. Times are RFC 3339 in UTC; `time_zone` is the tenant's."""
+    """A run. Times are RFC 3339 in UTC; `time_zone` is its schedule's zone (the tenant's once
+    the schedule is deleted)."""
 
     id: int
     schedule_id: int | None = Field(description="Null once its schedule is deleted")
@@ -118,7 +119,10 @@ class RunOut(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     error: str | None
-    time_zone: str
+    time_zone: str = Field(
+        description="The zone of the run's schedule, the one its fire times follow (the "
+        "tenant's once the schedule is deleted)"
+    )
 
     @classmethod
     def fields_of(cls, run: Run, time_zone: str) -> dict[str, Any]:
