@@ -279,3 +279,27 @@ def test_a_run_carries_its_schedules_zone_and_the_tenants_once_it_is_deleted(
     assert api.delete(f"/api/v1/schedules/{york['id']}").status_code == 204
     orphan = api.get(f"/api/v1/runs/{york_run['id']}").get_json()
     assert orphan["schedule_id"] is None and orphan["time_zone"] == "Europe/Berlin"
+
+
+def test_a_create_tells_of_a_shared_name_and_a_legacy_zone_and_matches_zones_by_case(
+    app: Flask, world: World
+) -> None:
+    api = Api(app, world.alpha, world.alice)
+    first = api.post("/api/v1/schedules", {**NEW, "time_zone": "europe/berlin"}).get_json()
+    assert first["time_zone"] == "Europe/Berlin" and first["warnings"] == {}
+    second = api.post("/api/v1/schedules", {**NEW, "time_zone": "EST"})
+    assert second.status_code == 201
+    warnings = second.get_json()["warnings"]
+    assert second.get_json()["key"] == "nightly-report-2"
+    assert warnings["name"] == "another schedule is named “Nightly report” (key nightly-report)"
+    assert "UTC-05:00 all year" in warnings["time_zone"]
+    assert "America/New_York" in warnings["time_zone"]
+    assert api.get(second.headers["Location"]).get_json()["warnings"] == {}
+    renamed = api.patch(second.headers["Location"], {"name": "Other", "time_zone": "UTC"})
+    assert renamed.get_json()["warnings"] == {}
+    berlin = api.post("/api/v1/schedules", {**NEW, "name": "B", "time_zone": "Berlin"})
+    assert problem_fields(berlin) == {
+        "time_zone": "unknown time zone 'Berlin': did you mean Europe/Berlin?"
+    }
+    preview = api.get("/api/v1/cron/preview?expression=0+9+*+*+*&time_zone=asia/kolkata")
+    assert preview.get_json()["time_zone"] == "Asia/Kolkata"

@@ -240,7 +240,8 @@ def document() -> dict[str, Any]:
         entry: dict[str, Any] = {
             "operationId": name,
             "tags": [operation.tag],
-            "summary": (view.__doc__ or name).strip().splitlines()[0],
+            # Plain text: Swagger UI renders a summary as it is, backticks and all.
+            "summary": (view.__doc__ or name).strip().splitlines()[0].replace("`", ""),
             "parameters": [
                 {
                     "name": argument,

@@ -187,10 +187,17 @@ def list_schedules() -> Response:
     )
 
 
-def schedule_answer(schedule: Schedule, status: int = 200) -> Response:
-    """A schedule, with its ETag (for If-Match) and, when new, its Location."""
+def schedule_answer(schedule: Schedule, status: int = 200, saved: bool = False) -> Response:
+    """A schedule, with its ETag (for If-Match) and, when new, its Location; `saved` (a create
+    or an edit): with what its author may not have meant."""
     location = url_for("api.get_schedule", schedule_id=schedule.id) if status == 201 else None
-    response = answer(ScheduleOut.of(schedule), status, location)
+    warnings = None
+    if saved:
+        tenant = auth.current_token().tenant
+        warnings = service.schedule_warnings(
+            tenant, schedule.name, schedule.time_zone, schedule.key
+        )
+    response = answer(ScheduleOut.of(schedule, warnings), status, location)
     response.headers["ETag"] = etag(schedule)
     return response
 
@@ -202,7 +209,7 @@ def create_schedule() -> Response:
     auth.require_write()
     data = body()
     schedule = service.create_schedule(auth.current_token().tenant, data, auth.actor(), utcnow())
-    return schedule_answer(schedule, 201)
+    return schedule_answer(schedule, 201, saved=True)
 
 
 @bp.get("/v1/schedules/<id:schedule_id>")
@@ -226,7 +233,7 @@ def update_schedule(schedule_id: int) -> Response:
     service.update_schedule(
         schedule, {**current, **changes}, auth.actor(), utcnow(), precondition=if_match()
     )
-    return schedule_answer(schedule)
+    return schedule_answer(schedule, saved=True)
 
 
 @bp.delete("/v1/schedules/<id:schedule_id>")
@@ -370,7 +377,7 @@ def cron_preview() -> Response:
         renamed = {"cron": "expression"}
         errors = {renamed.get(field, field): message for field, message in error.errors.items()}
         raise Problem.invalid(errors, status=400) from None
-    return answer(FiresOut.of(preview.description, preview.fires, asked.time_zone))
+    return answer(FiresOut.of(preview.description, preview.fires, preview.time_zone))
 
 
 # --- The description ------------------------------------------------------------------------
