@@ -57,6 +57,7 @@ class DemoPages:
             "schedule filter": "/runs/schedule-options?schedule_q=zz",
             "job parameters": "/schedules/form/params?job=demo.echo",
             "cron preview": "/schedules/form/preview?cron=30+2+*+*+*&time_zone=America/New_York",
+            "name check": "/schedules/form/name?name=Morning+hello",
             "not found": "/schedules/999999",
             "bad request": "/runs?before=x",
         }

@@ -260,3 +260,46 @@ def test_the_run_list_filters_as_the_history_page(app: Flask, world: World) -> N
     older = api.get(f"/api/v1/runs?limit=1&cursor={first['next_cursor']}").get_json()
     assert [first["items"][0]["id"], older["items"][0]["id"]] == [failed.id + 1, failed.id]
     assert api.get("/api/v1/runs?from=2026-13-01").status_code == 400
+
+
+def test_a_run_carries_its_schedules_zone_and_the_tenants_once_it_is_deleted(
+    app: Flask, world: World
+) -> None:
+    api = Api(app, world.alpha, world.alice)  # alpha's zone: Europe/Berlin
+    york = api.post("/api/v1/schedules", {**NEW, "time_zone": "America/New_York"}).get_json()
+    berlin = api.post("/api/v1/schedules", {**NEW, "name": "Here"}).get_json()
+    york_run = api.post(f"/api/v1/schedules/{york['id']}/runs").get_json()
+    berlin_run = api.post(f"/api/v1/schedules/{berlin['id']}/runs").get_json()
+    assert york_run["time_zone"] == "America/New_York"
+    listed = {run["id"]: run["time_zone"] for run in api.get("/api/v1/runs").get_json()["items"]}
+    assert listed == {york_run["id"]: "America/New_York", berlin_run["id"]: "Europe/Berlin"}
+    assert api.get(f"/api/v1/runs/{york_run['id']}").get_json()["time_zone"] == "America/New_York"
+    cancelled = api.post(f"/api/v1/runs/{york_run['id']}/cancel").get_json()
+    assert cancelled["run"]["time_zone"] == "America/New_York"
+    assert api.delete(f"/api/v1/schedules/{york['id']}").status_code == 204
+    orphan = api.get(f"/api/v1/runs/{york_run['id']}").get_json()
+    assert orphan["schedule_id"] is None and orphan["time_zone"] == "Europe/Berlin"
+
+
+def test_a_create_tells_of_a_shared_name_and_a_legacy_zone_and_matches_zones_by_case(
+    app: Flask, world: World
+) -> None:
+    api = Api(app, world.alpha, world.alice)
+    first = api.post("/api/v1/schedules", {**NEW, "time_zone": "europe/berlin"}).get_json()
+    assert first["time_zone"] == "Europe/Berlin" and first["warnings"] == {}
+    second = api.post("/api/v1/schedules", {**NEW, "time_zone": "EST"})
+    assert second.status_code == 201
+    warnings = second.get_json()["warnings"]
+    assert second.get_json()["key"] == "nightly-report-2"
+    assert warnings["name"] == "another schedule is named “Nightly report” (key nightly-report)"
+    assert "UTC-05:00 all year" in warnings["time_zone"]
+    assert "America/New_York" in warnings["time_zone"]
+    assert api.get(second.headers["Location"]).get_json()["warnings"] == {}
+    renamed = api.patch(second.headers["Location"], {"name": "Other", "time_zone": "UTC"})
+    assert renamed.get_json()["warnings"] == {}
+    berlin = api.post("/api/v1/schedules", {**NEW, "name": "B", "time_zone": "Berlin"})
+    assert problem_fields(berlin) == {
+        "time_zone": "unknown time zone 'Berlin': did you mean Europe/Berlin?"
+    }
+    preview = api.get("/api/v1/cron/preview?expression=0+9+*+*+*&time_zone=asia/kolkata")
+    assert preview.get_json()["time_zone"] == "Asia/Kolkata"

@@ -20,6 +20,7 @@ def test_a_retried_create_or_run_now_answers_the_first_result(app: Flask, world:
     assert first.status_code == again.status_code == 201
     assert again.get_json() == first.get_json()
     assert again.headers["Location"] == first.headers["Location"]
+    assert again.headers["ETag"] == first.headers["ETag"]
     assert again.headers["Idempotent-Replayed"] == "true"
     assert count(Schedule) == 1
     url = first.headers["Location"] + "/runs"
@@ -62,6 +63,34 @@ def test_if_match_refuses_a_change_made_since_the_read(app: Flask, world: World)
     updates = select(func.count()).where(AuditEvent.action == "schedule.updated")
     assert db.session.scalar(updates) == 1
     assert api.delete(url, headers={"If-Match": changed.headers["ETag"]}).status_code == 204
+
+
+def test_a_retried_pause_replays_the_etag_of_its_first_answer(app: Flask, world: World) -> None:
+    api = Api(app, world.alpha, world.alice)
+    url = api.post("/api/v1/schedules", NEW).headers["Location"]
+    key = {"Idempotency-Key": "pause-1"}
+    first = api.post(url + "/pause", headers=key)
+    api.patch(url, {"name": "Renamed since"})  # a new ETag; the retry still answers the first
+    again = api.post(url + "/pause", headers=key)
+    assert again.get_json() == first.get_json() and again.headers["ETag"] == first.headers["ETag"]
+    assert api.get(url).headers["ETag"] != first.headers["ETag"]
+
+
+def test_a_get_with_the_current_etag_in_if_none_match_answers_304(app: Flask, world: World) -> None:
+    api = Api(app, world.alpha, world.alice)
+    created = api.post("/api/v1/schedules", NEW)
+    url, tag = created.headers["Location"], created.headers["ETag"]
+    unchanged = api.get(url, headers={"If-None-Match": tag})
+    assert unchanged.status_code == 304 and unchanged.get_data() == b""
+    assert unchanged.headers["ETag"] == tag
+    assert api.get(url, headers={"If-None-Match": f'"other", W/{tag}'}).status_code == 304
+    assert api.get(url, headers={"If-None-Match": "*"}).status_code == 304
+    changed = api.patch(url, {"name": "Mine"})
+    fresh = api.get(url, headers={"If-None-Match": tag})
+    assert fresh.status_code == 200 and fresh.get_json()["name"] == "Mine"
+    assert fresh.headers["ETag"] == changed.headers["ETag"] != tag
+    other_tenant = Api(app, world.beta, world.charlie)
+    assert other_tenant.get(url, headers={"If-None-Match": "*"}).status_code == 404
 
 
 def test_a_token_over_its_rate_limit_waits_retry_after(world: World, database_url: str) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser_support import LiveServer, PageErrors
+from tests.browser_support import LiveServer, PageErrors, log_in
 
 pytestmark = pytest.mark.browser
 
@@ -60,6 +60,40 @@ def test_swagger_ui_renders_the_operations_under_the_csp(
     violations = page.evaluate("window.cspViolations")
     context.close()
     assert violations == []
+    assert errors.messages == []
+
+
+def test_summaries_show_no_markdown_backticks_and_code_spans_render_as_code(
+    chromium: Any, live_panel: LiveServer
+) -> None:
+    context, page, errors = open_docs(chromium, live_panel, js=True)
+    summaries = page.locator(".api-renderer .opblock-summary-description")
+    summaries.first.wait_for()
+    texts = summaries.all_inner_texts()
+    assert "Run now, or at at: queues a manual run; 201 with the run's Location." in texts
+    assert not [text for text in texts if "`" in text]
+    context.close()
+    context, page, errors = open_docs(chromium, live_panel, js=False)
+    reference = page.locator("#api-reference")
+    assert "`" not in reference.inner_text()
+    assert page.locator("#schema-RunOut > p code").all_inner_texts() == ["time_zone"]
+    context.close()
+    assert errors.messages == []
+
+
+def test_the_panel_links_to_the_api_reference_from_every_page_and_the_tokens_page(
+    new_page: Any, live_panel: LiveServer, errors: PageErrors
+) -> None:
+    page = new_page
+    log_in(page, live_panel, "alice@example.com")
+    page.get_by_role("link", name="API tokens").click()
+    page.locator("#api-reference-link").get_by_role("link", name="API reference").click()
+    page.wait_for_url(live_panel.url + "/api/docs")
+    page.context.clear_cookies()
+    log_in(page, live_panel, "bob@example.com")  # a viewer: no tokens page, the footer's link
+    page.goto(live_panel.url + "/runs")
+    page.locator("footer").get_by_role("link", name="API reference").click()
+    page.wait_for_url(live_panel.url + "/api/docs")
     assert errors.messages == []
 
 

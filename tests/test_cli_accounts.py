@@ -25,6 +25,24 @@ def test_tenant_create_stores_the_tenant(cli: FlaskCliRunner) -> None:
     assert tenant is not None and tenant.time_zone == "Asia/Kolkata"
 
 
+def test_tenant_create_names_the_zone_whatever_its_case_and_warns_of_a_fixed_offset(
+    cli: FlaskCliRunner,
+) -> None:
+    result = cli.invoke(
+        args=["tenant", "create", "acme", "--name", "A", "--time-zone", "asia/tokyo"]
+    )
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        0,
+        "created tenant acme (A, Asia/Tokyo)\n",
+        "",
+    )
+    result = cli.invoke(args=["tenant", "create", "east", "--name", "E", "--time-zone", "EST"])
+    assert result.exit_code == 0 and result.stdout == "created tenant east (E, EST)\n"
+    assert result.stderr.startswith("warning: EST is a legacy fixed offset, UTC-05:00 all year")
+    refused = cli.invoke(args=["tenant", "create", "x", "--name", "X", "--time-zone", "Tokyo"])
+    assert refused.output == "Error: unknown time zone 'Tokyo': did you mean Asia/Tokyo?\n"
+
+
 def test_tenant_create_defaults_to_utc(cli: FlaskCliRunner) -> None:
     cli.invoke(args=["tenant", "create", "acme", "--name", "Acme"])
     assert db.session.scalar(select(Tenant.time_zone).where(Tenant.slug == "acme")) == "UTC"

@@ -213,3 +213,36 @@ def test_flask_scheduler_worker_burst_runs_what_is_due(
     assert result.returncode == 0, result.stderr
     db.session.rollback()
     assert db.session.get_one(Run, due.id).status == "succeeded"
+
+
+def test_flask_serve_logs_the_panels_requests_apart_without_static_files_or_banner(
+    sqlite_template: str, tmp_path: Path
+) -> None:
+    database = tmp_path / "serve.db"
+    shutil.copy(sqlite_template, database)
+    port = free_port()
+    env = bare_environment(tmp_path, SECRET_KEY="k", DATABASE_URL=f"sqlite:///{database}")
+    out, err = tmp_path / "serve.out", tmp_path / "serve.err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        command = [*FLASK, "serve", "--port", str(port)]
+        served = subprocess.Popen(command, env=env, cwd=PROJECT, stdout=stdout, stderr=stderr)
+    worker_pid = None
+    try:
+        worker_pid = serving_worker(database, port, served)
+        for path in ("/login", "/static/app.css", "/static/app.js"):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+                assert answer.status == 200
+        served.send_signal(signal.SIGTERM)
+        assert served.wait(timeout=60) == 0
+    finally:
+        if served.poll() is None:
+            served.kill()
+            served.wait()
+        if worker_pid is not None and alive(worker_pid):
+            os.kill(worker_pid, signal.SIGKILL)
+    panel, worker = out.read_text(), err.read_text()
+    requests = [line for line in panel.splitlines() if line.startswith("panel ")]
+    assert "panel GET /login 200" in requests and "panel GET /healthz 200" in requests
+    assert not [line for line in requests if "/static/" in line]
+    assert "development server" not in panel + worker and " * Running on" not in panel + worker
+    assert "action=worker_started" in worker and "panel " not in worker

@@ -11,9 +11,11 @@ from tests.cron_helpers import utc
 from webapp.cron import (
     CronError,
     CronSpec,
+    check_time_zone,
     describe,
     validate,
     wall_time_to_utc,
+    zone_warning,
 )
 
 FIELDS = "(minute hour day-of-month month day-of-week)"
@@ -107,11 +109,42 @@ def test_invalid_expression_is_rejected_with_an_actionable_message(expr: str, me
     assert str(raised.value) == message
 
 
-@pytest.mark.parametrize("tz", ["Mars/Olympus", "", "america/new_york", "localtime", "../etc/x"])
+@pytest.mark.parametrize("tz", ["Mars/Olympus", "", "localtime", "../etc/x"])
 def test_unknown_time_zone_is_rejected_by_name(tz: str) -> None:
     with pytest.raises(CronError) as raised:
         validate("0 0 * * *", tz)
     assert str(raised.value) == f"unknown time zone '{tz}'"
+
+
+@pytest.mark.parametrize(
+    ("tz", "zone"),
+    [("america/new_york", "America/New_York"), ("EUROPE/BERLIN", "Europe/Berlin"), ("utc", "UTC")],
+)
+def test_a_zone_name_matches_whatever_its_case(tz: str, zone: str) -> None:
+    assert check_time_zone(tz) == zone
+    assert validate("0 0 * * *", tz).tz == zone
+
+
+@pytest.mark.parametrize(
+    ("tz", "meant"),
+    [
+        ("Berlin", "Europe/Berlin"),
+        ("new_york", "America/New_York"),
+        ("Europe/Berln", "Europe/Berlin"),
+    ],
+)
+def test_an_unknown_zone_says_which_one_was_probably_meant(tz: str, meant: str) -> None:
+    with pytest.raises(CronError) as raised:
+        check_time_zone(tz)
+    assert str(raised.value) == f"unknown time zone '{tz}': did you mean {meant}?"
+
+
+def test_a_legacy_fixed_offset_zone_is_accepted_with_a_warning() -> None:
+    assert check_time_zone("EST") == "EST"
+    warning = zone_warning("EST")
+    assert warning is not None
+    assert "fixed offset, UTC-05:00 all year" in warning and "America/New_York" in warning
+    assert zone_warning("America/New_York") is None and zone_warning("UTC") is None
 
 
 def test_cron_error_is_a_value_error() -> None:

@@ -171,3 +171,12 @@ def test_after_outside_the_supported_years_is_one_line_and_nothing_else() -> Non
         assert result.exit_code == 1
         expected = f"Error: --after: '{after}' is outside the years 1970 to 2999\n"
         assert result.output == expected
+
+
+def test_preview_names_the_zone_whatever_its_case_and_warns_of_a_fixed_offset() -> None:
+    result = preview("0 9 * * *", "--tz", "america/new_york", "--after", "2026-07-01T00:00")
+    assert result.exit_code == 0 and result.stderr == ""
+    assert "2026-07-01T13:00:00Z  2026-07-01 09:00 EDT (-04:00)" in result.stdout
+    fixed = preview("0 9 * * *", "--tz", "EST", "--after", "2026-07-01T00:00")
+    assert "2026-07-01T14:00:00Z  2026-07-01 09:00 EST (-05:00)" in fixed.stdout
+    assert fixed.stderr.startswith("warning: EST is a legacy fixed offset, UTC-05:00 all year")

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.browser_support import LiveServer, PageErrors, log_in
+from tests.test_panel_actions_browser import add_schedule
 from webapp.extensions import db
 from webapp.services.accounts import find_tenant
 from webapp.services.audit import Actor
@@ -75,4 +76,60 @@ def test_the_keyboard_reaches_the_utc_times(
     assert when.inner_text().split(" ")[2] == "UTC"
     page.goto(live_panel.url + "/upcoming")
     page.get_by_role("columnheader", name="When (UTC)").first.wait_for()
+    assert errors.messages == []
+
+
+def test_the_preview_refuses_what_the_tenants_minimum_interval_would_refuse_on_save(
+    new_page: Any, live_panel: LiveServer, errors: PageErrors
+) -> None:
+    with live_panel.app.app_context():
+        find_tenant("alpha").min_interval_seconds = 300
+        db.session.commit()
+        db.session.remove()
+    page = new_page
+    log_in(page, live_panel, "alice@example.com")
+    page.goto(live_panel.url + "/schedules/new")
+    preview = page.locator("#cron-preview")
+    page.get_by_label("Cron expression").fill("*/2 * * * *")
+    refusal = preview.locator(".preview-error[data-field=cron]")
+    refusal.wait_for()
+    assert refusal.inner_text() == (
+        "Saving is refused: fires as often as every 120 s; this tenant allows at most one fire "
+        "every 300 s."
+    )
+    page.get_by_label("Cron expression").fill("*/5 * * * *")
+    preview.get_by_text("Every 5 minutes").wait_for()
+    assert refusal.count() == 0
+    assert errors.messages == []
+
+
+def test_the_form_warns_of_a_shared_name_and_a_legacy_zone_and_the_list_shows_the_keys(
+    new_page: Any, live_panel: LiveServer, errors: PageErrors
+) -> None:
+    add_schedule(live_panel, "After delete")
+    page = new_page
+    log_in(page, live_panel, "alice@example.com")
+    page.goto(live_panel.url + "/schedules/new")
+    page.get_by_label("Message").fill("hello")
+    page.get_by_label("Name").fill("After delete")
+    warning = page.locator("#name-warning")
+    warning.get_by_text("another schedule is named “After delete” (key after-delete)").wait_for()
+    assert "this one gets the key after-delete-2" in warning.inner_text()
+    page.get_by_label("Time zone").fill("EST")
+    page.get_by_label("Cron expression").fill("0 9 * * *")
+    zone = page.locator("#cron-preview .preview-warning[data-field=time_zone]")
+    zone.wait_for()
+    assert "EST is a legacy fixed offset, UTC-05:00 all year" in zone.inner_text()
+    page.get_by_label("Name").fill("After delete, again")
+    warning.get_by_text("another schedule").wait_for(state="detached")
+    page.get_by_label("Name").fill("After delete")
+    warning.get_by_text("another schedule").wait_for()
+    page.get_by_role("button", name="Save").click()
+    flash = page.locator(".flash").first
+    flash.get_by_text("Schedule “After delete” created. Its key is after-delete-2").wait_for()
+    assert "another schedule is named “After delete” (key after-delete)" in flash.inner_text()
+    assert "Note: EST is a legacy fixed offset" in flash.inner_text()
+    page.goto(live_panel.url + "/")
+    keys = page.locator("#schedule-list code:not(.cron)")
+    assert keys.all_inner_texts() == ["after-delete", "after-delete-2"]
     assert errors.messages == []

@@ -61,6 +61,24 @@ def test_import_creates_every_schedule(cli: FlaskCliRunner, world: World, tmp_pa
     assert count(AuditEvent) == 2
 
 
+def test_import_warns_of_a_shared_name_and_a_legacy_zone_and_matches_zones_by_case(
+    cli: FlaskCliRunner, world: World, tmp_path: Path
+) -> None:
+    items = [item("a", name="Same"), item("b", name="Same", time_zone="est")]
+    items.append(item("c", time_zone="europe/berlin"))
+    code, out, err = import_file(cli, write(tmp_path, items))
+    assert (code, out) == (0, "imported into alpha: 3 created, 0 updated, 0 unchanged\n")
+    fixed = "EST is a legacy fixed offset, UTC-05:00 all year without daylight saving time"
+    assert err.splitlines() == [
+        "warning: key 'a': name: another schedule is named “Same” (key b)",
+        "warning: key 'b': name: another schedule is named “Same” (key a)",
+        f"warning: key 'b': time_zone: {fixed}: for a place's local time choose its zone, "
+        "such as America/New_York",
+    ]
+    zones = db.session.execute(select(Schedule.key, Schedule.time_zone).order_by(Schedule.key))
+    assert [tuple(row) for row in zones] == [("a", "UTC"), ("b", "EST"), ("c", "Europe/Berlin")]
+
+
 def test_import_is_idempotent_and_updates_by_key(
     cli: FlaskCliRunner, world: World, tmp_path: Path
 ) -> None:

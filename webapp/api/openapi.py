@@ -42,6 +42,7 @@ class Operation:
     writes: bool = False
     links: dict[str, dict[str, Any]] = field(default_factory=dict)
     errors: dict[int, str] = field(default_factory=dict)  # this operation's own, or other words
+    conditional: bool = False  # takes If-None-Match: 304 when the ETag is still current
 
 
 RUN_LINKS = {
@@ -71,7 +72,9 @@ OPERATIONS: dict[str, Operation] = {
         writes=True,
         links=SCHEDULE_LINKS,
     ),
-    "api.get_schedule": Operation("schedules", {200: schemas.ScheduleOut}),
+    "api.get_schedule": Operation(
+        "schedules", {200: schemas.ScheduleOut, 304: None}, conditional=True
+    ),
     "api.update_schedule": Operation(
         "schedules",
         {200: schemas.ScheduleOut},
@@ -157,7 +160,18 @@ HEADERS = {
     },
 }
 HEADERS["DELETE"] = HEADERS["PATCH"]
-ETAG = {"description": "The schedule's version, for If-Match", "schema": {"type": "string"}}
+IF_NONE_MATCH = {
+    "name": "If-None-Match",
+    "in": "header",
+    "required": False,
+    "description": "The ETag of the schedule as read: 304 without a body if it is unchanged",
+    "schema": {"type": "string"},
+}
+RESPONSE_WORDS = {200: "OK", 201: "Created", 204: "Done; no content", 304: "Not modified"}
+ETAG = {
+    "description": "The schedule's version, for If-Match and If-None-Match",
+    "schema": {"type": "string"},
+}
 
 
 def path_of(rule: str) -> str:
@@ -226,7 +240,8 @@ def document() -> dict[str, Any]:
         entry: dict[str, Any] = {
             "operationId": name,
             "tags": [operation.tag],
-            "summary": (view.__doc__ or name).strip().splitlines()[0],
+            # Plain text: Swagger UI renders a summary as it is, backticks and all.
+            "summary": (view.__doc__ or name).strip().splitlines()[0].replace("`", ""),
             "parameters": [
                 {
                     "name": argument,
@@ -237,7 +252,8 @@ def document() -> dict[str, Any]:
                 for argument in sorted(rule.arguments)
             ]
             + (query_parameters(operation.query) if operation.query else [])
-            + ([HEADERS[method]] if method in HEADERS else []),
+            + ([HEADERS[method]] if method in HEADERS else [])
+            + ([IF_NONE_MATCH] if operation.conditional else []),
             "responses": {},
         }
         if operation.body is not None:
@@ -249,17 +265,15 @@ def document() -> dict[str, Any]:
                 "content": {"application/json": media},
             }
         for status, model in operation.responses.items():
-            response: dict[str, Any] = {"description": "OK" if status < 300 else "Created"}
+            response: dict[str, Any] = {"description": RESPONSE_WORDS[status]}
             if model is not None:
                 ref = {"$ref": REF.format(model=model.__name__)}
                 response["content"] = {"application/json": {"schema": ref}}
-            else:
-                response["description"] = "Done; no content"
             headers: dict[str, Any] = {}
             if status == 201:
                 location = {"description": "The new object's URL", "schema": {"type": "string"}}
                 headers["Location"] = location
-            if model is schemas.ScheduleOut:
+            if model is schemas.ScheduleOut or status == 304:
                 headers["ETag"] = ETAG
             if headers:
                 response["headers"] = headers

@@ -1,5 +1,5 @@
-"""What a client can make a write depend on: `If-Match` (the schedule's ETag) on PATCH and
-DELETE, and `Idempotency-Key` on POSTs."""
+"""What a client can make a request depend on: `If-Match` (the schedule's ETag) on PATCH and
+DELETE, `If-None-Match` on GET (304 when unchanged), and `Idempotency-Key` on POSTs."""
 
 from __future__ import annotations
 
@@ -25,13 +25,27 @@ def etag(schedule: Schedule) -> str:
     return f'"{schedule_version(schedule)}"'
 
 
+def listed_tags(header: str) -> set[str]:
+    """The entity tags of an If-Match or If-None-Match header, compared weakly (RFC 9110)."""
+    return {tag.strip().removeprefix("W/") for tag in header.split(",")}
+
+
+def not_modified(tag: str) -> bool:
+    """Whether the request's If-None-Match names `tag` (or `*`): a GET answers 304."""
+    header = request.headers.get("If-None-Match")
+    if header is None:
+        return False
+    wanted = listed_tags(header)
+    return "*" in wanted or tag in wanted
+
+
 def if_match() -> Callable[[Schedule], None] | None:
     """The request's If-Match as a precondition of the change (None without the header):
     412 when the schedule changed since the client read it."""
     header = request.headers.get("If-Match")
     if header is None:
         return None
-    wanted = {tag.strip().removeprefix("W/") for tag in header.split(",")}
+    wanted = listed_tags(header)
 
     def unchanged(schedule: Schedule) -> None:
         if "*" not in wanted and etag(schedule) not in wanted:
@@ -72,6 +86,8 @@ def idempotent(view: F) -> F:
             replay = Response(outcome.body, outcome.status, mimetype="application/json")
             if outcome.location:
                 replay.headers["Location"] = outcome.location
+            if outcome.etag:
+                replay.headers["ETag"] = outcome.etag
             replay.headers["Idempotent-Replayed"] = "true"
             return replay
         try:
@@ -81,7 +97,9 @@ def idempotent(view: F) -> F:
             raise
         if 200 <= response.status_code < 300:
             body = response.get_data(as_text=True)
-            idempotency.complete(outcome, response.status_code, body, response.location)
+            idempotency.complete(
+                outcome, response.status_code, body, response.location, response.headers.get("ETag")
+            )
         else:
             idempotency.release(outcome)
         return response

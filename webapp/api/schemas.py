@@ -64,9 +64,15 @@ class ScheduleOut(BaseModel):
     last_run_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    warnings: dict[str, str] = Field(
+        default_factory=dict,
+        description="In the answer of a create or an edit, by field: what was accepted but may "
+        "not be meant (a name another schedule has, a legacy fixed-offset zone such as EST); "
+        "empty otherwise",
+    )
 
     @classmethod
-    def of(cls, schedule: Schedule) -> ScheduleOut:
+    def of(cls, schedule: Schedule, warnings: dict[str, str] | None = None) -> ScheduleOut:
         try:
             description = cron.describe(cron.validate(schedule.cron, schedule.time_zone))
         except cron.CronError as error:
@@ -92,6 +98,7 @@ class ScheduleOut(BaseModel):
             last_run_at=schedule.last_run_at,
             created_at=schedule.created_at,
             updated_at=schedule.updated_at,
+            warnings=warnings or {},
         )
 
 
@@ -101,7 +108,8 @@ class SchedulePage(BaseModel):
 
 
 class RunOut(BaseModel):
-    """A run. Times are RFC 3339 in UTC; `time_zone` is the tenant's."""
+    """A run. Times are RFC 3339 in UTC; `time_zone` is its schedule's zone (the tenant's once
+    the schedule is deleted)."""
 
     id: int
     schedule_id: int | None = Field(description="Null once its schedule is deleted")
@@ -118,7 +126,10 @@ class RunOut(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     error: str | None
-    time_zone: str
+    time_zone: str = Field(
+        description="The zone of the run's schedule, the one its fire times follow (the "
+        "tenant's once the schedule is deleted)"
+    )
 
     @classmethod
     def fields_of(cls, run: Run, time_zone: str) -> dict[str, Any]:

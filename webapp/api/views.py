@@ -17,7 +17,7 @@ from werkzeug.exceptions import HTTPException, default_exceptions
 
 from webapp import cron
 from webapp.api import auth, openapi
-from webapp.api.preconditions import etag, idempotent, if_match
+from webapp.api.preconditions import etag, idempotent, if_match, not_modified
 from webapp.api.problems import Problem, from_http_exception
 from webapp.api.schemas import (
     MAX_ID,
@@ -151,6 +151,21 @@ def tenant_zone() -> str:
     return auth.current_token().tenant.time_zone
 
 
+def run_zones(runs: list[Run]) -> dict[int | None, str]:
+    """Each run's zone by its schedule id: its schedule's, the tenant's once it is deleted."""
+    ids = {run.schedule_id for run in runs if run.schedule_id is not None}
+    zones: dict[int | None, str] = dict.fromkeys([None, *ids], tenant_zone())
+    if ids:
+        rows = auth.schedules().with_only_columns(Schedule.id, Schedule.time_zone)
+        for schedule_id, zone in db.session.execute(rows.where(Schedule.id.in_(ids))):
+            zones[schedule_id] = zone
+    return zones
+
+
+def run_detail(run: Run) -> RunDetail:
+    return RunDetail.of(run, run_zones([run])[run.schedule_id])
+
+
 # --- Schedules ------------------------------------------------------------------------------
 
 
@@ -179,10 +194,17 @@ def list_schedules() -> Response:
     )
 
 
-def schedule_answer(schedule: Schedule, status: int = 200) -> Response:
-    """A schedule, with its ETag (for If-Match) and, when new, its Location."""
+def schedule_answer(schedule: Schedule, status: int = 200, saved: bool = False) -> Response:
+    """A schedule, with its ETag (for If-Match) and, when new, its Location; `saved` (a create
+    or an edit): with what its author may not have meant."""
     location = url_for("api.get_schedule", schedule_id=schedule.id) if status == 201 else None
-    response = answer(ScheduleOut.of(schedule), status, location)
+    warnings = None
+    if saved:
+        tenant = auth.current_token().tenant
+        warnings = service.schedule_warnings(
+            tenant, schedule.name, schedule.time_zone, schedule.key
+        )
+    response = answer(ScheduleOut.of(schedule, warnings), status, location)
     response.headers["ETag"] = etag(schedule)
     return response
 
@@ -194,13 +216,17 @@ def create_schedule() -> Response:
     auth.require_write()
     data = body()
     schedule = service.create_schedule(auth.current_token().tenant, data, auth.actor(), utcnow())
-    return schedule_answer(schedule, 201)
+    return schedule_answer(schedule, 201, saved=True)
 
 
 @bp.get("/v1/schedules/<id:schedule_id>")
 def get_schedule(schedule_id: int) -> Response:
-    """One schedule."""
-    return schedule_answer(auth.schedule_or_404(schedule_id))
+    """One schedule; 304 without a body when If-None-Match names its current ETag."""
+    schedule = auth.schedule_or_404(schedule_id)
+    tag = etag(schedule)
+    if not_modified(tag):
+        return Response(status=304, headers={"ETag": tag})
+    return schedule_answer(schedule)
 
 
 @bp.patch("/v1/schedules/<id:schedule_id>")
@@ -214,7 +240,7 @@ def update_schedule(schedule_id: int) -> Response:
     service.update_schedule(
         schedule, {**current, **changes}, auth.actor(), utcnow(), precondition=if_match()
     )
-    return schedule_answer(schedule)
+    return schedule_answer(schedule, saved=True)
 
 
 @bp.delete("/v1/schedules/<id:schedule_id>")
@@ -256,7 +282,7 @@ def run_now(schedule_id: int) -> Response:
         raise ScheduleError({"at": str(error)}) from None
     run = service.run_now(schedule, auth.actor(), utcnow(), at)
     location = url_for("api.get_run", run_id=run.id)
-    return answer(RunDetail.of(run, tenant_zone()), 201, location)
+    return answer(RunDetail.of(run, schedule.time_zone), 201, location)
 
 
 @bp.post("/v1/schedules/<id:schedule_id>/backfill")
@@ -310,9 +336,10 @@ def list_runs() -> Response:
     found = list(db.session.scalars(rows.order_by(Run.id.desc()).limit(asked.limit + 1)))
     page = found[: asked.limit]
     more = len(found) > asked.limit
+    zones = run_zones(page)
     return answer(
         RunPage(
-            items=[RunOut.of(run, zone) for run in page],
+            items=[RunOut.of(run, zones[run.schedule_id]) for run in page],
             next_cursor=str(page[-1].id) if more else None,
         )
     )
@@ -321,7 +348,7 @@ def list_runs() -> Response:
 @bp.get("/v1/runs/<id:run_id>")
 def get_run(run_id: int) -> Response:
     """One run, with its output."""
-    return answer(RunDetail.of(auth.run_or_404(run_id), tenant_zone()))
+    return answer(run_detail(auth.run_or_404(run_id)))
 
 
 @bp.post("/v1/runs/<id:run_id>/cancel")
@@ -334,7 +361,7 @@ def cancel_run(run_id: int) -> Response:
     except cancellation.CancelRefused as refused:
         raise Problem(409, "not-cancellable", str(refused)) from None
     run = auth.run_or_404(run_id)
-    return answer(CancelOut(outcome=cancelled.outcome, run=RunDetail.of(run, tenant_zone())))
+    return answer(CancelOut(outcome=cancelled.outcome, run=run_detail(run)))
 
 
 # --- Catalog and cron -----------------------------------------------------------------------
@@ -357,7 +384,7 @@ def cron_preview() -> Response:
         renamed = {"cron": "expression"}
         errors = {renamed.get(field, field): message for field, message in error.errors.items()}
         raise Problem.invalid(errors, status=400) from None
-    return answer(FiresOut.of(preview.description, preview.fires, asked.time_zone))
+    return answer(FiresOut.of(preview.description, preview.fires, preview.time_zone))
 
 
 # --- The description ------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import sys
 import click
 from flask.cli import AppGroup
 
+from webapp import cron
 from webapp.cli import reports_errors
 from webapp.config import settings
 from webapp.models import ROLES
@@ -28,6 +29,9 @@ def create_tenant(slug: str, name: str, time_zone: str) -> None:
     """Create a tenant."""
     tenant = accounts.create_tenant(slug, name, time_zone)
     click.echo(f"created tenant {tenant.slug} ({tenant.name}, {tenant.time_zone})")
+    warning = cron.zone_warning(tenant.time_zone)
+    if warning:
+        click.echo(f"warning: {warning}", err=True)
 
 
 @tenant_cli.command("list")

@@ -52,6 +52,7 @@ def preview(
     Quote the expression ("30 2 * * *") or pass its fields as separate arguments.
     """
     try:
+        tz = cron.check_time_zone(tz)  # as the zone is named (`europe/berlin`: Europe/Berlin)
         spec = validate(" ".join(expression), tz)
         start = datetime.now(UTC) if after is None else wall_time_to_utc(_parse_after(after), tz)
         # All lines first: an error half-way must not leave a partial listing behind.
@@ -62,6 +63,9 @@ def preview(
     except (CronError, OverflowError) as error:
         message = str(error) if isinstance(error, CronError) else "fire times beyond year 9999"
         raise click.ClickException(message) from None
+    warning = cron.zone_warning(tz)
+    if warning:
+        click.echo(f"warning: {warning}", err=True)
     click.echo(describe(spec))
     for line in lines:
         click.echo(line)

@@ -40,6 +40,8 @@ def import_command(file: IO[str], tenant_slug: str) -> None:
         f"imported into {tenant.slug}: {result.created} created, {result.updated} updated, "
         f"{result.unchanged} unchanged"
     )
+    for line in result.warnings:
+        click.echo(f"warning: {line}", err=True)
 
 
 @schedule_cli.command("export")

@@ -9,7 +9,7 @@ from types import FrameType
 
 import click
 from flask import current_app
-from werkzeug.serving import run_simple
+from werkzeug.serving import WSGIRequestHandler, make_server
 
 from webapp.cli.demo import DEMO_ADMIN, DEMO_OPERATOR, DEMO_PASSWORD, DEMO_VIEWER
 
@@ -20,7 +20,9 @@ from webapp.cli.demo import DEMO_ADMIN, DEMO_OPERATOR, DEMO_PASSWORD, DEMO_VIEWE
 def serve_command(host: str, port: int) -> None:
     """Serve the panel with Flask's server and run a worker beside it; Ctrl-C stops both.
 
-    For production, run the app under a WSGI server and `scheduler-worker` processes instead.
+    The panel's requests go to stdout, a line each (`panel GET /runs 200`; static files left
+    out), the worker's log to stderr. For production, run the app under a WSGI server and
+    `scheduler-worker` processes instead.
     """
     # SIGTERM (kill, a supervisor) and SIGHUP would end this process without its `finally`,
     # leaving the worker firing schedules on its own: both stop the two, as Ctrl-C does.
@@ -34,12 +36,27 @@ def serve_command(host: str, port: int) -> None:
         f"  Log in as {DEMO_ADMIN} / {DEMO_PASSWORD}"
         f" (viewer: {DEMO_VIEWER}, operator: {DEMO_OPERATOR})\n"
     )
+    app = current_app._get_current_object()  # type: ignore[attr-defined]
+    server = make_server(host, port, app, threaded=True, request_handler=PanelRequestHandler)
     try:
-        run_simple(host, port, current_app._get_current_object(), threaded=True)  # type: ignore[attr-defined]
+        server.serve_forever()  # without werkzeug's start-up lines: the URL is printed above
     finally:
+        server.server_close()
         worker.terminate()
         worker.wait(timeout=60)
 
 
 def stop(_signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt  # what Ctrl-C raises: the server closes, then the worker stops
+
+
+class PanelRequestHandler(WSGIRequestHandler):
+    """The panel's access log, apart from the worker's lines (stderr): one line a request on
+    stdout, `panel GET /runs?status=failed 200`; the static files a page loads are left out."""
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        path = getattr(self, "path", "")
+        if path.startswith("/static/"):
+            return
+        line = f"panel {self.command} {path} {code}" if path else f"panel {self.requestline}"
+        click.echo(line.translate(self._control_char_table))

@@ -39,6 +39,7 @@ from .zones import (
     parse_local_time,
     parse_typed_time,
     wall_time_to_utc,
+    zone_warning,
 )
 
 __all__ = [
@@ -64,4 +65,5 @@ __all__ = [
     "step_notes",
     "validate",
     "wall_time_to_utc",
+    "zone_warning",
 ]

@@ -49,7 +49,8 @@ def validate(expr: str, tz: str) -> CronSpec:
 def _compile(expression: str, tz: str) -> CronSpec:
     # The fields are checked before the zone, so that an expression's own errors come first.
     fields = parse_fields(expression)
-    return CronSpec(**vars(fields), tz=tz, zone=load_zone(tz))
+    zone = load_zone(tz)
+    return CronSpec(**vars(fields), tz=zone.key, zone=zone)  # tz as its zone is named
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ days, the instants of clock changes, and a local wall time as a UTC instant."""
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
+from difflib import get_close_matches
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
@@ -30,14 +31,51 @@ def known_time_zones() -> frozenset[str]:
     )
 
 
+@lru_cache(maxsize=1)
+def zones_by_folded_name() -> dict[str, str]:
+    """known_time_zones() by their case-folded names (no two zones differ only in case)."""
+    return {zone.casefold(): zone for zone in known_time_zones()}
+
+
 def check_time_zone(name: object) -> str:
     """The one time zone rule (a schedule's, a tenant's, the preview's, the CLI's): the name of
-    a zone from known_time_zones(), or CronError saying why not."""
+    a zone from known_time_zones(), matched whatever its case (`europe/berlin` is
+    `Europe/Berlin`), or CronError saying why not and, when a zone is close, which."""
     if not isinstance(name, str):
         raise CronError(f"time zone {name!r} must be text")
-    if name not in known_time_zones():
-        raise CronError(f"unknown time zone {name!r}")
-    return name
+    folded = name.strip().casefold()
+    zone = zones_by_folded_name().get(folded)
+    if zone is None:
+        raise CronError(f"unknown time zone {name!r}{did_you_mean(folded)}")
+    return zone
+
+
+def did_you_mean(folded: str) -> str:
+    """`: did you mean Europe/Berlin?` for a city alone (`berlin`) or a near miss
+    (`Europe/Berln`), or nothing."""
+    names = zones_by_folded_name()
+    cities = sorted(zone for key, zone in names.items() if key.rsplit("/", 1)[-1] == folded)
+    close = cities[:3] or [names[key] for key in get_close_matches(folded, names, 1, 0.8)]
+    return f": did you mean {' or '.join(close)}?" if close else ""
+
+
+# tzdata's legacy names of fixed offsets: a fixed UTC offset all year, without the daylight
+# saving time that someone who types `EST` for New York expects. Accepted, with a warning
+# (zone_warning) naming a place's zone instead.
+LEGACY_FIXED_ZONES = {"EST": "America/New_York", "MST": "America/Denver", "HST": "Pacific/Honolulu"}
+
+
+def zone_warning(name: str) -> str | None:
+    """What to tell someone who chose the zone `name` (as check_time_zone returned it), or
+    None: a legacy fixed offset is said to be one."""
+    place = LEGACY_FIXED_ZONES.get(name)
+    if place is None:
+        return None
+    offset = datetime(2000, 1, 1, tzinfo=ZoneInfo(name)).strftime("%z")
+    return (
+        f"{name} is a legacy fixed offset, UTC{offset[:3]}:{offset[3:]} all year without "
+        f"daylight saving time: for a place's local time choose its zone, such as {place}"
+    )
 
 
 def load_zone(tz: str) -> ZoneInfo:

@@ -1,9 +1,10 @@
 """Idempotency keys of API POSTs: the first answer to a key is replayed to its retries for 24 h.
 
-A request claims its key before it runs (a row without a status); its 2xx answer is then stored
-on the row, any other outcome frees the key for a retry. A retry of a request still running, or
-one whose answer was lost in a crash between the change and the storing of its answer, meets
-the claimed row and is told so (never run twice); after 24 h the key is forgotten.
+A request claims its key before it runs (a row without a status); its 2xx answer (body,
+Location, ETag) is then stored on the row, any other outcome frees the key for a retry. A retry
+of a request still running, or one whose answer was lost in a crash between the change and the
+storing of its answer, meets the claimed row and is told so (never run twice); after 24 h the key
+is forgotten.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class Stored:
     status: int
     body: str
     location: str | None
+    etag: str | None
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ def claim(
                     return Mismatch()
                 if row.status is None or row.body is None:
                     return InProgress()
-                return Stored(row.status, row.body, row.location)
+                return Stored(row.status, row.body, row.location, row.etag)
             row = ApiIdempotencyKey(
                 token_id=token_id, key=key, request_hash=request_hash, created_at=now
             )
@@ -76,13 +78,15 @@ def claim(
         return InProgress()
 
 
-def complete(claimed: Claimed, status: int, body: str, location: str | None) -> None:
-    """Stores the answer of a claimed key's request, for its retries."""
+def complete(
+    claimed: Claimed, status: int, body: str, location: str | None, etag: str | None
+) -> None:
+    """Stores the answer of a claimed key's request (its body and headers), for its retries."""
     with write_transaction(db.session):
         db.session.execute(
             update(ApiIdempotencyKey)
             .where(ApiIdempotencyKey.id == claimed.claim_id)
-            .values(status=status, body=body, location=location)
+            .values(status=status, body=body, location=location, etag=etag)
         )
 
 

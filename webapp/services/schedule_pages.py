@@ -50,6 +50,7 @@ class ListedSchedule(NamedTuple):
 
     id: int
     tenant_id: int
+    key: str
     name: str
     job: str
     cron: str
@@ -124,6 +125,21 @@ def list_page(
         },
         more=len(rows) > size,
     )
+
+
+def shared_names(session: Session, tenant_id: int, names: set[str]) -> set[str]:
+    """Which of `names` more than one of the tenant's schedules has: their rows show their keys,
+    which tell them apart (one statement on the tenant's name index)."""
+    if not names:
+        return set()
+    query = (
+        scope.schedules(tenant_id)
+        .with_only_columns(Schedule.name)
+        .where(Schedule.name.in_(names))
+        .group_by(Schedule.name)
+        .having(func.count() > 1)
+    )
+    return set(session.scalars(query))
 
 
 def has_schedules(session: Session, tenant_id: int) -> bool:

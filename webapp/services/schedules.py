@@ -31,7 +31,13 @@ from webapp.scheduler.run_rows import manual_run_row
 from webapp.scheduler.wakeup import notify_workers
 from webapp.services import scope
 from webapp.services.audit import Actor, audit_row, changed_fields, record, schedule_snapshot
-from webapp.services.schema import ScheduleError, ScheduleIn, ScheduleRules, jitter_problem
+from webapp.services.schema import (
+    ScheduleError,
+    ScheduleIn,
+    ScheduleRules,
+    interval_problem,
+    jitter_problem,
+)
 
 # Callers build a schedule's input with this; it is checked by ScheduleIn.
 from webapp.services.schema import ScheduleInput as ScheduleInput
@@ -106,6 +112,39 @@ def free_key(tenant: Tenant, name: str) -> str:
     while key in taken:
         key, number = f"{base}-{number}", number + 1
     return key
+
+
+def schedule_warnings(
+    tenant: Tenant, name: str, time_zone: str, key: str | None = None
+) -> dict[str, str]:
+    """What a schedule's author may not have meant, by field: accepted all the same, and told
+    wherever one is saved (the form, beside its fields and in the flash; the API's answer; the
+    import and the command line, on stderr): a name another schedule has (`name_warning`), a
+    legacy fixed-offset zone (`cron.zone_warning`)."""
+    warnings = {"name": name_warning(tenant, name, key)}
+    try:
+        warnings["time_zone"] = cron.zone_warning(cron.check_time_zone(time_zone))
+    except cron.CronError:
+        pass  # the zone's own error says why
+    return {field: warning for field, warning in warnings.items() if warning}
+
+
+def name_warning(tenant: Tenant, name: str, key: str | None = None) -> str | None:
+    """Another of the tenant's schedules is named `name`: the keys tell them apart (`key`: this
+    schedule's; None for one not saved yet, whose key the name gives)."""
+    name = name.strip()
+    if not name:
+        return None
+    others = scope.schedules(tenant.id).with_only_columns(Schedule.key).where(Schedule.name == name)
+    if key is not None:
+        others = others.where(Schedule.key != key)
+    keys = sorted(db.session.scalars(others))
+    if not keys:
+        return None
+    warning = f"another schedule is named “{name}” (key {', '.join(keys)})"
+    if key is None:
+        warning += f": this one gets the key {free_key(tenant, name)}"
+    return warning
 
 
 def lock_tenant(session: Session, tenant: Tenant) -> None:
@@ -361,8 +400,11 @@ class CronPreview:
     fires: list[tuple[datetime, str, str | None]]  # (UTC, local label, DST note)
     clock_changes: list[cron.ClockChange]  # the zone's next two, and what the schedule does
     no_clock_changes: str | None  # what to say instead when the zone has none
+    time_zone: str  # the zone as it is named (`europe/berlin` asked: `Europe/Berlin`)
     jitter: str | None = None  # how late after its fire time each run may start, in words
     jitter_error: str | None = None  # the jitter asked for is out of the schedule's bounds
+    zone_warning: str | None = None  # a legacy fixed offset (cron.zone_warning)
+    interval_error: str | None = None  # fires more often than the tenant allows: refused on save
 
 
 def local_label(moment: datetime, time_zone: str) -> str:
@@ -401,17 +443,21 @@ def preview_cron(
     start: date | None = None,
     jitter: int | None = None,
     tenant_jitter: int | None = None,
+    min_interval: int | None = None,
 ) -> CronPreview:
     """The description, the next fire times after ``now`` (or from the start of the local day
-    ``start``) and the zone's next clock changes, or ScheduleError naming the field at fault."""
+    ``start``) and the zone's next clock changes, or ScheduleError naming the field at fault;
+    with the refusal a save would meet when it fires more often than ``min_interval`` (the
+    tenant's limit) allows."""
     try:
-        cron.check_time_zone(time_zone)
+        time_zone = cron.check_time_zone(time_zone)
     except cron.CronError as error:
         raise ScheduleError({"time_zone": str(error)}) from None
     try:
         spec = cron.validate(expression, time_zone)
     except cron.CronError as error:
         raise ScheduleError({"cron": str(error)}) from None
+    interval_error = interval_problem(spec, min_interval, now)  # as a save now would find
     if start is not None:
         # Fires are whole minutes: just before local midnight includes a fire at 00:00.
         midnight = datetime(start.year, start.month, start.day)
@@ -426,8 +472,11 @@ def preview_cron(
         fires=[(fire, local_label(fire, time_zone), spec.dst_note(fire)) for fire in fires],
         clock_changes=changes,
         no_clock_changes=None if changes else cron.no_clock_changes(time_zone),
+        time_zone=time_zone,
         jitter=jitter_line,
         jitter_error=jitter_error,
+        zone_warning=cron.zone_warning(time_zone),
+        interval_error=interval_error,
     )
 
 

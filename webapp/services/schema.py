@@ -262,13 +262,9 @@ class ScheduleIn(BaseModel):
             spec = cron.validate(expression, info.data["time_zone"])
         except cron.CronError as error:
             problem(str(error))
-        if rules.min_interval:
-            gap = spec.shortest_gap(rules.now, INTERVAL_SAMPLE)
-            if gap is not None and gap < timedelta(seconds=rules.min_interval):
-                problem(
-                    f"fires as often as every {int(gap.total_seconds())} s; this tenant "
-                    f"allows at most one fire every {rules.min_interval} s"
-                )
+        refused = interval_problem(spec, rules.min_interval, rules.now)
+        if refused:
+            problem(refused)
         return spec.expression
 
     @field_validator("notify_emails")
@@ -308,6 +304,20 @@ class ScheduleIn(BaseModel):
         if refused:
             problem(refused)
         return seconds
+
+
+def interval_problem(spec: cron.CronSpec, min_interval: int | None, now: datetime) -> str | None:
+    """Why the schedule fires more often than the tenant allows (`min_interval` seconds between
+    fires at the least; None: no limit), or None: the rule of a save and of the preview."""
+    if not min_interval:
+        return None
+    gap = spec.shortest_gap(now, INTERVAL_SAMPLE)
+    if gap is None or gap >= timedelta(seconds=min_interval):
+        return None
+    return (
+        f"fires as often as every {int(gap.total_seconds())} s; this tenant "
+        f"allows at most one fire every {min_interval} s"
+    )
 
 
 def jitter_problem(seconds: int, spec: cron.CronSpec | None, now: datetime) -> str | None:

@@ -7,7 +7,7 @@ set-based statements in one transaction, whatever its length.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -31,6 +31,7 @@ from webapp.services.schedules import (
     add_schedules,
     lock_tenant,
     restart_cadence,
+    schedule_warnings,
     tenant_limits,
     tenant_rules,
 )
@@ -53,6 +54,8 @@ class ImportResult:
     created: int
     updated: int
     unchanged: int
+    # What was imported but may not be meant (schedules.schedule_warnings), a line each.
+    warnings: list[str] = field(default_factory=list)
 
 
 def parse_items(text: str) -> list[Any]:
@@ -125,8 +128,18 @@ def import_schedules(tenant: Tenant, text: str, actor: Actor, now: datetime) -> 
             session.execute(update(Schedule), changes)
             session.execute(insert(AuditEvent), audits)
             notify_workers(session)
+    warnings = [
+        f"key {asked.key!r}: {format_error(name, warning)}"
+        for asked in cleaned
+        for name, warning in schedule_warnings(
+            tenant, asked.name, asked.time_zone, asked.key
+        ).items()
+    ]
     return ImportResult(
-        created=len(new), updated=len(changes), unchanged=len(cleaned) - len(new) - len(changes)
+        created=len(new),
+        updated=len(changes),
+        unchanged=len(cleaned) - len(new) - len(changes),
+        warnings=warnings,
     )
 
 

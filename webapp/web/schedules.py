@@ -32,6 +32,7 @@ from webapp.services.schedule_pages import (
     list_page,
     schedule_runs,
     schedule_with_trail,
+    shared_names,
 )
 from webapp.services.schedule_stats import last_days
 from webapp.services.schedules import (
@@ -39,10 +40,13 @@ from webapp.services.schedules import (
     create_schedule,
     delete_schedule,
     local_label,
+    name_warning,
     pause_schedule,
     preview_cron,
     resume_schedule,
     run_now,
+    schedule_warnings,
+    tenant_limits,
     update_schedule,
 )
 from webapp.services.upcoming import upcoming_fires
@@ -141,8 +145,10 @@ def list_context() -> dict[str, Any]:
     any_schedules = bool(page.schedules) or (
         (filtered or after is not None) and has_schedules(db.session(), tenant.id)
     )
+    names = {schedule.name for schedule in page.schedules}
     return {
         "schedules": page.schedules,
+        "shared_names": shared_names(db.session(), tenant.id, names),
         "first_page": first_page,
         "next_page": next_page,
         "later_page": after is not None,
@@ -170,6 +176,7 @@ def row_context(schedule: Schedule) -> dict[str, Any]:
     tenant = tenancy.current_tenant()
     return {
         "schedules": [schedule],
+        "shared_names": shared_names(db.session(), tenant.id, {schedule.name}),
         "last_runs": last_runs(db.session(), tenant.id, [schedule.id]),
         "titles": job_titles(),
         "tenant": tenant,
@@ -188,7 +195,12 @@ def form_context(form: ScheduleForm, schedule: Schedule | None) -> dict[str, Any
         "overlap_choices": OVERLAP_CHOICES,
         "time_zones": time_zone_names(),
         "tenant_jitter": tenancy.current_tenant().jitter_seconds,
-        "preview": cron_preview(form.cron, form.time_zone, jitter=form.jitter_seconds),
+        "preview": cron_preview(
+            form.cron, form.time_zone, jitter=form.jitter_seconds, in_form=True
+        ),
+        "warnings": schedule_warnings(
+            tenancy.current_tenant(), form.name, form.time_zone, schedule.key if schedule else None
+        ),
     }
 
 
@@ -198,8 +210,10 @@ def cron_preview(
     count: int = 5,
     start: date | None = None,
     jitter: str | int | None = None,
+    in_form: bool = False,
 ) -> dict[str, Any]:
-    """The preview's context; `jitter` as typed in the form (blank: the tenant's default)."""
+    """The preview's context; `jitter` as typed in the form (blank: the tenant's default);
+    `in_form`: with the refusal a save would meet for firing more often than the tenant allows."""
     if not expression.strip():
         return {"empty": True}
     asked = optional_number(jitter) if isinstance(jitter, str) else jitter
@@ -209,6 +223,7 @@ def cron_preview(
                 "jitter_seconds": f"{FIELD_LABELS['jitter_seconds']}: must be a whole number"
             }
         }
+    tenant = tenancy.current_tenant()
     try:
         result = preview_cron(
             expression,
@@ -217,11 +232,25 @@ def cron_preview(
             count,
             start,
             jitter=asked,
-            tenant_jitter=tenancy.current_tenant().jitter_seconds,
+            tenant_jitter=tenant.jitter_seconds,
+            min_interval=tenant_limits(tenant).min_interval if in_form else None,
         )
     except ScheduleError as error:
         return {"errors": error.errors}
     return {"result": result}
+
+
+def saved(schedule: Schedule, verb: str) -> Response:
+    """To the schedule's page, with its key and what its author may not have meant."""
+    warnings = schedule_warnings(
+        tenancy.current_tenant(), schedule.name, schedule.time_zone, schedule.key
+    )
+    message = f"Schedule “{schedule.name}” {verb}."
+    if "name" in warnings:
+        message += f" Its key is {schedule.key}: {warnings['name']}."
+    if "time_zone" in warnings:
+        message += f" Note: {warnings['time_zone']}."
+    return htmx_redirect(message, url_for("schedules.detail", schedule_id=schedule.id))
 
 
 def save_failed(form: ScheduleForm, schedule: Schedule | None, error: ScheduleError) -> Response:
@@ -245,9 +274,7 @@ def new() -> Response:
         schedule = create_schedule(tenant, form.to_data(current_catalog()), actor(), utcnow())
     except ScheduleError as error:
         return save_failed(form, None, error)
-    return htmx_redirect(
-        f"Schedule “{schedule.name}” created.", url_for("schedules.detail", schedule_id=schedule.id)
-    )
+    return saved(schedule, "created")
 
 
 @bp.route("/schedules/<id:schedule_id>/edit", methods=["GET", "POST"])
@@ -265,9 +292,7 @@ def edit(schedule_id: int) -> Response:
     except ScheduleError as error:
         db.session.rollback()
         return save_failed(form, schedule, error)
-    return htmx_redirect(
-        f"Schedule “{schedule.name}” saved.", url_for("schedules.detail", schedule_id=schedule.id)
-    )
+    return saved(schedule, "saved")
 
 
 @bp.get("/schedules/form/params")
@@ -278,6 +303,21 @@ def params() -> Response:
     form = ScheduleForm(job=job, args=default_args(catalog, job))
     return page_or_partial(
         "schedules/params.html", "schedules/_params.html", **form_context(form, None)
+    )
+
+
+@bp.get("/schedules/form/name")
+def name_check() -> Response:
+    """Beside the name being typed: another schedule of the tenant has it, and the keys."""
+    schedule_id = id_arg("schedule")
+    schedule = tenancy.get_schedule_or_404(schedule_id) if schedule_id is not None else None
+    name = request.args.get("name", "")
+    key = schedule.key if schedule else None
+    return page_or_partial(
+        "schedules/name_warning.html",
+        "schedules/_name_warning.html",
+        name=name,
+        warnings={"name": name_warning(tenancy.current_tenant(), name, key)},
     )
 
 
@@ -302,7 +342,11 @@ def preview() -> Response:
         "schedules/preview.html",
         "schedules/_preview.html",
         preview=cron_preview(
-            form.cron, form.time_zone, start=start, jitter=request.args.get("jitter_seconds", "")
+            form.cron,
+            form.time_zone,
+            start=start,
+            jitter=request.args.get("jitter_seconds", ""),
+            in_form=True,
         ),
         form=form,
         start=start,
