@@ -1,7 +1,7 @@
 """The ETag of an idempotent POST's answer, replayed with it
 
-Revision ID: 0013
-Revises: 0012
+Revision ID: 0014
+Revises: 0013
 Create Date: 2026-12-06 04:30:00
 
 A retry with the same Idempotency-Key answered the first body and Location but not the ETag
@@ -11,8 +11,8 @@ the first answer carried: a client that retried a create could not send If-Match
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0013"
-down_revision = "0012"
+revision = "0014"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 
