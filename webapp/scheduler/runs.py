@@ -302,7 +302,9 @@ def take_over(
 ) -> Row[Any] | None:
     """A Celery worker's take-over: the lease of that attempt moves from the worker that sent it
     (`sent_by`) to `worker_id`, marked started; None when that lease is not its sender's any
-    more or has passed (the task is stale)."""
+    more or has passed (the task is stale), or when the run has started: a sender never marks
+    what it sends, so a started run was taken over already, and a message naming its taker as
+    the sender (forged, or sent again) must not run it a second time."""
     statement = (
         update(Run)
         .where(
@@ -311,6 +313,7 @@ def take_over(
             Run.idempotency_key == idempotency_key,
             Run.status == "running",
             Run.worker_id == sent_by,
+            Run.started_at.is_(None),
             Run.locked_until > now,
         )
         .values(worker_id=worker_id, started_at=now, locked_until=now + lock_ttl)
