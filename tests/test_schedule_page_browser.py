@@ -1,8 +1,10 @@
-"""A schedule's page in Chromium after its actions: Run now's row updates whole and is no
-one-off, Cancel takes a one-off off the list, the badge's first seconds."""
+"""A schedule's page in Chromium: Cancel takes a queued one-off off the list it is on (and off
+Next runs), a Run now's row polls faster in its first seconds. Run now's row updating whole:
+tests/test_panel_actions_browser.py."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -61,4 +63,29 @@ def test_cancel_takes_a_queued_one_off_off_the_list_it_is_on(
     page.locator("#flashes").get_by_text(f"Run #{run_id} cancelled").wait_for()
     listed.wait_for(state="detached")  # before: listed with its Cancel button until a reload
     assert page.locator(f"#run-{kept}-one-off, #run-{kept}-upcoming").count() == 1
+    assert errors.messages == []
+
+
+def test_a_run_now_row_polls_four_times_a_second_for_its_first_seconds_then_each_second(
+    new_page: Any, live_panel: LiveServer, errors: PageErrors
+) -> None:
+    """No worker: the run stays queued, its row polling. A Run now's result is promised within
+    a second (README); a row that asked each second showed it up to a second late."""
+    schedule_id = yearly_schedule(live_panel, "Polled")
+    page = new_page
+    log_in(page, live_panel, "alice@example.com")
+    page.goto(f"{live_panel.url}/schedules/{schedule_id}")
+    polls: list[float] = []
+    page.on(
+        "request",
+        lambda request: polls.append(time.monotonic()) if "row=schedule" in request.url else None,
+    )
+    page.get_by_role("button", name="Run now").click()
+    page.locator("#run-rows tr .badge-queued").wait_for()
+    clicked = time.monotonic()
+    page.wait_for_timeout(8_000)
+    first = [at for at in polls if at - clicked < 2]
+    later = [at for at in polls if 6 <= at - clicked < 8]
+    assert len(first) >= 5, polls  # every 250 ms: about 8
+    assert 1 <= len(later) <= 3, polls  # each second once the first seconds have passed
     assert errors.messages == []

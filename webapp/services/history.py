@@ -128,6 +128,12 @@ def history_row(row: Any) -> HistoryRow:
     return HistoryRow._make(row[: len(HISTORY_COLUMNS)])
 
 
+def history_run(session: Session, tenant_id: int, run_id: int) -> HistoryRow | None:
+    """One of the tenant's runs as its history row shows it (a live row polls itself)."""
+    row = session.execute(history_query(scope.runs(tenant_id).where(Run.id == run_id))).first()
+    return None if row is None else history_row(row)
+
+
 @dataclass(frozen=True)
 class History:
     runs: list[HistoryRow]  # newest first, at most page_size
