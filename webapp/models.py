@@ -21,6 +21,8 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     and_,
+    case,
+    or_,
     text,
 )
 from sqlalchemy.dialects import postgresql
@@ -572,7 +574,8 @@ class RunRollup(Model):
     succeeded: Mapped[int] = mapped_column(Integer, default=0)
     failed: Mapped[int] = mapped_column(Integer, default=0)
     skipped: Mapped[int] = mapped_column(Integer, default=0)
-    # Of the runs that started: seconds from start to finish, and from fire time to start.
+    # Of the runs that started: seconds from start to finish, and from when each was meant to
+    # start (meant_to_start) to its start.
     duration_p50_seconds: Mapped[float | None] = mapped_column(Float)
     duration_p95_seconds: Mapped[float | None] = mapped_column(Float)
     lag_mean_seconds: Mapped[float | None] = mapped_column(Float)
@@ -590,3 +593,14 @@ def run_overdue(now: datetime, grace: timedelta) -> ColumnElement[bool]:
     """A queued run that could have started more than `grace` ago: no worker is alive, or all
     are busy."""
     return and_(Run.status == "queued", Run.available_at < now - grace)
+
+
+def meant_to_start() -> ColumnElement[datetime]:
+    """When a run was meant to start, which its lag is measured from (the history, a run's
+    page, a schedule's charts, the roll-ups, /metrics): its fire time (a Run now's: the click,
+    a one-off's: its time), unless its queue set a later start on purpose: a backfill's fire
+    times are past by design (it was meant to start when it was queued, available_at), and a
+    start after the moment it was queued (available_at past queued_at) is a fire's jitter, a
+    fire queued ahead, or a retry's backoff. A late tick sets neither: its lateness is lag."""
+    later_on_purpose = or_(Run.trigger == "backfill", Run.available_at > Run.queued_at)
+    return case((later_on_purpose, Run.available_at), else_=Run.scheduled_for)

@@ -183,13 +183,16 @@ def detail(run_id: int) -> Response:
 
 def detail_context(run_id: int) -> dict[str, Any]:
     """What the run's page shows; Cancel and Stop render it again after the change."""
-    run = run_for_page(db.session(), tenancy.current_tenant().id, run_id)
-    if run is None:
+    page = run_for_page(db.session(), tenancy.current_tenant().id, run_id)
+    if page is None:
         abort(404)
+    run = page.run
     schedule = run.schedule if run.schedule and run.schedule.tenant_id == run.tenant_id else None
     retry_due = run.status == "queued" and run.attempt > 0 and run.available_at > utcnow()
     return {
         "run": run,
+        "meant_at": page.meant_at,
+        "requested_by": page.requested_by or (run.requester.email if run.requester else None),
         "schedule": schedule,
         "next_attempt_at": run.available_at if retry_due else None,
         "jitter_delay": jitter_delay(run),
