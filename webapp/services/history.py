@@ -219,10 +219,11 @@ def read_history(
 class RunPage:
     run: Run
     meant_at: datetime  # when it was meant to start (models.meant_to_start): its lag's origin
-    requested_by: str | None  # who pressed Run now, as the audit log names them
+    # Who pressed Run now, as the audit log names them (else the user, once the event is gone).
+    requested_by: str | None
 
 
-def requester_label() -> Any:
+def requester_label() -> ColumnElement[str | None]:
     """Who pressed Run now for the outer statement's run, as its `schedule.run_now` audit event
     names them (an email, "token aed7bb0d (ci)", "cli"); NULL for other runs, or once the
     schedule or the event is gone."""
@@ -258,4 +259,7 @@ def run_for_page(session: Session, tenant_id: int, run_id: int) -> RunPage | Non
         )
     )
     row = session.execute(statement).first()
-    return None if row is None else RunPage(*row)
+    if row is None:
+        return None
+    run, meant_at, label = row
+    return RunPage(run, meant_at, label or (run.requester.email if run.requester else None))

@@ -192,7 +192,7 @@ def detail_context(run_id: int) -> dict[str, Any]:
     return {
         "run": run,
         "meant_at": page.meant_at,
-        "requested_by": page.requested_by or (run.requester.email if run.requester else None),
+        "requested_by": page.requested_by,
         "schedule": schedule,
         "next_attempt_at": run.available_at if retry_due else None,
         "jitter_delay": jitter_delay(run),
