@@ -398,6 +398,8 @@ def long_run(job: str, seconds: float) -> int:
     [
         ("cancel.polite", 60, "cancelled", "started\n"),
         ("cancel.stubborn", 3, "succeeded", "finished all the work\n"),
+        # The bundled sleep stops when asked (it slept its full time and ended succeeded).
+        ("demo.sleep", 60, "cancelled", "Asked to stop: stopped early\n"),
     ],
 )
 def test_a_running_job_asked_to_stop_ends_cancelled_if_it_checks_and_runs_on_if_not(

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from flask import Flask
 
-from tests.conftest import World, WorkerFactory
+from tests.conftest import WorkerFactory, World
 from webapp.database import utcnow, write_transaction
 from webapp.extensions import db
 from webapp.models import Run

@@ -18,7 +18,7 @@ from tests.scheduler_helpers import add_schedule
 from tests.settings_support import reconfigure
 from webapp.config import settings
 from webapp.extensions import db
-from webapp.models import Notification, Run, RunStatus, Worker
+from webapp.models import Notification, Run, RunStatus, Trigger, Worker
 from webapp.services import metrics
 
 TOKEN = "s3cret-metrics-token"
@@ -225,6 +225,35 @@ def test_recent_figures_read_only_the_newest_runs(
     monkeypatch.setattr(metrics, "RECENT_RUNS_LIMIT", 2)
     figures = scrape(metrics_app)
     assert figure(figures, "scheduler_recent_runs", status="succeeded") == 2
+
+
+def test_the_lag_histogram_counts_from_when_runs_were_meant_to_start(
+    metrics_app: Flask, world: World
+) -> None:
+    """A backfill of fire times days ago, started 1 s after it was queued: 1 s of lag, not
+    days (a lag alert would fire); a jittered fire, 1 s after its share of the jitter."""
+    schedule = add_schedule(world.alpha.id, "filled", datetime.now(UTC) + timedelta(hours=1))
+    queued = datetime.now(UTC) - timedelta(minutes=2)
+    started = queued + timedelta(seconds=4)
+    runs: list[tuple[Trigger, datetime, datetime]] = [
+        ("backfill", queued - timedelta(days=3), queued + timedelta(seconds=3)),
+        ("schedule", queued, queued + timedelta(seconds=3)),
+    ]
+    for trigger, fired, available in runs:  # still running: only the lag is counted
+        make_run(
+            schedule,
+            "running",
+            trigger=trigger,
+            scheduled_for=fired,
+            queued_at=queued,
+            available_at=available,
+            started_at=started,
+        )
+    db.session.commit()
+    figures = scrape(metrics_app)
+    lag = "scheduler_recent_run_lag_seconds"
+    assert figure(figures, f"{lag}_bucket", le="1.0") == 2
+    assert figure(figures, f"{lag}_gsum") == pytest.approx(2.0, abs=0.01)
 
 
 def test_a_scrape_costs_the_same_statements_with_few_or_many_runs(

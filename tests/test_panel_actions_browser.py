@@ -15,11 +15,12 @@ from sqlalchemy import select
 
 from tests.browser_support import LiveServer, PageErrors, log_in, worker_process
 from tests.conftest import make_run
+from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import Run, Schedule
 from webapp.services.accounts import find_tenant
 from webapp.services.audit import Actor
-from webapp.services.schedules import ScheduleInput, create_schedule
+from webapp.services.schedules import ScheduleInput, create_schedule, run_now
 
 pytestmark = pytest.mark.browser
 
@@ -219,10 +220,25 @@ def test_the_resume_page_opened_directly_returns_to_the_schedule(
     assert errors.messages == []
 
 
+def row_cells(row: Any) -> dict[str, str]:
+    """A history row's cells by their column's label (data-label), as a person reads them."""
+    cells: dict[str, str] = row.evaluate(
+        "tr => Object.fromEntries([...tr.cells].filter(td => td.dataset.label)"
+        ".map(td => [td.dataset.label, td.innerText.trim()]))"
+    )
+    return cells
+
+
 def test_run_now_on_the_schedule_page_shows_the_run_in_its_history_until_it_succeeds(
     new_page: Any, live_panel: LiveServer, errors: PageErrors
 ) -> None:
     schedule_id = add_schedule(live_panel, "Watched")
+    with live_panel.app.app_context():  # a one-off for later, listed apart from the history
+        schedule = db.session.get(Schedule, schedule_id)
+        assert schedule is not None
+        later = (utcnow() + timedelta(hours=3)).replace(second=0, microsecond=0)
+        planned = run_now(schedule, Actor.cli(), utcnow(), later).id
+        db.session.remove()
     page = new_page
     with worker_process(live_panel):
         log_in(page, live_panel, "alice@example.com")
@@ -235,11 +251,25 @@ def test_run_now_on_the_schedule_page_shows_the_run_in_its_history_until_it_succ
         with live_panel.app.app_context():
             # The manual run: the schedule's own fire may land in the same minute (*/10).
             run_id = db.session.scalar(
-                select(Run.id).where(Run.schedule_id == schedule_id, Run.trigger == "manual")
+                select(Run.id).where(
+                    Run.schedule_id == schedule_id, Run.trigger == "manual", Run.id != planned
+                )
             )
             db.session.remove()
         assert history.get_attribute("id") == f"run-{run_id}"
+        # Queued now, not planned for later: never under "Queued one-off runs" (it was, with a
+        # Cancel button, until a reload).
+        assert page.locator(f"#run-{run_id}-one-off").count() == 0
+        assert page.locator(f"#run-{planned}-one-off").count() == 1
         history.locator(".badge-succeeded").wait_for(timeout=30_000)
+        # The whole row updates with its badge (it kept Started -, Duration -, Lag -, Attempt 0).
+        page.wait_for_function(
+            "id => document.getElementById(id).querySelector('[data-label=Attempt]')"
+            ".innerText.trim() === '1'",
+            arg=f"run-{run_id}",
+        )
+        cells = row_cells(history)
+        assert cells["Started"] != "-" and cells["Duration"] != "-" and cells["Lag"] != "-"
         page.locator(f"#schedule-{schedule_id}-last-run .badge-succeeded").wait_for()
         assert page.evaluate("window.notReloaded") is True
         assert errors.messages == []

@@ -179,8 +179,11 @@ def test_a_run_shown_twice_on_a_page_has_two_ids_and_keeps_its_own_when_polled(
     queued = data.queued.id
     assert page.count(f'id="run-{queued}-status"') == 1  # as the last run
     assert page.count(f'id="run-{queued}-history-status"') == 1  # in the history
-    assert f'hx-get="/runs/{queued}/status?place=history"' in page
-    polled = alice.get(f"/runs/{queued}/status?place=history", htmx=True).get_data(as_text=True)
+    # The history's row polls itself whole, its badge keeping its place.
+    row_url = f"/runs/{queued}/status?place=history&row=schedule"
+    assert f'<tr id="run-{queued}" hx-get="{row_url.replace("&", "&amp;")}"' in page
+    polled = alice.get(row_url, htmx=True).get_data(as_text=True)
+    assert f'<tr id="run-{queued}"' in polled
     assert f'id="run-{queued}-history-status"' in polled
     plain = alice.get(f"/runs/{queued}/status", htmx=True).get_data(as_text=True)
     assert f'id="run-{queued}-status"' in plain

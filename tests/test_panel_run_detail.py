@@ -9,11 +9,12 @@ from datetime import UTC, datetime, timedelta
 
 from flask import Flask
 
+from tests.api_helpers import Api
 from tests.conftest import WorkerFactory, World, make_run
 from tests.panel_helpers import Panel, Seeded, counted_statements, seed
 from tests.scheduler_helpers import execute_leased
 from webapp.extensions import db
-from webapp.models import Run
+from webapp.models import Run, Trigger
 from webapp.scheduler.leases import lease_once
 from webapp.services.audit import Actor
 from webapp.services.schedules import ScheduleInput, create_schedule, run_now
@@ -73,6 +74,59 @@ def test_the_run_page_joins_rather_than_querying_per_detail(
     # The login with its user, memberships and tenants in one statement, and the run with its
     # schedule, worker and requester in one statement (joined), whatever the run has.
     assert counts == [2, 2]
+
+
+def test_a_run_requested_through_the_api_or_the_command_line_names_who_asked(
+    app: Flask, world: World
+) -> None:
+    data: Seeded = seed(world)
+    api = Api(app, world.alpha, world.alice)
+    answer = api.post(f"/api/v1/schedules/{data.report.id}/runs", json={})
+    assert answer.status_code == 201, answer.get_json()
+    by_token = answer.get_json()["id"]
+    by_cli = run_now(data.report, Actor.cli(), datetime.now(UTC)).id
+    alice = Panel(app, world.alice)
+    page = alice.get(f"/runs/{by_token}").get_data(as_text=True)
+    # Before: "Requested by -" (no user pressed it).
+    assert f"<dt>Requested by</dt><dd>token {api.token.prefix} (write token)</dd>" in page
+    page = alice.get(f"/runs/{by_cli}").get_data(as_text=True)
+    assert "<dt>Requested by</dt><dd>cli</dd>" in page
+
+
+def test_lag_counts_from_when_a_run_was_meant_to_start(app: Flask, world: World) -> None:
+    """A backfill was meant to start when it was queued, a jittered fire at its fire time plus
+    its share, a retry after its backoff; a fire that a late tick queued, at its fire time."""
+    data: Seeded = seed(world)
+    now = datetime.now(UTC).replace(microsecond=0)
+    fired = now - timedelta(days=3)
+    queued = now - timedelta(minutes=1)
+    started = queued + timedelta(seconds=2)
+
+    def ran(trigger: Trigger, scheduled: datetime, available: datetime) -> Run:
+        return make_run(
+            data.report,
+            "succeeded",
+            trigger=trigger,
+            scheduled_for=scheduled,
+            queued_at=queued,
+            available_at=available,
+            started_at=started,
+            finished_at=started + timedelta(seconds=1),
+        )
+
+    backfilled = ran("backfill", fired, queued)  # a fire time 3 days ago, queued a minute ago
+    jittered = ran("schedule", queued, queued + timedelta(seconds=1.5))  # started 0.5 s late
+    late_tick = ran("schedule", queued - timedelta(seconds=8), queued)  # queued 8 s late
+    db.session.commit()
+    alice = Panel(app, world.alice)
+    expected = {backfilled: "2.0 s", jittered: "500 ms", late_tick: "10.0 s"}  # before: 72 h
+    for run, lag in expected.items():
+        page = alice.get(f"/runs/{run.id}").get_data(as_text=True)
+        assert re.search(rf"<dt>Lag</dt><dd[^>]*>{lag}</dd>", page), (run.trigger, lag)
+    history = alice.get(f"/runs?schedule={data.report.id}").get_data(as_text=True)
+    for run, lag in expected.items():
+        row = history.split(f'<tr id="run-{run.id}"', 1)[1].split("</tr>", 1)[0]
+        assert f'data-label="Lag">{lag}</td>' in row, (run.trigger, lag)
 
 
 def test_a_failed_run_shows_the_error_type_message_and_job_frames_but_no_server_traceback(

@@ -21,6 +21,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     and_,
+    case,
     or_,
     select,
     text,
@@ -585,7 +586,8 @@ class RunRollup(Model):
     succeeded: Mapped[int] = mapped_column(Integer, default=0)
     failed: Mapped[int] = mapped_column(Integer, default=0)
     skipped: Mapped[int] = mapped_column(Integer, default=0)
-    # Of the runs that started: seconds from start to finish, and from fire time to start.
+    # Of the runs that started: seconds from start to finish, and from when each was meant to
+    # start (meant_to_start) to its start.
     duration_p50_seconds: Mapped[float | None] = mapped_column(Float)
     duration_p95_seconds: Mapped[float | None] = mapped_column(Float)
     lag_mean_seconds: Mapped[float | None] = mapped_column(Float)
@@ -642,3 +644,14 @@ def overdue_schedule_ids(now: datetime, grace: timedelta) -> CompoundSelect:
         .join(waiting, waiting.c.schedule_id == Schedule.id)
         .where(Schedule.active),
     )
+
+
+def meant_to_start() -> ColumnElement[datetime]:
+    """When a run was meant to start, which its lag is measured from (the history, a run's
+    page, a schedule's charts, the roll-ups, /metrics): its fire time (a Run now's: the click,
+    a one-off's: its time), unless its queue set a later start on purpose: a backfill's fire
+    times are past by design (it was meant to start when it was queued, available_at), and a
+    start after the moment it was queued (available_at past queued_at) is a fire's jitter, a
+    fire queued ahead, or a retry's backoff. A late tick sets neither: its lateness is lag."""
+    later_on_purpose = or_(Run.trigger == "backfill", Run.available_at > Run.queued_at)
+    return case((later_on_purpose, Run.available_at), else_=Run.scheduled_for)

@@ -6,8 +6,6 @@ builds a catalog of its own.
 
 from __future__ import annotations
 
-import time
-
 from pydantic import BaseModel, Field
 
 from webapp.catalog.context import JobContext
@@ -33,7 +31,12 @@ def echo(ctx: JobContext, params: EchoParams) -> None:
 
 
 def sleep(ctx: JobContext, params: SleepParams) -> None:
-    time.sleep(params.seconds)
+    """Does nothing for the given seconds; asked to stop, it stops at once (the run ends
+    cancelled), and it stops at its deadline (the run ends timed out)."""
+    if ctx.stop.wait(min(params.seconds, max(ctx.seconds_left(), 0.0))):
+        ctx.log("Asked to stop: stopped early")
+        ctx.check_cancelled()
+    ctx.check_timeout()
 
 
 def fail(ctx: JobContext, params: FailParams) -> None:

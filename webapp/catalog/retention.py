@@ -31,7 +31,14 @@ from sqlalchemy import ColumnElement, and_, delete, insert, or_, select, tuple_
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from webapp.database import write_transaction
-from webapp.models import RUN_STATUSES, UNFINISHED_STATUSES, Run, RunRollup, Tenant
+from webapp.models import (
+    RUN_STATUSES,
+    UNFINISHED_STATUSES,
+    Run,
+    RunRollup,
+    Tenant,
+    meant_to_start,
+)
 
 FINISHED = tuple(status for status in RUN_STATUSES if status not in UNFINISHED_STATUSES)
 BATCH_SIZE = 5_000
@@ -123,7 +130,7 @@ class DayOfRuns:
         self.job = row.job  # a schedule's job may have been edited: the latest run's name wins
         self.statuses[row.status] = self.statuses.get(row.status, 0) + 1
         if row.started_at is not None:
-            self.lags.append((row.started_at - row.scheduled_for).total_seconds())
+            self.lags.append((row.started_at - row.meant_at).total_seconds())
             if row.finished_at is not None:
                 self.durations.append((row.finished_at - row.started_at).total_seconds())
 
@@ -235,6 +242,7 @@ def fold_and_delete(
                 Run.scheduled_for,
                 Run.started_at,
                 Run.finished_at,
+                meant_to_start().label("meant_at"),
             )
             .execution_options(synchronize_session=False)
         ).all()

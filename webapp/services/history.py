@@ -16,6 +16,7 @@ from sqlalchemy import (
     String,
     and_,
     bindparam,
+    case,
     func,
     literal,
     null,
@@ -25,7 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session, defer, joinedload
 
 from webapp.database import UTCDateTime, contains_text, like_pattern
-from webapp.models import Run, Schedule, User, Worker
+from webapp.models import AuditEvent, Run, Schedule, User, Worker, meant_to_start
 from webapp.services import scope
 
 
@@ -94,6 +95,7 @@ HISTORY_COLUMNS = (
     Run.finished_at,
     Run.available_at,  # a queued run waiting longer than the overdue grace says so
     Schedule.name.label("schedule_name"),
+    meant_to_start().label("meant_at"),  # its lag is measured from it
 )
 
 
@@ -113,6 +115,7 @@ class HistoryRow(NamedTuple):
     finished_at: datetime | None
     available_at: datetime
     schedule_name: str | None  # None once the schedule is gone
+    meant_at: datetime  # when it was meant to start (models.meant_to_start)
 
 
 def history_query(query: Select[Run]) -> Select[*tuple[Any, ...]]:
@@ -126,6 +129,12 @@ def history_query(query: Select[Run]) -> Select[*tuple[Any, ...]]:
 def history_row(row: Any) -> HistoryRow:
     """A HistoryRow of the first len(HISTORY_COLUMNS) columns of `row`."""
     return HistoryRow._make(row[: len(HISTORY_COLUMNS)])
+
+
+def history_run(session: Session, tenant_id: int, run_id: int) -> HistoryRow | None:
+    """One of the tenant's runs as its history row shows it (a live row polls itself)."""
+    row = session.execute(history_query(scope.runs(tenant_id).where(Run.id == run_id))).first()
+    return None if row is None else history_row(row)
 
 
 @dataclass(frozen=True)
@@ -206,12 +215,40 @@ def read_history(
     )
 
 
-def run_for_page(session: Session, tenant_id: int, run_id: int) -> Run | None:
+@dataclass(frozen=True)
+class RunPage:
+    run: Run
+    meant_at: datetime  # when it was meant to start (models.meant_to_start): its lag's origin
+    # Who pressed Run now, as the audit log names them (else the user, once the event is gone).
+    requested_by: str | None
+
+
+def requester_label() -> ColumnElement[str | None]:
+    """Who pressed Run now for the outer statement's run, as its `schedule.run_now` audit event
+    names them (an email, "token aed7bb0d (ci)", "cli"); NULL for other runs, or once the
+    schedule or the event is gone."""
+    event = (
+        select(AuditEvent.actor_label)
+        .where(
+            AuditEvent.tenant_id == Run.tenant_id,
+            AuditEvent.object_type == "schedule",
+            AuditEvent.object_id == Run.schedule_id,
+            AuditEvent.action == "schedule.run_now",
+            AuditEvent.after["run_id"].as_integer() == Run.id,
+        )
+        .limit(1)
+        .scalar_subquery()
+    )
+    return case((Run.trigger == "manual", event), else_=null())
+
+
+def run_for_page(session: Session, tenant_id: int, run_id: int) -> RunPage | None:
     """One of the tenant's runs for its page, in one statement with its schedule's name, its
-    worker, who pressed Run now and who cancelled it. Never runs.error_detail: the full
-    traceback is for operators, not tenants."""
+    worker, when it was meant to start, who pressed Run now and who cancelled it. Never
+    runs.error_detail: the full traceback is for operators, not tenants."""
     statement = (
         scope.runs(tenant_id)
+        .add_columns(meant_to_start(), requester_label())
         .where(Run.id == run_id)
         .options(
             defer(Run.error_detail),
@@ -221,4 +258,8 @@ def run_for_page(session: Session, tenant_id: int, run_id: int) -> Run | None:
             joinedload(Run.canceller).load_only(User.email),
         )
     )
-    return session.scalar(statement)
+    row = session.execute(statement).first()
+    if row is None:
+        return None
+    run, meant_at, label = row
+    return RunPage(run, meant_at, label or (run.requester.email if run.requester else None))

@@ -36,6 +36,7 @@ from webapp.models import (
     Run,
     Schedule,
     Worker,
+    meant_to_start,
     overdue_schedule_ids,
     run_overdue,
 )
@@ -83,7 +84,7 @@ class Figures:
     recent_runs: dict[str, int]  # finished in the window, by status
     recent_fires: dict[str, int]  # created in the window, by trigger
     recent_notifications: dict[str, int]  # created in the window and no longer pending
-    lag: Histogram  # started_at - scheduled_for of the runs started in the window
+    lag: Histogram  # started_at - meant_to_start of the runs started in the window
     duration: Histogram  # finished_at - started_at of the runs finished in the window
     query_seconds: float
 
@@ -193,7 +194,7 @@ def read_figures(session: Session, settings: Settings) -> Figures:
             Run.queued_at,
             Run.started_at,
             Run.finished_at,
-            seconds_between(session, Run.started_at, Run.scheduled_for).label("lag"),
+            seconds_between(session, Run.started_at, meant_to_start()).label("lag"),
             seconds_between(session, Run.finished_at, Run.started_at).label("duration"),
         )
         .order_by(Run.id.desc())

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import (
+    ColumnElement,
     CompoundSelect,
     Integer,
     Select,
@@ -26,12 +27,20 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session, load_only
 
-from webapp.database import contains_text, like_pattern
+from webapp.database import UTCDateTime, contains_text, like_pattern
 from webapp.models import AuditEvent, Run, Schedule
 from webapp.services import scope
 from webapp.services.history import HistoryRow, history_query, history_row
 from webapp.services.notifications import recent_notifications
 from webapp.services.upcoming import ONE_OFF
+
+
+def time_has_come(now: Any) -> ColumnElement[bool]:
+    """A run whose time has come: its fire time, or the time it was asked for, is not after
+    `now`: it started, ended, or waits to start. "Last run" is the latest of these and a
+    schedule's history starts with them; a run for later (a one-off queued for tomorrow, even
+    cancelled, or a fire queued ahead) is not a last run: one-offs wait in their own list."""
+    return Run.scheduled_for <= now
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +52,12 @@ class LastRun:
     status: str
     started_at: datetime | None
     finished_at: datetime | None
+    trigger: str  # with available_at: how often its live badge polls (a Run now's faster)
+    available_at: datetime
+
+
+# What the list loads of a last run besides its id (LastRun's other fields, in order).
+LAST_RUN_COLUMNS = (Run.status, Run.started_at, Run.finished_at, Run.trigger, Run.available_at)
 
 
 class ListedSchedule(NamedTuple):
@@ -72,6 +87,7 @@ def list_page(
     session: Session,
     tenant_id: int,
     size: int,
+    now: datetime,
     *,
     search: str = "",
     job: str = "",
@@ -79,14 +95,18 @@ def list_page(
     after: tuple[str, int] | None = None,
 ) -> ListPage:
     """A page of the tenant's schedules by name and id (`search`: in the name, whatever the
-    case; `after`: the previous page's last (name, id)), with the latest run of each that ran,
-    in one statement: the latest run's id is a subquery per listed schedule (one index probe
-    each, after the LIMIT), joined to its run. Columns, not models: loading each schedule
-    whole (its arguments decoded from JSON, its notification settings) and its run as objects
-    cost more than rendering the row."""
+    case; `after`: the previous page's last (name, id)), with the last run of each that has one
+    (time_has_come at `now`), in one statement: the last run's id is a subquery per listed
+    schedule (one index probe each, after the LIMIT), joined to its run. Columns, not models:
+    loading each schedule whole (its arguments decoded from JSON, its notification settings)
+    and its run as objects cost more than rendering the row."""
     latest = (
         select(func.max(Run.id))
-        .where(Run.schedule_id == Schedule.id, Run.tenant_id == Schedule.tenant_id)
+        .where(
+            Run.schedule_id == Schedule.id,
+            Run.tenant_id == Schedule.tenant_id,
+            time_has_come(bindparam("now", type_=UTCDateTime)),
+        )
         .scalar_subquery()
     )
     query = scope.schedules(tenant_id)
@@ -109,17 +129,19 @@ def list_page(
         .subquery()
     )
     statement = (
-        select(page, Run.status, Run.started_at, Run.finished_at)
+        select(page, *LAST_RUN_COLUMNS)
         .outerjoin(Run, Run.id == page.c.last_run_id)
         .order_by(page.c.name, page.c.id)
     )
-    values = {"search": like_pattern(search)} if search else {}
+    values: dict[str, Any] = {"now": now}
+    if search:
+        values["search"] = like_pattern(search)
     rows = session.execute(statement, values).all()
     width = len(ListedSchedule._fields)
     return ListPage(
         schedules=[ListedSchedule._make(row[:width]) for row in rows[:size]],
         last_runs={
-            row.id: LastRun(row.last_run_id, row.status, row.started_at, row.finished_at)
+            row.id: LastRun(row.last_run_id, *row[width + 1 :])
             for row in rows[:size]
             if row.last_run_id is not None
         },
@@ -148,17 +170,20 @@ def has_schedules(session: Session, tenant_id: int) -> bool:
     return session.scalar(query) is not None
 
 
-def last_runs(session: Session, tenant_id: int, schedule_ids: list[int]) -> dict[int, Run]:
-    """The latest run of each schedule, by schedule id (one index probe per schedule)."""
+def last_runs(
+    session: Session, tenant_id: int, schedule_ids: list[int], now: datetime
+) -> dict[int, Run]:
+    """The last run of each schedule (time_has_come at `now`), by schedule id (one index probe
+    per schedule)."""
     if not schedule_ids:
         return {}
     latest = (
         select(func.max(Run.id))
-        .where(Run.tenant_id == tenant_id, Run.schedule_id.in_(schedule_ids))
+        .where(Run.tenant_id == tenant_id, Run.schedule_id.in_(schedule_ids), time_has_come(now))
         .group_by(Run.schedule_id)
     )
     # The status badge's columns only (not the output, which may be large).
-    badge = load_only(Run.id, Run.schedule_id, Run.status, Run.started_at, Run.finished_at)
+    badge = load_only(Run.id, Run.schedule_id, *LAST_RUN_COLUMNS)
     runs = session.scalars(scope.runs(tenant_id).where(Run.id.in_(latest)).options(badge))
     return {run.schedule_id: run for run in runs if run.schedule_id is not None}
 
@@ -270,18 +295,20 @@ def schedule_with_trail(
 
 
 def runs_statement() -> CompoundSelect[Any]:
-    """The schedule's (TENANT_ID's, SCHEDULE_ID) latest `:latest` runs, newest first, and its
-    queued one-off runs (at most `:waiting`) by start time, in one UNION ALL; each part in its
-    own subquery: SQLite allows no LIMIT on a member of a UNION."""
+    """The schedule's (TENANT_ID's, SCHEDULE_ID) latest `:latest` runs whose time has come at
+    `:now` (time_has_come), newest first, and its queued one-off runs for later (at most
+    `:waiting`) by start time, in one UNION ALL; each part in its own subquery: SQLite allows
+    no LIMIT on a member of a UNION."""
     runs = scope.runs(TENANT_ID).where(Run.schedule_id == SCHEDULE_ID)
+    has_come = time_has_come(bindparam("now", type_=UTCDateTime))
     latest = (
-        history_query(runs)
+        history_query(runs.where(has_come))
         .order_by(Run.id.desc())
         .limit(bindparam("latest", type_=Integer))
         .subquery()
     )
     waiting = (
-        history_query(runs.where(*ONE_OFF))
+        history_query(runs.where(*ONE_OFF, ~has_come))
         .order_by(Run.available_at, Run.id)
         .limit(bindparam("waiting", type_=Integer))
         .subquery()
@@ -295,13 +322,15 @@ RUNS = runs_statement()
 
 
 def schedule_runs(
-    session: Session, tenant_id: int, schedule_id: int, size: int
+    session: Session, tenant_id: int, schedule_id: int, size: int, now: datetime
 ) -> tuple[list[HistoryRow], list[HistoryRow]]:
-    """The schedule's latest `size` + 1 runs (the last tells that there are more), newest
-    first, and its queued one-off runs (at most `size`) by start time, in one statement (RUNS)."""
+    """The schedule's latest `size` + 1 runs whose time has come at `now` (the last tells that
+    there are more), newest first, and its queued one-off runs for later (at most `size`) by
+    start time, in one statement (RUNS). A Run now is never a one-off: its time is its click."""
     values = {
         "tenant_id": tenant_id,
         "schedule_id": schedule_id,
+        "now": now,
         "latest": size + 1,
         "waiting": size,
     }

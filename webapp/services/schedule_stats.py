@@ -32,7 +32,7 @@ from sqlalchemy import (
 
 from webapp.database import UTCDateTime
 from webapp.extensions import db
-from webapp.models import Run, RunRollup
+from webapp.models import Run, RunRollup, meant_to_start
 
 DAYS = 30
 
@@ -45,7 +45,7 @@ class DayStats:
     failed: int
     skipped: int
     duration_p50_seconds: float | None  # of the runs that finished
-    lag_mean_seconds: float | None  # fire time to start, of the runs that started
+    lag_mean_seconds: float | None  # meant_to_start to start, of the runs that started
     from_rollup: bool
 
 
@@ -146,7 +146,7 @@ def aggregate_runs() -> Select[Any]:
     day = utc_day(Run.scheduled_for)
     finished = and_(Run.started_at.is_not(None), Run.finished_at.is_not(None))
     duration = case((finished, seconds_between(Run.started_at, Run.finished_at)))
-    lag = case((Run.started_at.is_not(None), seconds_between(Run.scheduled_for, Run.started_at)))
+    lag = case((Run.started_at.is_not(None), seconds_between(meant_to_start(), Run.started_at)))
     # Number each day's durations in order, apart from the runs without one (NULLs sort first
     # on SQLite and last on PostgreSQL), and count them: the median is the middle one or two.
     ranked = (

@@ -15,7 +15,13 @@ from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import RUN_STATUSES, TRIGGERS, Run
 from webapp.services.cancellation import CancelRefused, cancel_run
-from webapp.services.history import History, filter_values, read_history, run_for_page
+from webapp.services.history import (
+    History,
+    filter_values,
+    history_run,
+    read_history,
+    run_for_page,
+)
 from webapp.services.overdue import Waiting, waiting_runs
 from webapp.web import tenancy
 from webapp.web.auth import is_own_path
@@ -34,6 +40,9 @@ MAX_SCHEDULE_QUERY = 200  # characters of "Find a schedule" (a name has at most 
 # Where else a status badge may stand (its DOM id says where): a schedule's page shows its last
 # run twice, as the last run (`run-N-status`) and in its history (`run-N-history-status`).
 STATUS_PLACES = ("history",)
+# A live row of a run history polls itself whole (`row`): of the tenant's history (/runs, with
+# the schedule column) or of a schedule's page (without it).
+STATUS_ROWS = {"runs": True, "schedule": False}  # whether the row shows the schedule
 
 
 @dataclass(frozen=True)
@@ -174,13 +183,16 @@ def detail(run_id: int) -> Response:
 
 def detail_context(run_id: int) -> dict[str, Any]:
     """What the run's page shows; Cancel and Stop render it again after the change."""
-    run = run_for_page(db.session(), tenancy.current_tenant().id, run_id)
-    if run is None:
+    page = run_for_page(db.session(), tenancy.current_tenant().id, run_id)
+    if page is None:
         abort(404)
+    run = page.run
     schedule = run.schedule if run.schedule and run.schedule.tenant_id == run.tenant_id else None
     retry_due = run.status == "queued" and run.attempt > 0 and run.available_at > utcnow()
     return {
         "run": run,
+        "meant_at": page.meant_at,
+        "requested_by": page.requested_by,
         "schedule": schedule,
         "next_attempt_at": run.available_at if retry_due else None,
         "jitter_delay": jitter_delay(run),
@@ -220,7 +232,24 @@ def jitter_delay(run: Run) -> int | None:
 
 @bp.get("/runs/<id:run_id>/status")
 def status(run_id: int) -> Response:
-    """The status badge of a run; it polls itself only while the run is queued or running."""
-    run = tenancy.get_run_or_404(run_id)
+    """The status badge of a run, or with `row` its history row; either polls itself only
+    while the run is queued or running."""
     place = choice_arg("place", STATUS_PLACES)
-    return page_or_partial("runs/status.html", "runs/_status.html", run=run, status_place=place)
+    row = choice_arg("row", tuple(STATUS_ROWS))
+    if not row:
+        run = tenancy.get_run_or_404(run_id)
+        return page_or_partial("runs/status.html", "runs/_status.html", run=run, status_place=place)
+    tenant = tenancy.current_tenant()
+    found = history_run(db.session(), tenant.id, run_id)
+    if found is None:
+        abort(404)
+    return page_or_partial(
+        "runs/status.html",
+        "runs/_rows.html",
+        run=found,
+        runs=[found],
+        waiting=waiting([found]),
+        show_schedule=STATUS_ROWS[row],
+        status_place=place,
+        tenant=tenant,
+    )

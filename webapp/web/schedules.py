@@ -54,10 +54,7 @@ from webapp.web import tenancy
 from webapp.web.auth import is_own_path
 from webapp.web.charts import days_figures
 from webapp.web.common import actor, done, htmx_redirect, page_or_partial
-from webapp.web.formatting import (
-    id_url,
-    is_htmx,
-)
+from webapp.web.formatting import id_url, is_htmx
 from webapp.web.forms import (
     FIELD_LABELS,
     MISFIRE_CHOICES,
@@ -130,6 +127,7 @@ def list_context() -> dict[str, Any]:
         db.session(),
         tenant.id,
         LIST_LIMIT,
+        utcnow(),
         search=q,
         job=job,
         active=status == "active" if status else None,
@@ -177,7 +175,7 @@ def row_context(schedule: Schedule) -> dict[str, Any]:
     return {
         "schedules": [schedule],
         "shared_names": shared_names(db.session(), tenant.id, {schedule.name}),
-        "last_runs": last_runs(db.session(), tenant.id, [schedule.id]),
+        "last_runs": last_runs(db.session(), tenant.id, [schedule.id], utcnow()),
         "titles": job_titles(),
         "tenant": tenant,
     }
@@ -370,7 +368,7 @@ def detail_context(schedule_id: int) -> dict[str, Any]:
     if trail is None:
         abort(404)
     schedule = trail.schedule
-    runs, one_offs = schedule_runs(db.session(), tenant.id, schedule_id, DETAIL_RUNS)
+    runs, one_offs = schedule_runs(db.session(), tenant.id, schedule_id, DETAIL_RUNS, utcnow())
     spec = current_catalog().get(schedule.job) if schedule.job in current_catalog() else None
     return {
         "schedule": schedule,
