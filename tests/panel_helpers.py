@@ -19,7 +19,7 @@ from tests.conftest import PASSWORD, World, make_run
 from webapp.config import settings
 from webapp.database import utcnow
 from webapp.extensions import db
-from webapp.models import Run, Schedule, Tenant, User
+from webapp.models import Run, Schedule, User
 from webapp.services import sessions
 from webapp.services.audit import Actor
 from webapp.services.schedules import ScheduleInput, create_schedule, pause_schedule
@@ -109,18 +109,6 @@ class Seeded:
     queued: Run
     beta_schedule: Schedule
     beta_run: Run
-
-
-def echo_schedule(tenant: Tenant, user: User, name: str, cron: str) -> Schedule:
-    """A `demo.echo` schedule in UTC, created by `user` through the service as the panel does."""
-    return create_schedule(
-        tenant,
-        ScheduleInput(
-            name=name, job="demo.echo", args={"message": "m"}, cron=cron, time_zone="UTC"
-        ),
-        Actor.for_user(user),
-        datetime.now(UTC),
-    )
 
 
 def seed(world: World) -> Seeded:

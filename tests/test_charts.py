@@ -10,8 +10,8 @@ from datetime import UTC, date, datetime, time, timedelta
 import pytest
 from flask import Flask
 
-from tests.conftest import World, make_run
-from tests.panel_helpers import Panel, counted_statements, echo_schedule
+from tests.conftest import World, make_run, make_schedule
+from tests.panel_helpers import Panel, counted_statements
 from webapp.extensions import db
 from webapp.models import Run, RunRollup, Schedule, User
 from webapp.services.forecast import MINUTES, fires_per_minute
@@ -98,7 +98,7 @@ def timed_run(
 
 def history(app: Flask, world: World) -> tuple[Schedule, date]:
     """A schedule with a roll-up 10 days ago and runs today, yesterday and 40 days ago."""
-    schedule = echo_schedule(world.alpha, world.alice, "Charted job", "0 * * * *")
+    schedule = make_schedule(world.alpha, "Charted job", by=world.alice, cron="0 * * * *")
     today = datetime.now(UTC).date()
     db.session.add(
         RunRollup(
@@ -126,7 +126,7 @@ def history(app: Flask, world: World) -> tuple[Schedule, date]:
     # Outside the window: not counted.
     timed_run(schedule, "failed", at(today - timedelta(days=40)), 1, 1)
     # Another schedule's run the same day: not counted either.
-    other = echo_schedule(world.alpha, world.alice, "Other job", "0 * * * *")
+    other = make_schedule(world.alpha, "Other job", by=world.alice, cron="0 * * * *")
     timed_run(other, "failed", at(today, 30), 1, 1)
     db.session.commit()
     return schedule, today
@@ -215,7 +215,7 @@ def test_the_outcome_strip_tells_failure_days_apart_by_shape_and_symbol_not_colo
 def test_a_schedule_without_runs_says_so_instead_of_drawing_an_empty_chart(
     app: Flask, world: World
 ) -> None:
-    schedule = echo_schedule(world.alpha, world.alice, "Quiet job", "0 0 * * *")
+    schedule = make_schedule(world.alpha, "Quiet job", by=world.alice, cron="0 0 * * *")
     db.session.commit()
     page = Panel(app, world.alice).get(f"/schedules/{schedule.id}").get_data(as_text=True)
     assert "No runs in the last 30 days" in page

@@ -14,12 +14,10 @@ from tests.browser_support import (
     PageErrors,
     log_in,
 )
-from tests.conftest import make_run
+from tests.conftest import make_run, make_schedule
 from webapp.extensions import db
 from webapp.models import RunRollup, User
 from webapp.services.accounts import find_tenant
-from webapp.services.audit import Actor
-from webapp.services.schedules import ScheduleInput, create_schedule
 
 pytestmark = pytest.mark.browser
 
@@ -30,18 +28,7 @@ def charted(live_panel: LiveServer) -> int:
     with live_panel.app.app_context():
         alice = db.session.scalars(select(User).where(User.email == "alice@example.com")).one()
         alice.is_operator = True
-        schedule = create_schedule(
-            find_tenant("alpha"),
-            ScheduleInput(
-                name="Charted",
-                job="demo.echo",
-                args={"message": "m"},
-                cron="0 0 * * *",
-                time_zone="UTC",
-            ),
-            Actor.for_user(alice),
-            datetime.now(UTC),
-        )
+        schedule = make_schedule(find_tenant("alpha"), "Charted", by=alice, cron="0 0 * * *")
         today = datetime.now(UTC).date()
         for days_ago in range(3, 20):
             db.session.add(

@@ -9,12 +9,11 @@ from typing import Any
 import pytest
 
 from tests.browser_support import LiveServer, PageErrors
-from tests.conftest import PASSWORD, make_run
+from tests.conftest import PASSWORD, make_run, make_schedule
 from webapp.extensions import db
 from webapp.models import Run, User, Worker
 from webapp.services.accounts import find_tenant, hash_password
 from webapp.services.audit import Actor
-from webapp.services.schedules import ScheduleInput, create_schedule
 
 pytestmark = pytest.mark.browser
 
@@ -33,17 +32,8 @@ def olga(live_panel: LiveServer) -> None:
 def stale_worker_with_a_run(live_panel: LiveServer) -> tuple[int, int]:
     with live_panel.app.app_context():
         now = datetime.now(UTC)
-        schedule = create_schedule(
-            find_tenant("alpha"),
-            ScheduleInput(
-                name="Alpha nightly report",
-                job="demo.echo",
-                args={"message": "m"},
-                cron="0 2 * * *",
-                time_zone="UTC",
-            ),
-            Actor.cli(),
-            now,
+        schedule = make_schedule(
+            find_tenant("alpha"), "Alpha nightly report", by=Actor.cli(), cron="0 2 * * *"
         )
         worker = Worker(hostname="host-b", pid=202, last_heartbeat_at=now - timedelta(minutes=10))
         db.session.add(worker)

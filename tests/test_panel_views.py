@@ -12,8 +12,8 @@ import pytest
 from flask import Flask
 from sqlalchemy import func, select, update
 
-from tests.conftest import World, make_run
-from tests.panel_helpers import ALPHA_SECRETS, Panel, Seeded, echo_schedule, seed
+from tests.conftest import World, make_run, make_schedule
+from tests.panel_helpers import ALPHA_SECRETS, Panel, Seeded, seed
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule
 from webapp.services.upcoming import Fire, by_day
@@ -599,8 +599,8 @@ def test_run_history_pages_by_keyset(app: Flask, world: World, data: Seeded) -> 
 def test_the_history_shows_names_as_text_and_a_deleted_schedule_by_its_job(
     app: Flask, world: World
 ) -> None:
-    named = echo_schedule(world.alpha, world.alice, "Nightly <b>bold</b>", "0 * * * *")
-    gone = echo_schedule(world.alpha, world.alice, "Gone soon", "0 * * * *")
+    named = make_schedule(world.alpha, "Nightly <b>bold</b>", by=world.alice, cron="0 * * * *")
+    gone = make_schedule(world.alpha, "Gone soon", by=world.alice, cron="0 * * * *")
     shown, orphan = make_run(named, "succeeded", 5), make_run(gone, "failed", 4)
     db.session.commit()
     shown_id, orphan_id = shown.id, orphan.id
@@ -644,7 +644,7 @@ def test_next_runs_are_grouped_by_local_day_and_paged_100_at_a_time(
 ) -> None:
     # Three schedules firing at the same times: pages end between fires of the same instant.
     for name in ("Every ten A", "Every ten B", "Every ten C"):
-        echo_schedule(world.alpha, world.alice, name, "*/10 * * * *")
+        make_schedule(world.alpha, name, by=world.alice, cron="*/10 * * * *")
     alice = Panel(app, world.alice)
     first = alice.get("/upcoming").get_data(as_text=True)
     rows = upcoming_rows(first)
@@ -776,7 +776,7 @@ def test_a_user_without_tenant_is_told_what_to_do(app: Flask, world: World) -> N
 
 def test_next_runs_with_2000_active_schedules_shows_its_bound(app: Flask, world: World) -> None:
     for number in range(2000):
-        echo_schedule(world.alpha, world.alice, f"Every minute {number:04}", "* * * * *")
+        make_schedule(world.alpha, f"Every minute {number:04}", by=world.alice, cron="* * * * *")
     page = Panel(app, world.alice).get("/upcoming").get_data(as_text=True)
     rows = upcoming_rows(page)
     # The first minute's fires, one per schedule in id order, 100 of them: the merge stops there.
