@@ -88,3 +88,29 @@ def test_an_operator_views_a_tenant_and_releases_a_stale_lease(
     page.locator(f"#worker-{worker_id}").get_by_text("Holds no run.").wait_for()
     assert run_state(live_panel, run_id) == ("queued", None, 0)
     assert errors.messages == []
+
+
+@pytest.mark.usefixtures("olga")
+def test_a_tenants_card_on_a_phone_says_what_each_figure_is(
+    live_panel: LiveServer, new_page: Any, errors: PageErrors
+) -> None:
+    page = new_page
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(live_panel.url + "/login")
+    page.get_by_label("Email").fill("olga@example.com")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(live_panel.url + "/operator")
+    row = page.get_by_role("row", name="Alpha Corp")
+    labels = row.evaluate(
+        "row => Array.from(row.querySelectorAll('td.num'))"
+        ".map(cell => getComputedStyle(cell, '::before').content)"
+    )
+    assert labels == [
+        '"Schedules: "',
+        '"Failed runs (24 h): "',
+        '"Overdue schedules: "',
+        '"Overdue queued runs: "',
+        '"Running / cap: "',
+    ]
+    assert errors.messages == []

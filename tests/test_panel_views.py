@@ -16,7 +16,7 @@ from tests.conftest import World, make_run, make_schedule
 from tests.panel_helpers import ALPHA_SECRETS, Panel, Seeded, seed
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule
-from webapp.services.upcoming import Fire, by_day
+from webapp.services.upcoming import Fire, Folded, by_day, folded
 from webapp.web.formatting import dom_id
 
 
@@ -624,7 +624,8 @@ def test_next_runs_lists_the_next_24_hours_in_the_tenant_zone(
     app: Flask, world: World, data: Seeded
 ) -> None:
     page = Panel(app, world.alice).get("/upcoming").get_data(as_text=True)
-    assert page.count("Alpha nightly report") == 1  # daily; the paused one is left out
+    shown = [schedule_id for _, schedule_id in upcoming_rows(page)]
+    assert shown == [data.report.id]  # daily; the paused one is left out, of the filter too
     assert "Alpha paused cleanup" not in page
     assert "CET" in page or "CEST" in page
 
@@ -684,6 +685,38 @@ def test_fires_are_grouped_by_their_day_in_the_zone_shown() -> None:
     ]
     assert [(day.isoformat(), len(group)) for day, group in by_day(fires, "UTC")] == [
         ("2026-12-03", 2)
+    ]
+
+
+def test_a_schedules_fires_in_a_row_fold_under_the_first_unless_a_row_of_their_own() -> None:
+    often, rare = Schedule(id=1, name="often"), Schedule(id=2, name="rare")
+    start = datetime(2026, 12, 3, 10, 0, tzinfo=UTC)
+
+    def at(minutes: int) -> datetime:
+        return start + timedelta(minutes=minutes)
+
+    fires = [
+        *(Fire(at(minutes), often, None) for minutes in (0, 7, 14, 18)),  # 4 in a row
+        Fire(at(20), rare, None),
+        Fire(at(21), often, None),
+        Fire(at(28), often, None),  # 2 in a row: not folded
+        Fire(at(30), rare, None),
+        Fire(at(35), often, None),
+        Fire(at(35), often, None, run_id=9),  # a one-off: its own row (its Cancel button)
+        Fire(at(42), often, "02:30 does not exist on this day: runs at 03:00"),
+        Fire(at(49), often, None),
+    ]
+    rows = [(fire.at, fire.schedule.name, more) for fire, more in folded(fires)]
+    assert rows == [
+        (at(0), "often", Folded(3, timedelta(minutes=4), timedelta(minutes=7), at(18))),
+        (at(20), "rare", None),
+        (at(21), "often", None),
+        (at(28), "often", None),
+        (at(30), "rare", None),
+        (at(35), "often", None),
+        (at(35), "often", None),
+        (at(42), "often", None),
+        (at(49), "often", None),
     ]
 
 
