@@ -28,6 +28,8 @@ from webapp.catalog import JobContext
 from webapp.extensions import db
 from webapp.models import Membership, Run, RunStatus, Schedule, Tenant, Trigger, User, Worker
 from webapp.services.accounts import add_user, create_tenant, hash_password
+from webapp.services.audit import Actor
+from webapp.services.schedules import ScheduleInput, create_schedule
 
 if TYPE_CHECKING:  # browser_support imports this module
     from tests.browser_support import LiveServer, PageErrors
@@ -235,22 +237,74 @@ def world(app: Flask, password_hash: str) -> World:
     return World(alpha, beta, users["alice"], users["bob"], users["charlie"])
 
 
-def make_run(
-    schedule: Schedule,
-    status: RunStatus = "queued",
-    minutes_ago: int = 0,
+def make_schedule(
+    tenant: Tenant | None,
+    name: str = "Morning hello",
+    next_run_at: datetime | None = None,
     *,
-    trigger: Trigger = "schedule",
+    by: User | Actor | None = None,
+    now: datetime | None = None,
+    **fields: Any,
+) -> Schedule:
+    """A schedule of `tenant` that runs `demo.echo` of its name every hour in UTC, committed;
+    `fields` over these.
+
+    Without `by`: written straight to the table, unchecked, as the scheduler finds it (tenant
+    None: a system schedule), `name` also its key, due at `next_run_at` (default now), `fields`
+    its columns. With `by` (a user, or an actor such as Actor.cli()): created through the
+    service at `now` as the panel and the API create one: checked, audited, its key from its
+    name, its next fire from its cron."""
+    values: dict[str, Any] = {
+        "job": "demo.echo",
+        "args": {"message": name},
+        "cron": "0 * * * *",
+        "time_zone": "UTC",
+        **fields,
+    }
+    if by is not None:
+        assert tenant is not None and next_run_at is None, "the service makes tenant schedules"
+        actor = Actor.for_user(by) if isinstance(by, User) else by
+        data = ScheduleInput(name=name, **values)  # type: ignore[typeddict-item]
+        return create_schedule(tenant, data, actor, now or datetime.now(UTC))
+    schedule = Schedule(
+        **{
+            "tenant_id": tenant.id if tenant else None,
+            "scope": "tenant" if tenant else "system",
+            "key": name,
+            "name": name,
+            "next_run_at": next_run_at or datetime.now(UTC),
+            **values,
+        }
+    )
+    db.session.add(schedule)
+    db.session.commit()
+    return schedule
+
+
+def make_run(
+    owner: Schedule | Tenant | None,
+    status: RunStatus = "queued",
+    minutes_ago: float = 0,
+    *,
+    trigger: Trigger | None = None,
     scheduled_for: datetime | None = None,
     idempotency_key: str | None = None,
     **fields: Any,
 ) -> Run:
-    """A run of `schedule`, added to the session: scheduled `minutes_ago` (or at
-    `scheduled_for`), started and finished as its status says, other columns (those times among
-    them) from `fields`."""
+    """A run, committed: of a schedule (its job and args, trigger "schedule"), or a manual run
+    of `demo.echo` in a tenant (None: a system run). Scheduled `minutes_ago` (or at
+    `scheduled_for`), queued and available then, started and finished as its status says;
+    other columns (those times among them) from `fields`."""
     scheduled = scheduled_for or datetime.now(UTC) - timedelta(minutes=minutes_ago)
     finished = status in ("succeeded", "failed")
+    if isinstance(owner, Schedule):
+        made: dict[str, Any] = {"schedule_id": owner.id, "job": owner.job, "args": owner.args}
+        tenant_id = owner.tenant_id
+    else:
+        made = {"job": "demo.echo", "args": {"message": "hello"}}
+        tenant_id = owner.id if owner else None
     columns = {
+        **made,
         "attempt": 1 if status != "queued" else 0,
         "queued_at": scheduled,
         "available_at": scheduled,
@@ -259,17 +313,15 @@ def make_run(
         **fields,
     }
     run = Run(
-        tenant_id=schedule.tenant_id,
-        schedule_id=schedule.id,
-        job=schedule.job,
-        args=schedule.args,
-        trigger=trigger,
+        tenant_id=tenant_id,
+        trigger=trigger or ("schedule" if isinstance(owner, Schedule) else "manual"),
         scheduled_for=scheduled,
-        idempotency_key=idempotency_key or f"{schedule.id}:{scheduled.isoformat()}:{status}",
+        idempotency_key=idempotency_key or f"test:{uuid.uuid4().hex}",
         status=status,
         **columns,
     )
     db.session.add(run)
+    db.session.commit()
     return run
 
 

@@ -7,7 +7,6 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from flask import Flask
@@ -15,14 +14,14 @@ from flask.testing import FlaskClient
 from sqlalchemy import event
 from werkzeug.test import TestResponse
 
-from tests.conftest import PASSWORD, World, make_run
+from tests.conftest import PASSWORD, World, make_run, make_schedule
 from webapp.config import settings
 from webapp.database import utcnow
 from webapp.extensions import db
-from webapp.models import Run, Schedule, Tenant, User
+from webapp.models import Run, Schedule, User
 from webapp.services import sessions
 from webapp.services.audit import Actor
-from webapp.services.schedules import ScheduleInput, create_schedule, pause_schedule
+from webapp.services.schedules import pause_schedule
 
 # Where a page carries its CSRF token: the hidden field of its forms (the login form), or the
 # <meta> that htmx sends back as the X-CSRFToken header.
@@ -111,58 +110,32 @@ class Seeded:
     beta_run: Run
 
 
-def echo_schedule(tenant: Tenant, user: User, name: str, cron: str) -> Schedule:
-    """A `demo.echo` schedule in UTC, created by `user` through the service as the panel does."""
-    return create_schedule(
-        tenant,
-        ScheduleInput(
-            name=name, job="demo.echo", args={"message": "m"}, cron=cron, time_zone="UTC"
-        ),
-        Actor.for_user(user),
-        datetime.now(UTC),
-    )
-
-
 def seed(world: World) -> Seeded:
     """Alpha: two schedules (one paused) with three runs; beta: one schedule with a run."""
-    alice, charlie = Actor.for_user(world.alice), Actor.for_user(world.charlie)
-    now = datetime.now(UTC)
-    report = create_schedule(
+    report = make_schedule(
         world.alpha,
-        ScheduleInput(
-            name="Alpha nightly report",
-            job="demo.echo",
-            args={"message": "alpha-secret-message"},
-            cron="0 2 * * *",
-            time_zone="Europe/Berlin",
-        ),
-        alice,
-        now,
+        "Alpha nightly report",
+        args={"message": "alpha-secret-message"},
+        cron="0 2 * * *",
+        by=world.alice,
+        time_zone="Europe/Berlin",
     )
-    paused = create_schedule(
+    paused = make_schedule(
         world.alpha,
-        ScheduleInput(
-            name="Alpha paused cleanup",
-            job="demo.sleep",
-            args={"seconds": 1},
-            cron="*/30 * * * *",
-            time_zone="Europe/Berlin",
-        ),
-        alice,
-        now,
+        "Alpha paused cleanup",
+        job="demo.sleep",
+        args={"seconds": 1},
+        cron="*/30 * * * *",
+        by=world.alice,
+        time_zone="Europe/Berlin",
     )
-    pause_schedule(paused, alice)
-    beta_schedule = create_schedule(
+    pause_schedule(paused, Actor.for_user(world.alice))
+    beta_schedule = make_schedule(
         world.beta,
-        ScheduleInput(
-            name="Beta hourly ping",
-            job="demo.echo",
-            args={"message": "beta-message"},
-            cron="0 * * * *",
-            time_zone="America/New_York",
-        ),
-        charlie,
-        now,
+        "Beta hourly ping",
+        by=world.charlie,
+        args={"message": "beta-message"},
+        time_zone="America/New_York",
     )
     succeeded = make_run(report, "succeeded", 90, output="alpha-output-line <script>x</script>")
     failed = make_run(report, "failed", 60, error="alpha-error-text <b>bold</b>")

@@ -11,13 +11,11 @@ from datetime import UTC, datetime
 from sqlalchemy import delete, select
 
 from tests.browser_support import LiveServer, live_server
-from tests.conftest import PASSWORD, make_run
+from tests.conftest import PASSWORD, make_run, make_schedule
 from webapp.extensions import db
 from webapp.models import Membership, Schedule, User
 from webapp.services.accounts import add_user, create_tenant
-from webapp.services.audit import Actor
 from webapp.services.demo import seed_demo_schedules
-from webapp.services.schedules import ScheduleInput, create_schedule
 
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1280, "height": 800}
@@ -87,16 +85,16 @@ def seed_demo_pages(server: LiveServer) -> DemoPages:
         newcomer = select(User.id).where(User.email == NO_TENANT).scalar_subquery()
         db.session.execute(delete(Membership).where(Membership.user_id == newcomer))
         seed_demo_schedules(tenant, admin, now)
-        actor = Actor.for_user(admin)
         for number in range(50):  # a second page of schedules and of audit events
-            data = ScheduleInput(
-                name=f"Zz extra {number:02}",
-                job="demo.echo",
+            make_schedule(
+                tenant,
+                f"Zz extra {number:02}",
+                by=admin,
+                now=now,
                 args={"message": "extra"},
                 cron="0 9 * * 1",
                 time_zone="America/New_York",
             )
-            create_schedule(tenant, data, actor, now)
         mine = select(Schedule).where(Schedule.tenant_id == tenant.id).order_by(Schedule.id)
         schedules = list(db.session.scalars(mine))
         active = next(s for s in schedules if s.active and s.name == "Morning hello")

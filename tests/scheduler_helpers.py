@@ -1,4 +1,5 @@
-"""Factories for the scheduler tests: schedules and runs written straight to the database."""
+"""Helpers for the scheduler tests: what a worker does with a run, step by step, and the rows
+as stored (the factories of schedules and runs are conftest's make_schedule and make_run)."""
 
 from __future__ import annotations
 
@@ -11,48 +12,10 @@ from webapp import config
 from webapp.catalog import Catalog
 from webapp.catalog.current import current_catalog
 from webapp.extensions import db
-from webapp.models import Run, Schedule
+from webapp.models import Run
 from webapp.scheduler.execution import FinishedRun, run_attempt, store_outcomes
 from webapp.scheduler.leases import LeasedRun, lease_once, start_runs
 from webapp.scheduler.tick import TickSettings
-
-
-def add_schedule(tenant_id: int | None, key: str, next_run_at: datetime, **fields: Any) -> Schedule:
-    values: dict[str, Any] = {
-        "tenant_id": tenant_id,
-        "scope": "tenant" if tenant_id else "system",
-        "key": key,
-        "name": key,
-        "job": "demo.echo",
-        "args": {"message": key},
-        "cron": "0 * * * *",
-        "time_zone": "UTC",
-        "next_run_at": next_run_at,
-    }
-    values.update(fields)
-    schedule = Schedule(**values)
-    db.session.add(schedule)
-    db.session.commit()
-    return schedule
-
-
-def add_run(tenant_id: int | None, available_at: datetime, **fields: Any) -> Run:
-    values: dict[str, Any] = {
-        "tenant_id": tenant_id,
-        "job": "demo.echo",
-        "args": {"message": "hello"},
-        "trigger": "manual",
-        "scheduled_for": available_at,
-        "available_at": available_at,
-        "queued_at": available_at,
-        "idempotency_key": f"manual:{available_at.isoformat()}:"
-        f"{fields.get('job', 'demo.echo')}:{len(all_runs())}",
-    }
-    values.update(fields)
-    run = Run(**values)
-    db.session.add(run)
-    db.session.commit()
-    return run
 
 
 def all_runs() -> list[Run]:

@@ -11,8 +11,8 @@ from flask import Flask
 from sqlalchemy import select
 
 from tests.api_helpers import NEW, Api, count, problem_fields
-from tests.conftest import World, make_run
-from tests.panel_helpers import Panel, echo_schedule
+from tests.conftest import World, make_run, make_schedule
+from tests.panel_helpers import Panel
 from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule
@@ -99,7 +99,7 @@ def test_malformed_bodies_answer_problem_details(app: Flask, world: World) -> No
 def test_query_strings_are_checked_and_pages_follow_the_cursor(app: Flask, world: World) -> None:
     api = Api(app, world.alpha, world.alice)
     for number in range(5):
-        echo_schedule(world.alpha, world.alice, f"S{number}", "0 * * * *")
+        make_schedule(world.alpha, f"S{number}", by=world.alice, cron="0 * * * *")
     first = api.get("/api/v1/schedules?limit=2").get_json()
     assert [s["name"] for s in first["items"]] == ["S0", "S1"]
     second = api.get(f"/api/v1/schedules?limit=2&cursor={first['next_cursor']}").get_json()
@@ -123,7 +123,7 @@ def test_query_strings_are_checked_and_pages_follow_the_cursor(app: Flask, world
 def test_other_tenants_ids_answer_404_and_read_tokens_403_on_writes(
     app: Flask, world: World
 ) -> None:
-    alpha = echo_schedule(world.alpha, world.alice, "Alpha", "0 * * * *")
+    alpha = make_schedule(world.alpha, "Alpha", by=world.alice, cron="0 * * * *")
     run = make_run(alpha, "succeeded", 5, output="alpha-output")
     db.session.commit()
     charlie = Api(app, world.beta, world.charlie)
@@ -250,7 +250,7 @@ def test_unknown_urls_and_methods_answer_problem_details(
 
 def test_the_run_list_filters_as_the_history_page(app: Flask, world: World) -> None:
     api = Api(app, world.alpha, world.alice)
-    schedule = echo_schedule(world.alpha, world.alice, "S", "0 * * * *")
+    schedule = make_schedule(world.alpha, "S", by=world.alice, cron="0 * * * *")
     failed = make_run(schedule, "failed", 60)
     make_run(schedule, "succeeded", 30)
     db.session.commit()

@@ -17,8 +17,7 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 from sqlalchemy import func, select
 
 from tests.api_helpers import Api
-from tests.conftest import World, make_run
-from tests.panel_helpers import echo_schedule
+from tests.conftest import World, make_run, make_schedule
 from webapp.extensions import db
 from webapp.models import AuditEvent, Schedule
 
@@ -68,7 +67,7 @@ def test_every_answer_matches_the_document(
     app: Flask, world: World, api: Api, mode: GenerationMode
 ) -> None:
     # Real objects to aim at, half the time: random ids alone would only ever meet 404s.
-    schedule = echo_schedule(world.alpha, world.alice, "Seeded", "*/5 * * * *")
+    schedule = make_schedule(world.alpha, "Seeded", by=world.alice, cron="*/5 * * * *")
     run = make_run(schedule, "succeeded", 5, output="seeded-output")
     db.session.commit()
     real = {"schedule_id": schedule.id, "run_id": run.id}

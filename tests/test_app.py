@@ -10,8 +10,8 @@ from flask import Flask
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from tests.conftest import PASSWORD, World, make_run
-from tests.panel_helpers import Panel, echo_schedule, log_in
+from tests.conftest import PASSWORD, World, make_run, make_schedule
+from tests.panel_helpers import Panel, log_in
 from webapp import create_app
 from webapp.config import SCHEDULER_SETTINGS, ConfigError, load_settings, settings
 from webapp.extensions import db
@@ -202,7 +202,7 @@ def test_the_environment_wins_over_a_bad_value_in_the_file(
 def test_a_path_id_is_read_only_in_ascii_digits(
     app: Flask, world: World, digits: str, written: str
 ) -> None:
-    schedule = echo_schedule(world.alpha, world.alice, "Nightly", "0 0 * * *")
+    schedule = make_schedule(world.alpha, "Nightly", by=world.alice, cron="0 0 * * *")
     path_id = "".join(digits[int(digit)] for digit in str(schedule.id))
     alice = Panel(app, world.alice)
     expected = 200 if written == "ASCII" else 404  # int() reads any of them as the same id
@@ -250,10 +250,8 @@ def test_the_database_refuses_a_second_run_for_the_same_fire_time(app: Flask, wo
     db.session.add(schedule)
     db.session.commit()
     make_run(schedule, trigger="schedule", scheduled_for=FIRE, idempotency_key="a")
-    db.session.commit()
-    make_run(schedule, trigger="catchup", scheduled_for=FIRE, idempotency_key="b")
     with pytest.raises(IntegrityError, match="scheduled_for"):
-        db.session.commit()
+        make_run(schedule, trigger="catchup", scheduled_for=FIRE, idempotency_key="b")
     db.session.rollback()
     # Manual runs are outside the rule: two people may press Run now in the same second.
     for key in ("c", "d"):

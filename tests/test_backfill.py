@@ -15,7 +15,7 @@ from sqlalchemy import select, update
 
 from tests.api_helpers import Api, problem_fields
 from tests.browser_support import LiveServer, PageErrors, log_in
-from tests.conftest import World, make_run
+from tests.conftest import World, make_run, make_schedule
 from tests.panel_helpers import Panel
 from webapp import cron
 from webapp.catalog.current import current_catalog
@@ -31,25 +31,9 @@ NOW = datetime.now(UTC)
 # A past window of an hourly schedule in Europe/Berlin (UTC+1 in January): 06:00 to 11:00
 # local, both ends included: six fire times, 05:00 to 10:00 UTC.
 JANUARY = {"from": "2026-01-05T06:00", "to": "2026-01-05T11:00"}
+# What each schedule here has but its cron: made by alice, in Berlin, its runs say "backfilled".
+BACKFILLED: dict[str, Any] = {"time_zone": "Europe/Berlin", "args": {"message": "backfilled"}}
 JANUARY_FIRES = [datetime(2026, 1, 5, hour, tzinfo=UTC) for hour in range(5, 11)]
-
-
-def add_schedule(
-    world: World, cron_expression: str = "0 * * * *", key: str = "hourly", name: str = ""
-) -> Schedule:
-    return create_schedule(
-        world.alpha,
-        ScheduleInput(
-            name=name or "Hourly report",
-            key=key,
-            job="demo.echo",
-            args={"message": "backfilled"},
-            cron=cron_expression,
-            time_zone="Europe/Berlin",
-        ),
-        Actor.for_user(world.alice),
-        datetime.now(UTC),
-    )
 
 
 def backfill_runs(schedule_id: int | None = None) -> list[Run]:
@@ -73,7 +57,9 @@ def nothing_written() -> None:
 
 
 def test_one_queued_run_per_fire_time_with_the_ticks_fields(app: Flask, world: World) -> None:
-    schedule = add_schedule(world)
+    schedule = make_schedule(
+        world.alpha, "Hourly report", by=world.alice, key="hourly", **BACKFILLED
+    )
     result = backfill(schedule, JANUARY["from"], JANUARY["to"], Actor.for_user(world.alice), NOW)
     assert (result.queued, result.skipped) == (6, 0)
     runs = backfill_runs()
@@ -91,7 +77,9 @@ def test_one_queued_run_per_fire_time_with_the_ticks_fields(app: Flask, world: W
 
 
 def test_fire_times_that_already_have_a_run_are_skipped(app: Flask, world: World) -> None:
-    schedule = add_schedule(world)
+    schedule = make_schedule(
+        world.alpha, "Hourly report", by=world.alice, key="hourly", **BACKFILLED
+    )
     make_run(schedule, "succeeded", scheduled_for=JANUARY_FIRES[2])  # the tick fired it
     make_run(schedule, "failed", scheduled_for=JANUARY_FIRES[4], trigger="catchup")
     # A manual run at a fire time is outside the unique index: it does not stand for the fire.
@@ -113,7 +101,9 @@ def test_a_spring_forward_day_follows_debian_crons_rules(app: Flask, world: Worl
     a wildcard job in that hour does not run at all."""
     alice = Actor.for_user(world.alice)
     window = ("2026-03-28T00:00", "2026-03-30T23:59")
-    fixed = add_schedule(world, "30 2 * * *", key="fixed", name="Fixed")
+    fixed = make_schedule(
+        world.alpha, "Fixed", by=world.alice, key="fixed", cron="30 2 * * *", **BACKFILLED
+    )
     backfill(fixed, *window, alice, NOW)
     assert [r.scheduled_for for r in backfill_runs(fixed.id)] == [
         datetime(2026, 3, 28, 1, 30, tzinfo=UTC),  # 02:30 CET
@@ -123,7 +113,9 @@ def test_a_spring_forward_day_follows_debian_crons_rules(app: Flask, world: Worl
     gap_day = plan_backfill(fixed, "2026-03-29T00:00", "2026-03-29T23:59", NOW)
     assert gap_day.first is not None
     assert gap_day.spec.dst_note(gap_day.first) == "02:30 does not exist on this day: runs at 03:00"
-    wildcard = add_schedule(world, "*/30 2 * * *", key="wildcard", name="Wildcard")
+    wildcard = make_schedule(
+        world.alpha, "Wildcard", by=world.alice, key="wildcard", cron="*/30 2 * * *", **BACKFILLED
+    )
     backfill(wildcard, *window, alice, NOW)
     assert [r.scheduled_for for r in backfill_runs(wildcard.id)] == [
         datetime(2026, 3, 28, 1, 0, tzinfo=UTC),
@@ -131,7 +123,9 @@ def test_a_spring_forward_day_follows_debian_crons_rules(app: Flask, world: Worl
         datetime(2026, 3, 30, 0, 0, tzinfo=UTC),
         datetime(2026, 3, 30, 0, 30, tzinfo=UTC),
     ]
-    hourly = add_schedule(world, "0 * * * *", key="hourly-dst", name="Hourly")
+    hourly = make_schedule(
+        world.alpha, "Hourly", by=world.alice, key="hourly-dst", cron="0 * * * *", **BACKFILLED
+    )
     day = backfill(hourly, "2026-03-29T00:00", "2026-03-29T23:59", alice, NOW)
     assert day.queued == 23  # the day has 23 hours
     spec = cron.validate("0 * * * *", "Europe/Berlin")
@@ -141,7 +135,9 @@ def test_a_spring_forward_day_follows_debian_crons_rules(app: Flask, world: Worl
 
 
 def test_at_most_a_thousand_runs_per_request(app: Flask, world: World) -> None:
-    schedule = add_schedule(world, "* * * * *", key="minutely", name="Minutely")
+    schedule = make_schedule(
+        world.alpha, "Minutely", by=world.alice, key="minutely", cron="* * * * *", **BACKFILLED
+    )
     alice = Actor.for_user(world.alice)
     # 2026-01-05 00:00 to 16:39 local, both ends included: exactly 1,000 minutes.
     result = backfill(schedule, "2026-01-05T00:00", "2026-01-05T16:39", alice, NOW)
@@ -161,7 +157,9 @@ def test_at_most_a_thousand_runs_per_request(app: Flask, world: World) -> None:
 def test_a_window_before_the_schedule_existed_and_a_paused_schedule(
     app: Flask, world: World
 ) -> None:
-    schedule = add_schedule(world)
+    schedule = make_schedule(
+        world.alpha, "Hourly report", by=world.alice, key="hourly", **BACKFILLED
+    )
     assert schedule.created_at > JANUARY_FIRES[-1]
     pause_schedule(schedule, Actor.for_user(world.alice))
     plan = plan_backfill(schedule, JANUARY["from"], JANUARY["to"], NOW)
@@ -172,7 +170,9 @@ def test_a_window_before_the_schedule_existed_and_a_paused_schedule(
 
 
 def test_the_current_instant_may_end_the_window(app: Flask, world: World) -> None:
-    schedule = add_schedule(world)
+    schedule = make_schedule(
+        world.alpha, "Hourly report", by=world.alice, key="hourly", **BACKFILLED
+    )
     now = datetime(2026, 1, 5, 10, 0, tzinfo=UTC)  # a fire time
     plan = plan_backfill(schedule, "2026-01-05T09:30:00+00:00", now.isoformat(), now)
     assert plan.fires == [now]
@@ -185,7 +185,9 @@ def test_the_current_instant_may_end_the_window(app: Flask, world: World) -> Non
 
 
 def test_a_job_that_cannot_run_is_refused(app: Flask, world: World) -> None:
-    schedule = add_schedule(world)
+    schedule = make_schedule(
+        world.alpha, "Hourly report", by=world.alice, key="hourly", **BACKFILLED
+    )
     db.session.execute(update(Schedule).values(args={"message": 5}))
     db.session.commit()
     with pytest.raises(ScheduleError) as bad_args:
@@ -200,7 +202,9 @@ def test_a_job_that_cannot_run_is_refused(app: Flask, world: World) -> None:
 
 
 def test_one_audit_event_with_the_window_and_the_counts(app: Flask, world: World) -> None:
-    schedule = add_schedule(world)
+    schedule = make_schedule(
+        world.alpha, "Hourly report", by=world.alice, key="hourly", **BACKFILLED
+    )
     make_run(schedule, "succeeded", scheduled_for=JANUARY_FIRES[1])
     db.session.commit()
     backfill(schedule, JANUARY["from"], JANUARY["to"], Actor.for_user(world.alice), NOW)
@@ -245,7 +249,9 @@ bad_windows = pytest.mark.parametrize(
 def test_the_panel_refuses_a_bad_window(
     app: Flask, world: World, window: dict[str, str], field: str, message: str
 ) -> None:
-    schedule = add_schedule(world)
+    schedule = make_schedule(
+        world.alpha, "Hourly report", by=world.alice, key="hourly", **BACKFILLED
+    )
     alice = Panel(app, world.alice)
     url = f"/schedules/{schedule.id}/backfill"
     queued = alice.post(url, window, htmx=False)
@@ -261,7 +267,7 @@ def test_the_panel_refuses_a_bad_window(
 def test_the_cli_refuses_a_bad_window(
     cli: FlaskCliRunner, world: World, window: dict[str, str], field: str, message: str
 ) -> None:
-    add_schedule(world)
+    make_schedule(world.alpha, "Hourly report", by=world.alice, key="hourly", **BACKFILLED)
     args = ["schedule", "backfill", "hourly", "--tenant", "alpha"]
     args += ["--from", window["from"], "--to", window["to"]]
     result = cli.invoke(args=args)
@@ -274,7 +280,9 @@ def test_the_cli_refuses_a_bad_window(
 def test_the_api_refuses_a_bad_window(
     app: Flask, world: World, window: dict[str, str], field: str, message: str
 ) -> None:
-    schedule = add_schedule(world)
+    schedule = make_schedule(
+        world.alpha, "Hourly report", by=world.alice, key="hourly", **BACKFILLED
+    )
     api = Api(app, world.alpha, world.alice)
     response = api.post(f"/api/v1/schedules/{schedule.id}/backfill", window)
     assert response.status_code == 422
@@ -283,7 +291,9 @@ def test_the_api_refuses_a_bad_window(
 
 
 def test_the_api_refuses_a_malformed_body(app: Flask, world: World) -> None:
-    schedule = add_schedule(world)
+    schedule = make_schedule(
+        world.alpha, "Hourly report", by=world.alice, key="hourly", **BACKFILLED
+    )
     api = Api(app, world.alpha, world.alice)
     url = f"/api/v1/schedules/{schedule.id}/backfill"
     assert problem_fields(api.post(url, {"from": JANUARY["from"]})) == {"to": "field required"}
@@ -297,7 +307,9 @@ def test_the_api_refuses_a_malformed_body(app: Flask, world: World) -> None:
 
 
 def test_a_viewer_gets_403_and_another_tenant_404(app: Flask, world: World) -> None:
-    schedule = add_schedule(world)
+    schedule = make_schedule(
+        world.alpha, "Hourly report", by=world.alice, key="hourly", **BACKFILLED
+    )
     url = f"/schedules/{schedule.id}/backfill"
     bob = Panel(app, world.bob)  # alpha's viewer
     assert bob.get(url).status_code == 403
@@ -318,7 +330,7 @@ def test_a_viewer_gets_403_and_another_tenant_404(app: Flask, world: World) -> N
 def test_the_cli_finds_schedules_in_the_given_tenant_only(
     cli: FlaskCliRunner, world: World
 ) -> None:
-    add_schedule(world)
+    make_schedule(world.alpha, "Hourly report", by=world.alice, key="hourly", **BACKFILLED)
     args = ["schedule", "backfill", "hourly", "--tenant", "beta"]
     result = cli.invoke(args=[*args, "--from", JANUARY["from"], "--to", JANUARY["to"]])
     assert result.exit_code == 1
@@ -330,7 +342,9 @@ def test_the_cli_finds_schedules_in_the_given_tenant_only(
 
 
 def test_the_panel_previews_then_queues(app: Flask, world: World) -> None:
-    schedule = add_schedule(world)
+    schedule = make_schedule(
+        world.alpha, "Hourly report", by=world.alice, key="hourly", **BACKFILLED
+    )
     make_run(schedule, "succeeded", scheduled_for=JANUARY_FIRES[0])
     db.session.commit()
     pause_schedule(schedule, Actor.for_user(world.alice))
@@ -358,7 +372,9 @@ def test_the_panel_previews_then_queues(app: Flask, world: World) -> None:
 
 
 def test_the_cli_prints_the_preview_and_what_it_queued(cli: FlaskCliRunner, world: World) -> None:
-    schedule = add_schedule(world)
+    schedule = make_schedule(
+        world.alpha, "Hourly report", by=world.alice, key="hourly", **BACKFILLED
+    )
     make_run(schedule, "succeeded", scheduled_for=JANUARY_FIRES[0])
     db.session.commit()
     args = ["schedule", "backfill", "hourly", "--tenant", "alpha"]
@@ -384,7 +400,9 @@ def test_the_cli_prints_the_preview_and_what_it_queued(cli: FlaskCliRunner, worl
 
 
 def test_the_api_answers_the_preview_or_the_result(app: Flask, world: World) -> None:
-    schedule = add_schedule(world)
+    schedule = make_schedule(
+        world.alpha, "Hourly report", by=world.alice, key="hourly", **BACKFILLED
+    )
     make_run(schedule, "succeeded", scheduled_for=JANUARY_FIRES[0])
     db.session.commit()
     api = Api(app, world.alpha, world.alice)

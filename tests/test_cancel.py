@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from tests.api_helpers import Api, problem_fields
 from tests.browser_support import LiveServer, log_in
-from tests.conftest import WorkerFactory, World, make_run, migrated_app
+from tests.conftest import WorkerFactory, World, make_run, make_schedule, migrated_app
 from tests.panel_helpers import Panel
 from tests.scheduler_helpers import catalog
 from tests.worker_support import Workers, postgresql_only, wait_for
@@ -36,18 +36,12 @@ from webapp.services.cancellation import cancel_run
 from webapp.services.schedules import ScheduleInput, create_schedule, run_now
 
 BERLIN = ZoneInfo("Europe/Berlin")
-
-
-def echo_schedule(world: World, **fields: Any) -> Schedule:
-    values = ScheduleInput(
-        name="Morning hello",
-        job="demo.echo",
-        args={"message": "hi"},
-        cron="30 7 * * *",
-        time_zone="Europe/Berlin",
-    )
-    values.update(fields)  # type: ignore[typeddict-item]
-    return create_schedule(world.alpha, values, Actor.for_user(world.alice), utcnow())
+# "Morning hello": a schedule at 07:30 in Berlin, as its admin alice makes it.
+MORNING: dict[str, Any] = {
+    "cron": "30 7 * * *",
+    "time_zone": "Europe/Berlin",
+    "args": {"message": "hi"},
+}
 
 
 def berlin_wall_time(moment: datetime) -> str:
@@ -70,7 +64,7 @@ def audit_actions(action: str) -> list[AuditEvent]:
 def test_run_once_later_from_the_panel_queues_at_the_wall_time_and_refuses_bad_times(
     app: Flask, world: World
 ) -> None:
-    schedule = echo_schedule(world)
+    schedule = make_schedule(world.alpha, by=world.alice, **MORNING)
     url = f"/schedules/{schedule.id}/run-later"
     panel = Panel(app, world.alice)
     page = panel.get(f"/schedules/{schedule.id}").get_data(as_text=True)
@@ -103,7 +97,7 @@ def test_run_once_later_from_the_panel_queues_at_the_wall_time_and_refuses_bad_t
 def test_run_once_later_through_the_api_and_the_command_line_follows_the_same_rule(
     app: Flask, world: World, cli: FlaskCliRunner
 ) -> None:
-    schedule = echo_schedule(world, key="hello")
+    schedule = make_schedule(world.alpha, by=world.alice, key="hello", **MORNING)
     api = Api(app, world.alpha, world.alice)
     past = (utcnow() - timedelta(minutes=5)).isoformat()
     refused = api.post(f"/api/v1/schedules/{schedule.id}/runs", json={"at": past})
@@ -130,7 +124,8 @@ def test_run_once_later_through_the_api_and_the_command_line_follows_the_same_ru
 def test_a_queued_one_off_shows_in_next_runs_and_its_cancel_takes_it_off(
     app: Flask, world: World
 ) -> None:
-    schedule = echo_schedule(world, cron="0 0 1 1 *")  # no fire of its own in the next 24 hours
+    # No fire of its own in the next 24 hours.
+    schedule = make_schedule(world.alpha, by=world.alice, **{**MORNING, "cron": "0 0 1 1 *"})
     later = (utcnow() + timedelta(hours=2)).replace(second=0, microsecond=0)
     run = run_now(schedule, Actor.for_user(world.alice), utcnow(), later)
     next_week = run_now(schedule, Actor.for_user(world.alice), utcnow(), later + timedelta(days=7))
@@ -155,7 +150,7 @@ def test_one_offs_at_a_page_boundary_of_next_runs_show_on_the_next_page(
 ) -> None:
     # Every minute: the first page's 100 fires end at the 100th minute, where two one-offs of
     # the same schedule wait too. They come after that fire, so on the page after it.
-    schedule = echo_schedule(world, cron="* * * * *", time_zone="UTC")
+    schedule = make_schedule(world.alpha, by=world.alice, cron="* * * * *", args={"message": "hi"})
     boundary = utcnow().replace(second=0, microsecond=0) + timedelta(minutes=100)
     alice = Actor.for_user(world.alice)
     one_offs = [run_now(schedule, alice, utcnow(), boundary).id for _ in range(2)]
@@ -176,7 +171,7 @@ def test_one_offs_at_a_page_boundary_of_next_runs_show_on_the_next_page(
 def test_a_cancelled_queued_run_is_never_leased_and_the_cancel_is_audited(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
-    schedule = echo_schedule(world)
+    schedule = make_schedule(world.alpha, by=world.alice, **MORNING)
     run = run_now(schedule, Actor.for_user(world.alice), utcnow())
     run_id = run.id
     panel = Panel(app, world.alice)
@@ -217,7 +212,7 @@ TTL = timedelta(seconds=30)
 def test_a_finished_run_is_refused_with_the_reason_and_others_get_403_and_404(
     app: Flask, world: World, status: str, reason: str
 ) -> None:
-    schedule = echo_schedule(world)
+    schedule = make_schedule(world.alpha, by=world.alice, **MORNING)
     finished = make_run(schedule, status)  # type: ignore[arg-type]
     db.session.commit()
     run_id = finished.id
@@ -256,7 +251,9 @@ def test_a_finished_run_is_refused_with_the_reason_and_others_get_403_and_404(
 def test_the_command_line_cancels_a_run_of_its_tenant(
     app: Flask, world: World, cli: FlaskCliRunner
 ) -> None:
-    run_id = run_now(echo_schedule(world), Actor.cli(), utcnow()).id
+    run_id = run_now(
+        make_schedule(world.alpha, by=world.alice, **MORNING), Actor.cli(), utcnow()
+    ).id
     other = cli.invoke(args=["schedule", "cancel-run", str(run_id), "--tenant", "beta"])
     assert (other.exit_code, other.stderr) == (1, f"Error: tenant 'beta' has no run {run_id}\n")
     done = cli.invoke(args=["schedule", "cancel-run", str(run_id), "--tenant", "alpha"])
@@ -268,7 +265,7 @@ def test_the_command_line_cancels_a_run_of_its_tenant(
 def test_a_run_asked_to_stop_before_its_job_began_ends_cancelled_and_is_no_failure(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
-    schedule = echo_schedule(world)
+    schedule = make_schedule(world.alpha, by=world.alice, **MORNING)
     schedule.consecutive_failures = 2
     db.session.commit()
     run_id = run_now(schedule, Actor.cli(), utcnow()).id
@@ -298,7 +295,7 @@ def test_a_run_asked_to_stop_before_its_job_began_ends_cancelled_and_is_no_failu
 def test_a_run_asked_to_stop_whose_worker_is_lost_ends_cancelled_not_run_again(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
-    schedule = echo_schedule(world)
+    schedule = make_schedule(world.alpha, by=world.alice, **MORNING)
     schedule.consecutive_failures = 1
     db.session.commit()
     asked, untouched = (run_now(schedule, Actor.cli(), utcnow()).id for _ in range(2))
@@ -328,7 +325,7 @@ def test_a_run_asked_to_stop_whose_worker_is_lost_ends_cancelled_not_run_again(
 def test_cancel_and_lease_at_the_same_instant_never_both_win(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
-    schedule = echo_schedule(world)
+    schedule = make_schedule(world.alpha, by=world.alice, **MORNING)
     ids = [run_now(schedule, Actor.cli(), utcnow()).id for _ in range(40)]
     worker = make_worker().id
     cancelled: list[int] = []

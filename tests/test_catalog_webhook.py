@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from tests.conftest import World
-from tests.scheduler_helpers import add_run, all_runs, execute_leased
+from tests.conftest import World, make_run
+from tests.scheduler_helpers import all_runs, execute_leased
 from tests.settings_support import reconfigure
 from webapp.catalog import (
     ArgsError,
@@ -30,7 +30,7 @@ from webapp.catalog import (
 )
 from webapp.catalog.webhook import Resolver, WebhookParams, WebhookRefused, webhook
 from webapp.extensions import db
-from webapp.models import Run, Worker
+from webapp.models import Run, Tenant, Worker
 from webapp.scheduler.leases import lease_once
 
 
@@ -548,12 +548,12 @@ def test_a_timeout_setting_that_is_not_positive_is_refused_before_any_request(
 # Through the worker: what is retried and what fails at once
 
 
-def run_webhook_once(app: Flask, tenant_id: int, **args: object) -> Run:
+def run_webhook_once(app: Flask, tenant: Tenant, **args: object) -> Run:
     """One attempt of an http.webhook run (three attempts allowed) leased and executed."""
     worker = Worker(hostname="test", pid=1, concurrency=1)
     db.session.add(worker)
     db.session.commit()
-    add_run(tenant_id, NOW, job="http.webhook", args=args, max_attempts=3)
+    make_run(tenant, scheduled_for=NOW, job="http.webhook", args=args, max_attempts=3)
     (leased,) = lease_once(db.session(), worker.id, NOW, timedelta(seconds=60), 1)
     execute_leased(leased, worker.id)
     (run,) = all_runs()
@@ -575,7 +575,7 @@ def test_a_4xx_answer_fails_at_once_but_5xx_408_and_429_are_retried(
     reconfigure(app, **LOOPBACK_ALLOWED)
     server.status = status
 
-    run = run_webhook_once(app, world.alpha.id, url=server.url())
+    run = run_webhook_once(app, world.alpha, url=server.url())
 
     (run_status, prefix) = outcome
     assert (run.status, run.attempt) == (run_status, 1)
@@ -587,11 +587,11 @@ def test_timeouts_and_refused_connections_are_retried(app: Flask, world: World) 
     reconfigure(app, **{**LOOPBACK_ALLOWED, "SCHEDULER_WEBHOOK_TIMEOUT": 0.05})
     with socket.create_server(("127.0.0.1", 0)) as silent:  # listens, never accepts
         port = silent.getsockname()[1]
-        timed_out = run_webhook_once(app, world.alpha.id, url=f"http://127.0.0.1:{port}/")
+        timed_out = run_webhook_once(app, world.alpha, url=f"http://127.0.0.1:{port}/")
     assert timed_out.status == "queued" and "timed out after 0.05 s" in (timed_out.error or "")
     db.session.delete(timed_out)
     db.session.commit()
-    refused = run_webhook_once(app, world.alpha.id, url=f"http://127.0.0.1:{port}/")  # closed
+    refused = run_webhook_once(app, world.alpha, url=f"http://127.0.0.1:{port}/")  # closed
     assert refused.status == "queued" and "Connection refused" in (refused.error or "")
 
 
@@ -600,7 +600,7 @@ def test_a_private_address_fails_the_run_at_once(
 ) -> None:
     reconfigure(app, SCHEDULER_WEBHOOK_ALLOWED_HOSTS=["127.0.0.1"])
 
-    run = run_webhook_once(app, world.alpha.id, url=server.url())
+    run = run_webhook_once(app, world.alpha, url=server.url())
 
     assert (run.status, run.attempt) == ("failed", 1)
     assert run.error is not None and run.error.startswith(
@@ -615,7 +615,7 @@ def test_a_host_no_longer_allowed_fails_the_run_at_once(
 ) -> None:
     reconfigure(app, SCHEDULER_WEBHOOK_ALLOWED_HOSTS=["hooks.example.com"])
 
-    run = run_webhook_once(app, world.alpha.id, url=server.url())
+    run = run_webhook_once(app, world.alpha, url=server.url())
 
     assert (run.status, run.attempt, run.error) == (
         "failed",

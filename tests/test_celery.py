@@ -20,10 +20,10 @@ import pytest
 from flask import Flask
 from sqlalchemy import func, select
 
-from tests.conftest import World
+from tests.conftest import World, make_run, make_schedule
 from tests.pg_cluster import free_port
 from tests.redis_support import RedisServer, redis_server
-from tests.scheduler_helpers import add_run, add_schedule, get_run
+from tests.scheduler_helpers import get_run
 from tests.worker_support import PROJECT, Workers, postgresql_only, wait_for
 from webapp.config import settings as settings_of
 from webapp.extensions import db
@@ -155,8 +155,8 @@ def test_a_due_schedule_fires_once_and_run_now_runs_in_the_celery_worker(
     from webapp.services.schedules import run_now
 
     now = datetime.now(UTC)
-    schedule = add_schedule(
-        world.alpha.id,
+    schedule = make_schedule(
+        world.alpha,
         "yearly",
         now - timedelta(seconds=1),
         cron="0 0 1 1 *",
@@ -195,9 +195,13 @@ def test_a_failing_job_is_retried_then_fails_and_a_job_over_its_timeout_times_ou
     settings: dict[str, str],
 ) -> None:
     now = datetime.now(UTC)
-    run = add_run(world.alpha.id, now, job="celery.flaky", args={}, max_attempts=2)
-    soft = add_run(world.alpha.id, now + timedelta(seconds=1), job="celery.stubborn", args={})
-    hard = add_run(world.alpha.id, now + timedelta(seconds=2), job="celery.unstoppable", args={})
+    run = make_run(world.alpha, scheduled_for=now, job="celery.flaky", args={}, max_attempts=2)
+    soft = make_run(
+        world.alpha, scheduled_for=now + timedelta(seconds=1), job="celery.stubborn", args={}
+    )
+    hard = make_run(
+        world.alpha, scheduled_for=now + timedelta(seconds=2), job="celery.unstoppable", args={}
+    )
     both_started(workers, celery_workers, settings)
     wait_for(
         lambda: all(get_run(r.id).status == "failed" for r in (run, soft, hard)),
@@ -223,8 +227,12 @@ def test_a_run_of_a_killed_celery_worker_is_finished_by_another_once(
     celery_workers: CeleryWorkers,
     settings: dict[str, str],
 ) -> None:
-    run = add_run(
-        world.alpha.id, datetime.now(UTC), job="demo.sleep", args={"seconds": 3}, max_attempts=2
+    run = make_run(
+        world.alpha,
+        scheduled_for=datetime.now(UTC),
+        job="demo.sleep",
+        args={"seconds": 3},
+        max_attempts=2,
     )
     first, first_row = both_started(workers, celery_workers, settings)
     wait_for(
@@ -254,14 +262,16 @@ def test_runs_queued_while_the_broker_is_down_complete_after_it_returns(
     settings: dict[str, str],
     redis_server: RedisServer,
 ) -> None:
-    before = add_run(world.alpha.id, datetime.now(UTC), args={"message": "before"})
+    before = make_run(world.alpha, scheduled_for=datetime.now(UTC), args={"message": "before"})
     both_started(workers, celery_workers, settings)
     wait_for(lambda: get_run(before.id).status == "succeeded", 20, "a run before the restart")
     redis_server.stop()
     try:
         now = datetime.now(UTC)
         runs = [
-            add_run(world.alpha.id, now + timedelta(milliseconds=n), args={"message": str(n)})
+            make_run(
+                world.alpha, scheduled_for=now + timedelta(milliseconds=n), args={"message": str(n)}
+            )
             for n in range(3)
         ]
         wait_for(lambda: "action=celery_send_failed" in workers.logs(), 20, "a send to be refused")
@@ -283,7 +293,7 @@ def test_runs_queued_while_the_broker_is_down_complete_after_it_returns(
 def test_a_worker_without_a_reachable_broker_says_so_once_and_loses_no_run(
     app: Flask, world: World, workers: Workers, settings: dict[str, str]
 ) -> None:
-    run = add_run(world.alpha.id, datetime.now(UTC), args={"message": "waits"})
+    run = make_run(world.alpha, scheduled_for=datetime.now(UTC), args={"message": "waits"})
     closed = f"redis://127.0.0.1:{free_port()}/0"
     worker = workers.start(**{**settings, "SCHEDULER_CELERY_BROKER_URL": closed})
     wait_for(lambda: "action=celery_send_failed" in workers.logs(), 30, "a send to be refused")
@@ -316,8 +326,8 @@ def test_a_dead_celery_fleet_raises_the_alarm_and_a_celery_worker_that_starts_cl
 ) -> None:
     alarm = {**settings, "SCHEDULER_OVERDUE_GRACE": "1"}
     now = datetime.now(UTC)
-    schedule = add_schedule(world.alpha.id, "yearly", now + timedelta(days=300), cron="0 0 1 1 *")
-    run = add_run(world.alpha.id, now, schedule_id=schedule.id, args={"message": "late"})
+    schedule = make_schedule(world.alpha, "yearly", now + timedelta(days=300), cron="0 0 1 1 *")
+    run = make_run(schedule, scheduled_for=now, args={"message": "late"})
     workers.start(**alarm)  # the sender; no Celery worker
     sent = f"action=run_sent run_id={run.id} "
     wait_for(lambda: workers.logs().count(sent) >= 2, 30, "the run to be sent, then again")

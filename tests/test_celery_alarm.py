@@ -15,8 +15,8 @@ from flask import Flask
 from flask.testing import FlaskCliRunner
 from sqlalchemy import select
 
-from tests.conftest import WorkerFactory, World, make_run
-from tests.panel_helpers import Panel, echo_schedule
+from tests.conftest import WorkerFactory, World, make_run, make_schedule
+from tests.panel_helpers import Panel
 from webapp.config import EXTENSION_KEY, settings
 from webapp.extensions import db
 from webapp.models import Notification, Run, Schedule, User, Worker
@@ -53,7 +53,7 @@ def operator(world: World, password_hash: str) -> User:
 def test_a_sent_run_no_celery_worker_takes_is_overdue_wherever_the_alarm_shows(
     app: Flask, world: World, make_worker: WorkerFactory, operator: User
 ) -> None:
-    schedule = echo_schedule(world.alpha, world.alice, "Report", "*/5 * * * *")
+    schedule = make_schedule(world.alpha, "Report", by=world.alice, cron="*/5 * * * *")
     schedule.notify_emails = ["ops@example.com"]
     sender = make_worker(kind="celery-sender", concurrency=1)
     stuck = sent_run(schedule, sender, 20)
@@ -101,7 +101,7 @@ def test_a_sent_run_no_celery_worker_takes_is_overdue_wherever_the_alarm_shows(
 def test_a_run_a_thread_worker_leased_and_has_no_slot_for_says_so(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
-    schedule = echo_schedule(world.alpha, world.alice, "Report", "*/5 * * * *")
+    schedule = make_schedule(world.alpha, "Report", by=world.alice, cron="*/5 * * * *")
     worker = make_worker(kind="thread", concurrency=1)
     held = sent_run(schedule, worker, 20)
     page = Panel(app, world.alice).get(f"/runs/{held.id}").get_data(as_text=True)
@@ -165,7 +165,7 @@ def test_health_fails_when_no_celery_worker_heartbeats_while_the_executor_is_cel
 def test_health_names_the_schedule_and_the_run_a_dead_fleet_leaves_waiting(
     app: Flask, world: World, make_worker: WorkerFactory, cli: FlaskCliRunner
 ) -> None:
-    schedule = echo_schedule(world.alpha, world.alice, "Report", "*/5 * * * *")
+    schedule = make_schedule(world.alpha, "Report", by=world.alice, cron="*/5 * * * *")
     sent_run(schedule, make_worker(kind="celery-sender"), 20)
     code, lines = health(cli)
     assert code == 1

@@ -4,14 +4,15 @@ operator's fires per minute over the next 24 hours, on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import html
+import itertools
 import re
 from datetime import UTC, date, datetime, time, timedelta
 
 import pytest
 from flask import Flask
 
-from tests.conftest import World, make_run
-from tests.panel_helpers import Panel, counted_statements, echo_schedule
+from tests.conftest import World, make_run, make_schedule
+from tests.panel_helpers import Panel, counted_statements
 from webapp.extensions import db
 from webapp.models import Run, RunRollup, Schedule, User
 from webapp.services.forecast import MINUTES, fires_per_minute
@@ -71,6 +72,18 @@ def test_a_day_without_a_value_breaks_the_line_in_two() -> None:
     assert len(chart.lines[0].markers) == 3
 
 
+def test_peak_labels_of_equal_bars_get_room_of_their_own_inside_the_picture() -> None:
+    # Every fifth minute fires alike: the first candidates are 5 minutes (units) apart.
+    values = [1 if i % 5 == 0 else 0 for i in range(1440)]
+    candidates = [(i, f"{i // 60:02}:{i % 60:02} UTC: 1 fire") for i in range(0, 1440, 5)]
+    chart = bar_chart(values, [], candidates, most_peaks=3)
+    assert len(chart.peaks) == 3
+    spans = sorted((peak.left, peak.right) for peak in chart.peaks)
+    assert all(one[1] < other[0] for one, other in itertools.pairwise(spans))
+    assert chart.peaks[0].anchor == "start" and chart.peaks[0].left == chart.peaks[0].x
+    assert all(chart.box.left <= left and right <= chart.box.plot_right for left, right in spans)
+
+
 def test_bars_leave_out_empty_minutes_and_the_tallest_reaches_the_top_tick() -> None:
     chart = bar_chart([0, 5, 0, 10], [(0, "00:00")], peaks=[(3, "00:03: 10")])
     assert chart.path.count("M") == 2
@@ -98,7 +111,7 @@ def timed_run(
 
 def history(app: Flask, world: World) -> tuple[Schedule, date]:
     """A schedule with a roll-up 10 days ago and runs today, yesterday and 40 days ago."""
-    schedule = echo_schedule(world.alpha, world.alice, "Charted job", "0 * * * *")
+    schedule = make_schedule(world.alpha, "Charted job", by=world.alice, cron="0 * * * *")
     today = datetime.now(UTC).date()
     db.session.add(
         RunRollup(
@@ -126,7 +139,7 @@ def history(app: Flask, world: World) -> tuple[Schedule, date]:
     # Outside the window: not counted.
     timed_run(schedule, "failed", at(today - timedelta(days=40)), 1, 1)
     # Another schedule's run the same day: not counted either.
-    other = echo_schedule(world.alpha, world.alice, "Other job", "0 * * * *")
+    other = make_schedule(world.alpha, "Other job", by=world.alice, cron="0 * * * *")
     timed_run(other, "failed", at(today, 30), 1, 1)
     db.session.commit()
     return schedule, today
@@ -215,7 +228,7 @@ def test_the_outcome_strip_tells_failure_days_apart_by_shape_and_symbol_not_colo
 def test_a_schedule_without_runs_says_so_instead_of_drawing_an_empty_chart(
     app: Flask, world: World
 ) -> None:
-    schedule = echo_schedule(world.alpha, world.alice, "Quiet job", "0 0 * * *")
+    schedule = make_schedule(world.alpha, "Quiet job", by=world.alice, cron="0 0 * * *")
     db.session.commit()
     page = Panel(app, world.alice).get(f"/schedules/{schedule.id}").get_data(as_text=True)
     assert "No runs in the last 30 days" in page
@@ -323,7 +336,7 @@ def test_the_fires_page_shows_the_midnight_herd_to_an_operator(app: Flask, world
     assert "the busiest minute is 00:00 UTC with 53 fires" in desc_of(chart)
     assert "00:00 UTC: 53 fires" in chart  # the peak's label on the chart
     table = page[page.index('id="busiest-minutes"') :]
-    first_row = re.search(r"<tr><td>([^<]*)</td><td>([^<]*)</td></tr>", table)
+    first_row = re.search(r"<tr><td[^>]*>([^<]*)</td><td[^>]*>([^<]*)</td></tr>", table)
     assert first_row and first_row.group(1).endswith("00:00 UTC") and first_row.group(2) == "53"
     assert "Times in UTC" in page
     assert "Approximate" not in page

@@ -14,12 +14,11 @@ from tests.browser_support import (
     PageErrors,
     log_in,
 )
-from tests.conftest import make_run
+from tests.conftest import make_run, make_schedule
 from webapp.extensions import db
 from webapp.models import RunRollup, User
 from webapp.services.accounts import find_tenant
 from webapp.services.audit import Actor
-from webapp.services.schedules import ScheduleInput, create_schedule
 
 pytestmark = pytest.mark.browser
 
@@ -30,18 +29,7 @@ def charted(live_panel: LiveServer) -> int:
     with live_panel.app.app_context():
         alice = db.session.scalars(select(User).where(User.email == "alice@example.com")).one()
         alice.is_operator = True
-        schedule = create_schedule(
-            find_tenant("alpha"),
-            ScheduleInput(
-                name="Charted",
-                job="demo.echo",
-                args={"message": "m"},
-                cron="0 0 * * *",
-                time_zone="UTC",
-            ),
-            Actor.for_user(alice),
-            datetime.now(UTC),
-        )
+        schedule = make_schedule(find_tenant("alpha"), "Charted", by=alice, cron="0 0 * * *")
         today = datetime.now(UTC).date()
         for days_ago in range(3, 20):
             db.session.add(
@@ -100,4 +88,44 @@ def test_the_fires_page_draws_the_next_24_hours_for_an_operator(
     box = chart.bounding_box()
     assert box and box["width"] > 400
     assert browser_page.locator("#busiest-minutes").get_by_text("00:00 UTC").is_visible()
+    assert errors.messages == []
+
+
+# What a pseudo-element ::before shows before each cell of a row: a card's labels at phone width.
+LABELS_BEFORE = """row => Array.from(row.querySelectorAll('td'))
+  .map(cell => getComputedStyle(cell, '::before').content)"""
+
+
+def test_the_fires_labels_never_overlap_and_stay_legible_on_a_phone(
+    live_panel: LiveServer, charted: int, new_page: Any, errors: PageErrors
+) -> None:
+    """Equal minutes (a `*/5` schedule) are labelled from the left: each label has room of its
+    own. On a phone the chart keeps a legible size and scrolls in its own box; the busiest
+    minutes' cards say what each figure is."""
+    with live_panel.app.app_context():
+        make_schedule(find_tenant("alpha"), "Every five", by=Actor.cli(), cron="*/5 * * * *")
+        db.session.remove()
+    page = new_page
+    log_in(page, live_panel, "alice@example.com")
+    page.goto(f"{live_panel.url}/operator/fires")
+    labels = page.locator("#fires-per-minute .chart-peaks text")
+    boxes = [labels.nth(n).bounding_box() for n in range(labels.count())]
+    assert len(boxes) == 3
+    for n, one in enumerate(boxes):
+        for other in boxes[n + 1 :]:
+            assert one and other
+            apart = one["x"] + one["width"] <= other["x"] or other["x"] + other["width"] <= one["x"]
+            assert apart, f"labels overlap: {one} and {other}"
+
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.reload()
+    chart = page.get_by_role("img", name="Fires per minute over the next 24 hours, UTC")
+    tick = page.locator("#fires-per-minute .chart-tick-labels text").first
+    tick_box, chart_box = tick.bounding_box(), chart.bounding_box()
+    assert tick_box and tick_box["height"] >= 9  # was 4 px: the chart shrank to the width
+    assert chart_box and chart_box["width"] >= 800
+    width = page.evaluate("document.documentElement.clientWidth")
+    assert page.evaluate("document.documentElement.scrollWidth") <= width  # the page does not
+    first = page.locator("#busiest-minutes tbody tr").first
+    assert first.evaluate(LABELS_BEFORE) == ['"Minute: "', '"Fires: "']
     assert errors.messages == []

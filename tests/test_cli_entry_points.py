@@ -19,9 +19,8 @@ from pathlib import Path
 import pytest
 from flask import Flask
 
-from tests.conftest import World
+from tests.conftest import World, make_run
 from tests.pg_cluster import free_port
-from tests.scheduler_helpers import add_run
 from webapp.extensions import db
 from webapp.models import Run
 
@@ -205,7 +204,7 @@ def test_scheduler_worker_is_one_command_under_three_names(tmp_path: Path) -> No
 def test_flask_scheduler_worker_burst_runs_what_is_due(
     app: Flask, world: World, database_url: str, tmp_path: Path
 ) -> None:
-    due = add_run(world.alpha.id, datetime(2026, 1, 1, tzinfo=UTC))
+    due = make_run(world.alpha, scheduled_for=datetime(2026, 1, 1, tzinfo=UTC))
     env = bare_environment(
         tmp_path, SECRET_KEY="k", DATABASE_URL=database_url, SCHEDULER_DEMO_JOBS="1"
     )

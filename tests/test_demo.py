@@ -8,7 +8,7 @@ from flask import Flask
 from flask.testing import FlaskCliRunner
 from sqlalchemy import func, select
 
-from tests.scheduler_helpers import add_schedule
+from tests.conftest import make_schedule
 from webapp import cron
 from webapp.config import settings
 from webapp.extensions import db
@@ -152,7 +152,7 @@ def test_demo_touches_nothing_else_when_other_work_is_waiting(cli: FlaskCliRunne
     stopped), the demo's schedules come without a history, and the other one is left to its
     worker."""
     overdue_since = datetime.now(UTC) - timedelta(hours=3)
-    other = add_schedule(None, "other-overdue", overdue_since)
+    other = make_schedule(None, "other-overdue", overdue_since)
     demo(cli)
     assert all_runs() == []
     db.session.refresh(other)

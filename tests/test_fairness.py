@@ -15,9 +15,8 @@ from flask.testing import FlaskCliRunner
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from tests.conftest import WorkerFactory, World
+from tests.conftest import WorkerFactory, World, make_run
 from tests.panel_helpers import Panel
-from tests.scheduler_helpers import add_run
 from tests.worker_support import Workers, postgresql_only, wait_for
 from webapp import create_app
 from webapp.config import ConfigError
@@ -52,9 +51,10 @@ def finish(run: Run) -> None:
     db.session.commit()
 
 
-def queue(tenant_id: int | None, count: int, minutes_ago: int = 10) -> list[Run]:
+def queue(tenant: Tenant | None, count: int, minutes_ago: int = 10) -> list[Run]:
     return [
-        add_run(tenant_id, NOW - timedelta(minutes=minutes_ago, seconds=n)) for n in range(count)
+        make_run(tenant, scheduled_for=NOW - timedelta(minutes=minutes_ago, seconds=n))
+        for n in range(count)
     ]
 
 
@@ -65,7 +65,7 @@ def test_a_lease_never_starts_more_than_the_tenants_cap(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     set_cap(world.alpha, 2)
-    queue(world.alpha.id, 5)
+    queue(world.alpha, 5)
     worker = make_worker().id
     first = lease(worker)
     assert [run.tenant_id for run in first] == [world.alpha.id] * 2
@@ -79,8 +79,8 @@ def test_the_default_cap_applies_to_tenants_without_their_own(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     set_cap(world.beta, 4)  # its own wins over the default
-    queue(world.alpha.id, 5)
-    queue(world.beta.id, 5)
+    queue(world.alpha, 5)
+    queue(world.beta, 5)
     queue(None, 5)  # system runs are never capped
     leased = lease(make_worker().id, limit=50, max_running=1)
     tenants = [run.tenant_id for run in leased]
@@ -94,11 +94,11 @@ def test_the_default_cap_applies_to_tenants_without_their_own(
 def test_a_cap_lowered_below_the_running_lets_them_finish(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
-    queue(world.alpha.id, 3)
+    queue(world.alpha, 3)
     worker = make_worker().id
     running = lease(worker)
     assert len(running) == 3  # no cap yet
-    queue(world.alpha.id, 2, minutes_ago=5)
+    queue(world.alpha, 2, minutes_ago=5)
     set_cap(world.alpha, 2)
     assert lease(worker) == []  # three running, cap two: they go on, nothing new starts
     finish(running[0])
@@ -115,7 +115,7 @@ def test_two_leases_at_once_never_exceed_the_cap(
     lock, the second would count no running run (it cannot see the first's) and take three
     more."""
     set_cap(world.alpha, 3)
-    queue(world.alpha.id, 10)
+    queue(world.alpha, 10)
     first_worker, second_worker = make_worker().id, make_worker().id
     with Session(db.engine) as first:
         held = runs.lease_runs(first, first_worker, NOW, TTL, 10)
@@ -143,8 +143,8 @@ def lease_in_new_session(app: Flask, worker: int) -> int:
 def test_a_small_tenant_starts_before_a_flooding_tenant_drains(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
-    queue(world.alpha.id, 40, minutes_ago=30)  # a backlog, older than everything of beta
-    small = queue(world.beta.id, 3, minutes_ago=1)
+    queue(world.alpha, 40, minutes_ago=30)  # a backlog, older than everything of beta
+    small = queue(world.beta, 3, minutes_ago=1)
     worker = make_worker().id
     started = [run.tenant_id for _ in range(6) for run in lease(worker, limit=1)]
     # One at a time, each held running: the tenants take turns (PostgreSQL: each lease's window
@@ -157,8 +157,8 @@ def test_a_small_tenant_starts_before_a_flooding_tenant_drains(
 def test_a_lease_takes_each_tenant_oldest_first_in_turns(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
-    alpha = queue(world.alpha.id, 5, minutes_ago=30)
-    beta = queue(world.beta.id, 2, minutes_ago=1)
+    alpha = queue(world.alpha, 5, minutes_ago=30)
+    beta = queue(world.beta, 2, minutes_ago=1)
     leased = lease(make_worker().id, limit=4)
     # Two each (their share of four), each tenant's oldest first.
     oldest_alpha = sorted(alpha, key=lambda run: run.available_at)[:2]
@@ -168,8 +168,8 @@ def test_a_lease_takes_each_tenant_oldest_first_in_turns(
 def test_a_tenant_alone_gets_the_whole_lease(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
-    queue(world.alpha.id, 8)
-    add_run(world.beta.id, NOW + timedelta(minutes=5))  # not available yet: not a turn
+    queue(world.alpha, 8)
+    make_run(world.beta, scheduled_for=NOW + timedelta(minutes=5))  # not available yet: not a turn
     assert len(lease(make_worker().id, limit=6)) == 6
 
 
@@ -179,7 +179,7 @@ def test_leases_take_turns_when_more_tenants_have_work_than_a_lease_takes(
     gamma = Tenant(slug="gamma", name="Gamma", time_zone="UTC")
     db.session.add(gamma)
     db.session.commit()
-    for tenant in (world.alpha.id, world.beta.id, gamma.id):
+    for tenant in (world.alpha, world.beta, gamma):
         queue(tenant, 10)
     worker = make_worker().id
     # Three tenants, two runs a lease, all held running: the tenant left out of one lease comes
@@ -193,8 +193,8 @@ def test_a_tenant_full_at_its_cap_does_not_hold_back_the_next(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     set_cap(world.alpha, 1)
-    queue(world.alpha.id, 5, minutes_ago=30)
-    queue(world.beta.id, 5, minutes_ago=1)
+    queue(world.alpha, 5, minutes_ago=30)
+    queue(world.beta, 5, minutes_ago=1)
     worker = make_worker().id
     assert [run.tenant_id for run in lease(worker, limit=1)] == [world.alpha.id]
     # alpha is at its cap: a lease of one goes on to beta, now and in the leases after.
@@ -213,8 +213,12 @@ def test_four_workers_never_run_more_than_the_cap(
     alpha = world.alpha.id  # read here: the sampler thread must not touch this session
     now = datetime.now(UTC)
     for n in range(8):
-        add_run(
-            world.alpha.id, now, job="demo.sleep", args={"seconds": 1.5}, idempotency_key=f"s{n}"
+        make_run(
+            world.alpha,
+            scheduled_for=now,
+            job="demo.sleep",
+            args={"seconds": 1.5},
+            idempotency_key=f"s{n}",
         )
     seen: list[int] = []
     stop = threading.Event()
@@ -261,7 +265,7 @@ def test_the_operator_and_the_tenant_see_the_cap(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     set_cap(world.alpha, 3)
-    queue(world.alpha.id, 2)
+    queue(world.alpha, 2)
     lease(make_worker().id)
     world.alice.is_operator = True  # alice is also alpha's admin
     db.session.commit()

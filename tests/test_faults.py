@@ -16,12 +16,12 @@ from flask import Flask
 from sqlalchemy import func, or_, select
 from sqlalchemy.engine import make_url
 
-from tests.conftest import World
-from tests.scheduler_helpers import add_run, all_runs, get_run
+from tests.conftest import World, make_run
+from tests.scheduler_helpers import all_runs, get_run
 from tests.worker_support import Workers, one_at_a_time, postgresql_only, wait_for
 from webapp.database import database_now
 from webapp.extensions import db
-from webapp.models import Run, Schedule, Worker
+from webapp.models import Run, Schedule, Tenant, Worker
 from webapp.scheduler.leases import reap_once
 from webapp.scheduler.runs import LOST_ERROR
 
@@ -90,13 +90,13 @@ def assert_every_fire_recorded_once(first_due: datetime, advanced_past: datetime
     return int(total or 0)
 
 
-def add_sleeps(tenant_id: int, seconds: float, count: int, max_attempts: int = 2) -> list[int]:
+def add_sleeps(tenant: Tenant, seconds: float, count: int, max_attempts: int = 2) -> list[int]:
     """`count` queued demo.sleep runs, due since 2026."""
     since = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=len(all_runs()))
     return [
-        add_run(
-            tenant_id,
-            since + timedelta(seconds=n),
+        make_run(
+            tenant,
+            scheduled_for=since + timedelta(seconds=n),
             job="demo.sleep",
             args={"seconds": seconds},
             max_attempts=max_attempts,
@@ -178,7 +178,7 @@ def test_a_tick_longer_than_the_lock_ttl_does_not_let_its_workers_leases_expire(
     batch (seconds) with a 1 s lock TTL, while another reaper (the test, calling the workers'
     reap step) reaps all along: the worker renews its lease between batches, so the sleep is
     never taken back and succeeds at its first attempt."""
-    (run,) = add_sleeps(world.alpha.id, 6, 1, max_attempts=1)
+    (run,) = add_sleeps(world.alpha, 6, 1, max_attempts=1)
     add_minutely_backlog(world.alpha.id, count=1000, fires=2)
     process = workers.start(SCHEDULER_BATCH_SIZE="1", SCHEDULER_LOCK_TTL="1")
     wait_for(lambda: get_run(run).status == "running", 60, "the worker to start the sleep")
@@ -210,8 +210,8 @@ def test_kill_9_during_runs_hands_them_to_another_worker_as_their_next_attempt(
             )
         )
 
-    long_runs = add_sleeps(world.alpha.id, 20, 3)
-    short_runs = add_sleeps(world.alpha.id, 1, 3)  # written now: SQLite has no live writer yet
+    long_runs = add_sleeps(world.alpha, 20, 3)
+    short_runs = add_sleeps(world.alpha, 1, 3)  # written now: SQLite has no live writer yet
     settings = {"SCHEDULER_LOCK_TTL": "2"}
     first = workers.start("--concurrency", "3", **settings)
     wait_for(lambda: db.session.scalar(select(Worker.id)), 30, "worker A to register")
@@ -281,7 +281,7 @@ def test_terminating_every_connection_in_a_loop_loses_and_repeats_no_fire(
     short sleeps, while every other backend is terminated 4 times a second for 8 s."""
     tenant_id = world.alpha.id
     first_due = add_minutely_backlog(tenant_id, count=200, fires=10)
-    sleeps = add_sleeps(tenant_id, 0.5, 6)
+    sleeps = add_sleeps(world.alpha, 0.5, 6)
     db.session.commit()
     db.session.close()  # the test's own connection is terminated too: nothing may be open on it
     started = datetime.now(UTC)
@@ -303,7 +303,9 @@ def test_terminating_every_connection_in_a_loop_loses_and_repeats_no_fire(
     assert all(process.poll() is None for process in processes), workers.logs()
     assert "database_unavailable" in workers.logs()
     # Still working afterwards: they fire and run whatever is left, and a new run.
-    after = add_run(tenant_id, datetime(2026, 1, 2, tzinfo=UTC)).id
+    after = make_run(
+        db.session.get(Tenant, tenant_id), scheduled_for=datetime(2026, 1, 2, tzinfo=UTC)
+    ).id
     wait_for(
         lambda: nothing_due_or_unfinished(started), 90, "every fire recorded and every run ended"
     )

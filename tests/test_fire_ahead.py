@@ -7,21 +7,15 @@ import json
 import threading
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from flask import Flask
 from sqlalchemy import event, select
 from sqlalchemy.orm import Session
 
-from tests.conftest import WorkerFactory, World
-from tests.scheduler_helpers import (
-    add_run,
-    add_schedule,
-    all_runs,
-    catalog,
-    execute_leased,
-    settings,
-)
+from tests.conftest import WorkerFactory, World, make_run, make_schedule
+from tests.scheduler_helpers import all_runs, catalog, execute_leased, settings
 from tests.worker_support import Workers, postgresql_only, wait_for
 from webapp.config import ConfigError, load_settings
 from webapp.database import utcnow, write_transaction
@@ -52,8 +46,8 @@ def run_tick(now: datetime) -> TickResult:
     return tick(db.session(), catalog(), settings(fire_ahead=AHEAD), now)
 
 
-def hourly(world: World, fire: datetime, **fields: object) -> Schedule:
-    return add_schedule(world.alpha.id, "hourly", fire, **fields)
+def hourly(world: World, fire: datetime, **fields: Any) -> Schedule:
+    return make_schedule(world.alpha, "hourly", fire, **fields)
 
 
 def next_run_at(schedule_id: int) -> datetime | None:
@@ -179,8 +173,12 @@ def test_a_schedule_that_pauses_itself_takes_its_next_run_back(
     fire = next_hour()
     schedule = hourly(world, fire, pause_after_failures=1)
     run_tick(fire - timedelta(seconds=5))
-    failing = add_run(
-        world.alpha.id, utcnow(), schedule_id=schedule.id, job="demo.fail", args={"message": "x"}
+    failing = make_run(
+        world.alpha,
+        scheduled_for=utcnow(),
+        schedule_id=schedule.id,
+        job="demo.fail",
+        args={"message": "x"},
     )
     worker = make_worker().id
     (leased,) = lease_once(db.session(), worker, None, TTL, 1)
@@ -271,7 +269,7 @@ def test_a_real_worker_queues_the_fire_ahead_and_starts_it_at_its_time(
     wait_for(lambda: "action=worker_started" in log.read_text(), 60, "the worker to start")
     fire = (utcnow() + timedelta(seconds=10)).replace(microsecond=0)
     with write_transaction(db.session):  # SQLite: wait for the worker's write lock
-        schedule = add_schedule(world.alpha.id, "soon", fire, cron="0 0 1 1 *")
+        schedule = make_schedule(world.alpha, "soon", fire, cron="0 0 1 1 *")
 
     def status() -> str | None:
         return db.session.scalar(select(Run.status).where(Run.schedule_id == schedule.id))

@@ -12,9 +12,8 @@ from flask import Flask
 from flask.testing import FlaskCliRunner
 from flask_migrate import downgrade
 
-from tests.conftest import WorkerFactory, World, migrated_app
+from tests.conftest import WorkerFactory, World, make_schedule, migrated_app
 from tests.pg_cluster import free_port
-from tests.scheduler_helpers import add_schedule
 
 PASSWORD = "pa55-w0rd-never-shown"
 # The newest migration and the one before it, as the files name them.
@@ -90,7 +89,7 @@ def test_health_passes_with_a_fresh_heartbeat_and_nothing_overdue(
     app: Flask, world: World, cli: FlaskCliRunner, make_worker: WorkerFactory
 ) -> None:
     worker = make_worker(hostname="host-a", last_heartbeat_at=seconds_ago(5))
-    add_schedule(world.alpha.id, "hourly", datetime.now(UTC) + timedelta(minutes=30))
+    make_schedule(world.alpha, "hourly", datetime.now(UTC) + timedelta(minutes=30))
     result = cli.invoke(args=["scheduler", "health"])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
@@ -116,9 +115,9 @@ def test_health_fails_on_a_schedule_overdue_beyond_the_grace(
     app: Flask, world: World, cli: FlaskCliRunner, make_worker: WorkerFactory
 ) -> None:
     make_worker()
-    add_schedule(world.alpha.id, "nightly", datetime.now(UTC) - timedelta(minutes=12, seconds=5))
-    add_schedule(world.beta.id, "recent", datetime.now(UTC) - timedelta(minutes=6))
-    add_schedule(world.beta.id, "within-grace", datetime.now(UTC) - timedelta(minutes=2))
+    make_schedule(world.alpha, "nightly", datetime.now(UTC) - timedelta(minutes=12, seconds=5))
+    make_schedule(world.beta, "recent", datetime.now(UTC) - timedelta(minutes=6))
+    make_schedule(world.beta, "within-grace", datetime.now(UTC) - timedelta(minutes=2))
     result = cli.invoke(args=["scheduler", "health"])
     assert result.exit_code == 1
     assert (

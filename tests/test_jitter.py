@@ -18,9 +18,9 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
 from tests.api_helpers import NEW, Api, problem_fields
-from tests.conftest import WorkerFactory, World
+from tests.conftest import WorkerFactory, World, make_schedule
 from tests.panel_helpers import Panel
-from tests.scheduler_helpers import add_schedule, all_runs, catalog, settings
+from tests.scheduler_helpers import all_runs, catalog, settings
 from webapp import cron
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule, Tenant
@@ -28,7 +28,7 @@ from webapp.scheduler.jitter import available_at, effective_jitter, jitter_limit
 from webapp.scheduler.leases import lease_once, reap_once
 from webapp.scheduler.tick import tick
 from webapp.services.audit import Actor
-from webapp.services.schedules import ScheduleInput, create_schedule, run_now
+from webapp.services.schedules import run_now
 from webapp.services.schema import ScheduleError
 
 FIRE = datetime(2026, 3, 7, 12, tzinfo=UTC)
@@ -46,14 +46,6 @@ def run_tick(now: datetime = FIRE) -> None:
 
 def runs_of(schedule_id: int) -> list[Run]:
     return [run for run in all_runs() if run.schedule_id == schedule_id]
-
-
-def new_schedule(world: World, **fields: object) -> Schedule:
-    data = ScheduleInput(
-        name="Spread", job="demo.echo", args={"message": "m"}, cron="0 * * * *", time_zone="UTC"
-    )
-    data.update(fields)  # type: ignore[typeddict-item]
-    return create_schedule(world.alpha, data, Actor.for_user(world.alice), FIRE)
 
 
 # --- The spread itself (pure) ----------------------------------------------------------------
@@ -93,7 +85,7 @@ def test_the_bound_is_half_the_shortest_interval_and_an_hour_at_most() -> None:
 
 
 def test_the_tick_spreads_the_start_and_keeps_the_fire_time(app: Flask, world: World) -> None:
-    schedule = add_schedule(world.alpha.id, "spread", FIRE, jitter_seconds=90)
+    schedule = make_schedule(world.alpha, "spread", FIRE, jitter_seconds=90)
     run_tick()
     (run,) = runs_of(schedule.id)
     assert run.scheduled_for == FIRE
@@ -103,7 +95,7 @@ def test_the_tick_spreads_the_start_and_keeps_the_fire_time(app: Flask, world: W
 
 
 def test_a_second_tick_computes_the_same_instant(app: Flask, world: World) -> None:
-    schedule = add_schedule(world.alpha.id, "again", FIRE, jitter_seconds=3600)
+    schedule = make_schedule(world.alpha, "again", FIRE, jitter_seconds=3600)
     run_tick()
     (first,) = runs_of(schedule.id)
     instant = first.available_at
@@ -118,7 +110,7 @@ def test_a_second_tick_computes_the_same_instant(app: Flask, world: World) -> No
 
 
 def test_the_duplicate_fire_is_still_refused(app: Flask, world: World) -> None:
-    schedule = add_schedule(world.alpha.id, "twice", FIRE, jitter_seconds=600)
+    schedule = make_schedule(world.alpha, "twice", FIRE, jitter_seconds=600)
     run_tick()
     db.session.execute(update(Schedule).values(next_run_at=FIRE))  # a worker racing for it
     db.session.commit()
@@ -148,12 +140,10 @@ def test_the_tenant_default_applies_capped_and_a_schedules_zero_wins(
 ) -> None:
     world.alpha.jitter_seconds = 3600
     db.session.commit()
-    frequent = [
-        add_schedule(world.alpha.id, f"two-{n}", FIRE, cron="*/2 * * * *") for n in range(40)
-    ]
-    daily = add_schedule(world.alpha.id, "daily", FIRE, cron="0 12 * * *")
-    none = add_schedule(world.alpha.id, "none", FIRE, cron="0 12 * * *", jitter_seconds=0)
-    beta = add_schedule(world.beta.id, "beta", FIRE, cron="0 12 * * *")
+    frequent = [make_schedule(world.alpha, f"two-{n}", FIRE, cron="*/2 * * * *") for n in range(40)]
+    daily = make_schedule(world.alpha, "daily", FIRE, cron="0 12 * * *")
+    none = make_schedule(world.alpha, "none", FIRE, cron="0 12 * * *", jitter_seconds=0)
+    beta = make_schedule(world.beta, "beta", FIRE, cron="0 12 * * *")
     run_tick()
     delays = [(runs_of(s.id)[0].available_at - FIRE).total_seconds() for s in frequent]
     assert max(delays) <= 60 and len(set(delays)) > 10  # half of 2 minutes, spread
@@ -165,8 +155,8 @@ def test_the_tenant_default_applies_capped_and_a_schedules_zero_wins(
 
 
 def test_catch_up_runs_keep_their_fire_times(app: Flask, world: World) -> None:
-    schedule = add_schedule(
-        world.alpha.id, "behind", FIRE - timedelta(hours=3), misfire_policy="fire_all",
+    schedule = make_schedule(
+        world.alpha, "behind", FIRE - timedelta(hours=3), misfire_policy="fire_all",
         jitter_seconds=1200,
     )  # fmt: skip
     now = FIRE + timedelta(seconds=5)
@@ -181,7 +171,7 @@ def test_catch_up_runs_keep_their_fire_times(app: Flask, world: World) -> None:
 
 
 def test_run_now_is_not_jittered(app: Flask, world: World) -> None:
-    schedule = new_schedule(world, jitter_seconds=1800)
+    schedule = make_schedule(world.alpha, "Spread", by=world.alice, now=FIRE, jitter_seconds=1800)
     run = run_now(schedule, Actor.for_user(world.alice), FIRE)
     assert (run.trigger, run.available_at) == ("manual", FIRE)
 
@@ -195,13 +185,22 @@ def test_the_bounds_are_checked_with_the_rule_stated(app: Flask, world: World) -
         (3601, "must be 0 to 3600 s, not 3601"),
     ):
         with pytest.raises(ScheduleError) as refused:
-            new_schedule(world, cron="@daily", jitter_seconds=bad)
+            make_schedule(
+                world.alpha, "Spread", by=world.alice, now=FIRE, cron="@daily", jitter_seconds=bad
+            )
         assert refused.value.errors == {"jitter_seconds": message}
     with pytest.raises(ScheduleError) as refused:
-        new_schedule(world, cron="*/5 * * * *", jitter_seconds=151)
+        make_schedule(
+            world.alpha, "Spread", by=world.alice, now=FIRE, cron="*/5 * * * *", jitter_seconds=151
+        )
     assert refused.value.errors == {"jitter_seconds": f"{RULE_5_MIN}, not 151"}
     assert db.session.scalars(select(Schedule)).all() == []
-    assert new_schedule(world, cron="*/5 * * * *", jitter_seconds=150).jitter_seconds == 150
+    assert (
+        make_schedule(
+            world.alpha, "Spread", by=world.alice, now=FIRE, cron="*/5 * * * *", jitter_seconds=150
+        ).jitter_seconds
+        == 150
+    )
 
 
 FORM = {
@@ -289,7 +288,7 @@ def test_the_preview_says_how_late_a_run_may_start(app: Flask, world: World) -> 
 
 
 def test_the_run_page_shows_the_jitter_beside_the_fire_time(app: Flask, world: World) -> None:
-    schedule = add_schedule(world.alpha.id, "shown", FIRE, jitter_seconds=3600)
+    schedule = make_schedule(world.alpha, "shown", FIRE, jitter_seconds=3600)
     run_tick()
     (run,) = runs_of(schedule.id)
     delay = int((run.available_at - FIRE).total_seconds())
@@ -302,7 +301,7 @@ def test_the_run_page_shows_the_jitter_beside_the_fire_time(app: Flask, world: W
 def test_a_jittered_run_taken_back_unstarted_shows_the_same_jitter(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
-    schedule = add_schedule(world.alpha.id, "taken-back", FIRE, jitter_seconds=3600)
+    schedule = make_schedule(world.alpha, "taken-back", FIRE, jitter_seconds=3600)
     run_tick()
     (run,) = runs_of(schedule.id)
     delay = int((run.available_at - FIRE).total_seconds())

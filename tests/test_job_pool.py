@@ -17,8 +17,8 @@ from flask import Flask
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from tests.conftest import WorkerFactory, World
-from tests.scheduler_helpers import add_run, get_run, leased_run
+from tests.conftest import WorkerFactory, World, make_run
+from tests.scheduler_helpers import get_run, leased_run
 from webapp import config
 from webapp.catalog import build_catalog
 from webapp.extensions import db
@@ -135,9 +135,9 @@ def test_renewal_that_finds_a_lease_lost_drops_the_run(
     """Two runs leased 30 s apart; a reaper takes back the older one while this worker could not
     renew. The renewal's own answer tells the pool: the lost run is dropped, never started."""
     worker = make_worker().id
-    lost = add_run(world.alpha.id, NOW, args={"message": "lost"}, max_attempts=2)
+    lost = make_run(world.alpha, scheduled_for=NOW, args={"message": "lost"}, max_attempts=2)
     (leased_lost,) = lease_once(db.session(), worker, NOW, TTL, 1)
-    kept = add_run(world.alpha.id, NOW, args={"message": "kept"})
+    kept = make_run(world.alpha, scheduled_for=NOW, args={"message": "kept"})
     (leased_kept,) = lease_once(db.session(), worker, NOW + timedelta(seconds=30), TTL, 1)
     idle_pool.submit([leased_lost, leased_kept], lease_deadline=106.0, now=100.0)
     assert reap_once(db.session(), NOW + TTL + timedelta(seconds=1)) == 1
@@ -205,7 +205,7 @@ def test_outcomes_are_kept_across_a_failed_store_and_stored_after(
     worker.register()
     assert worker.worker_id is not None
     worker.pool = idle_pool
-    run = add_run(world.alpha.id, NOW, args={"message": "finished"})
+    run = make_run(world.alpha, scheduled_for=NOW, args={"message": "finished"})
     (leased,) = lease_once(db.session(), worker.worker_id, NOW, TTL, 1)
     idle_pool.submit([leased], lease_deadline=math.inf, now=0.0)
     slot = idle_pool.slots[0]

@@ -11,15 +11,8 @@ import pytest
 from flask import Flask
 from sqlalchemy import select
 
-from tests.conftest import WorkerFactory, World
-from tests.scheduler_helpers import (
-    add_run,
-    add_schedule,
-    all_runs,
-    execute_leased,
-    get_run,
-    lease_and_start,
-)
+from tests.conftest import WorkerFactory, World, make_run, make_schedule
+from tests.scheduler_helpers import all_runs, execute_leased, get_run, lease_and_start
 from webapp.catalog.current import current_catalog
 from webapp.database import utcnow
 from webapp.extensions import db
@@ -49,8 +42,8 @@ def test_lease_takes_available_runs_only(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     worker = make_worker().id
-    ready = add_run(world.alpha.id, NOW - timedelta(seconds=1))
-    add_run(world.alpha.id, NOW + timedelta(minutes=5))  # a run requested for later
+    ready = make_run(world.alpha, scheduled_for=NOW - timedelta(seconds=1))
+    make_run(world.alpha, scheduled_for=NOW + timedelta(minutes=5))  # a run requested for later
     assert [run.id for run in lease_once(db.session(), worker, NOW, TTL, 10)] == [ready.id]
     run = get_run(ready.id)
     assert (run.status, run.worker_id, run.attempt, run.started_at, run.locked_until) == (
@@ -67,7 +60,7 @@ def test_lease_respects_the_limit_oldest_first(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     worker = make_worker().id
-    runs = [add_run(world.alpha.id, NOW - timedelta(minutes=n)) for n in range(3)]
+    runs = [make_run(world.alpha, scheduled_for=NOW - timedelta(minutes=n)) for n in range(3)]
     assert lease(worker, limit=2) == sorted([runs[2].id, runs[1].id])
 
 
@@ -75,7 +68,7 @@ def test_a_run_succeeds_with_its_output(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     worker = make_worker().id
-    add_run(world.alpha.id, NOW, args={"message": "<b>hello</b>"})
+    make_run(world.alpha, scheduled_for=NOW, args={"message": "<b>hello</b>"})
     (run,) = run_leased(worker)
     assert (run.status, run.output, run.error, run.locked_until) == (
         "succeeded",
@@ -91,7 +84,7 @@ def test_a_failing_job_records_its_error_and_traceback(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     worker = make_worker().id
-    add_run(world.alpha.id, NOW, job="demo.fail", args={"message": "disk full"})
+    make_run(world.alpha, scheduled_for=NOW, job="demo.fail", args={"message": "disk full"})
     (run,) = run_leased(worker)
     assert run.status == "failed"
     # Tenants: the type, the message and the job's own frame, by module name (no file path).
@@ -110,7 +103,7 @@ def test_a_failed_run_is_logged_with_its_full_traceback(
     app: Flask, world: World, caplog: pytest.LogCaptureFixture, make_worker: WorkerFactory
 ) -> None:
     worker = make_worker().id
-    add_run(world.alpha.id, NOW, job="demo.fail", args={"message": "disk full"})
+    make_run(world.alpha, scheduled_for=NOW, job="demo.fail", args={"message": "disk full"})
     with caplog.at_level(logging.INFO, logger="webapp.scheduler"):
         (run,) = run_leased(worker)
     (record,) = [r for r in caplog.records if getattr(r, "action", None) == "run_failed"]
@@ -123,7 +116,9 @@ def test_a_failed_attempt_is_retried_with_backoff(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     worker = make_worker().id
-    add_run(world.alpha.id, NOW, job="demo.fail", args={"message": "flaky"}, max_attempts=3)
+    make_run(
+        world.alpha, scheduled_for=NOW, job="demo.fail", args={"message": "flaky"}, max_attempts=3
+    )
     before = utcnow()
     (run,) = run_leased(worker)
     assert (run.status, run.attempt, run.worker_id) == ("queued", 1, None)
@@ -136,8 +131,8 @@ def test_one_failing_job_does_not_stop_the_others(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     worker = make_worker().id
-    add_run(world.alpha.id, NOW, job="demo.fail", args={"message": "boom"})
-    add_run(world.alpha.id, NOW, args={"message": "still here"})
+    make_run(world.alpha, scheduled_for=NOW, job="demo.fail", args={"message": "boom"})
+    make_run(world.alpha, scheduled_for=NOW, args={"message": "still here"})
     assert sorted(run.status for run in run_leased(worker)) == ["failed", "succeeded"]
 
 
@@ -145,7 +140,7 @@ def test_a_job_name_outside_the_catalog_fails_the_run(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     worker = make_worker().id
-    add_run(world.alpha.id, NOW, job="os.system", args={"command": "rm -rf /"})
+    make_run(world.alpha, scheduled_for=NOW, job="os.system", args={"command": "rm -rf /"})
     (run,) = run_leased(worker)
     assert (run.status, run.error) == ("failed", "job 'os.system' is not in the catalog")
 
@@ -154,7 +149,7 @@ def test_args_are_validated_again_before_execution(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     worker = make_worker().id
-    add_run(world.alpha.id, NOW, args={"message": 42})
+    make_run(world.alpha, scheduled_for=NOW, args={"message": 42})
     (run,) = run_leased(worker)
     assert run.status == "failed"
     assert run.error is not None and "args.message: Input should be a valid string" in run.error
@@ -164,7 +159,7 @@ def test_stored_arguments_over_the_size_limits_fail_the_run_at_once(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     worker = make_worker().id
-    add_run(world.alpha.id, NOW, args={"message": "x" * 5000}, max_attempts=3)
+    make_run(world.alpha, scheduled_for=NOW, args={"message": "x" * 5000}, max_attempts=3)
     (run,) = run_leased(worker)
     assert (run.status, run.attempt, run.error) == (
         "failed",
@@ -178,8 +173,10 @@ def test_the_reaper_requeues_an_expired_lease_and_fails_a_spent_one(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     worker = make_worker().id
-    retryable = add_run(world.alpha.id, NOW, job="demo.sleep", args={"seconds": 1}, max_attempts=2)
-    spent = add_run(world.alpha.id, NOW, job="demo.sleep", args={"seconds": 1})
+    retryable = make_run(
+        world.alpha, scheduled_for=NOW, job="demo.sleep", args={"seconds": 1}, max_attempts=2
+    )
+    spent = make_run(world.alpha, scheduled_for=NOW, job="demo.sleep", args={"seconds": 1})
     lease(worker)
     assert reap_once(db.session(), NOW + TTL - timedelta(seconds=1)) == 0
     assert reap_once(db.session(), NOW + TTL + timedelta(seconds=1)) == 2
@@ -199,7 +196,7 @@ def test_a_renewed_lease_does_not_expire(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     worker = make_worker().id
-    run = add_run(world.alpha.id, NOW, job="demo.sleep", args={"seconds": 1})
+    run = make_run(world.alpha, scheduled_for=NOW, job="demo.sleep", args={"seconds": 1})
     lease(worker)
     renew_leases(db.session(), worker, [run.id], NOW + timedelta(seconds=50), TTL)
     assert reap_once(db.session(), NOW + TTL + timedelta(seconds=1)) == 0
@@ -209,7 +206,7 @@ def test_shutdown_returns_unfinished_runs_without_spending_an_attempt(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     worker = make_worker().id
-    run = add_run(world.alpha.id, NOW, job="demo.sleep", args={"seconds": 1})
+    run = make_run(world.alpha, scheduled_for=NOW, job="demo.sleep", args={"seconds": 1})
     lease(worker)
     assert release_leases(db.session(), worker, [run.id]) == 1
     (released,) = all_runs()
@@ -221,7 +218,7 @@ def test_an_outcome_is_dropped_once_another_worker_holds_the_run(
     app: Flask, world: World, caplog: pytest.LogCaptureFixture, make_worker: WorkerFactory
 ) -> None:
     first = make_worker().id
-    add_run(world.alpha.id, NOW, args={"message": "late"}, max_attempts=2)
+    make_run(world.alpha, scheduled_for=NOW, args={"message": "late"}, max_attempts=2)
     (leased,) = lease_and_start(first, NOW, TTL)
     reap_once(db.session(), NOW + TTL * 2)
     second = make_worker().id
@@ -239,8 +236,12 @@ def test_a_system_job_gets_the_database(
 ) -> None:
     worker = make_worker().id
     old = utcnow() - timedelta(days=400)
-    add_run(world.alpha.id, old, status="succeeded", finished_at=old, idempotency_key="old")
-    add_run(None, NOW, job="maintenance.prune_runs", args={}, idempotency_key="prune")
+    make_run(
+        world.alpha, scheduled_for=old, status="succeeded", finished_at=old, idempotency_key="old"
+    )
+    make_run(
+        None, scheduled_for=NOW, job="maintenance.prune_runs", args={}, idempotency_key="prune"
+    )
     run_leased(worker)
     runs = all_runs()
     assert [r.idempotency_key for r in runs] == ["prune"]
@@ -251,7 +252,7 @@ def test_a_scheduled_run_tells_the_job_its_fire_time(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     worker = make_worker().id
-    schedule = add_schedule(world.alpha.id, "hourly", NOW)
+    schedule = make_schedule(world.alpha, "hourly", NOW)
     from tests.test_tick import run_tick
 
     run_tick(NOW + timedelta(seconds=1))
@@ -266,8 +267,10 @@ def test_a_job_whose_scope_does_not_match_its_run_fails(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     worker = make_worker().id
-    add_run(world.alpha.id, NOW, job="maintenance.prune_runs", args={}, idempotency_key="t")
-    add_run(None, NOW, job="demo.echo", args={"message": "x"}, idempotency_key="s")
+    make_run(
+        world.alpha, scheduled_for=NOW, job="maintenance.prune_runs", args={}, idempotency_key="t"
+    )
+    make_run(None, scheduled_for=NOW, job="demo.echo", args={"message": "x"}, idempotency_key="s")
     runs = {run.idempotency_key: run for run in run_leased(worker)}
     assert (runs["t"].status, runs["t"].error) == (
         "failed",
@@ -285,7 +288,7 @@ def test_an_outcome_is_stored_when_a_reaper_took_the_run_back_and_nobody_leased_
     """The worker could not renew (the database was down) and a reaper queued the run again;
     the job had finished meanwhile. Its real outcome is stored: the job does not run twice."""
     worker = make_worker().id
-    run = add_run(world.alpha.id, NOW, args={"message": "done"}, max_attempts=2)
+    run = make_run(world.alpha, scheduled_for=NOW, args={"message": "done"}, max_attempts=2)
     (leased,) = lease_and_start(worker, NOW, TTL)
     assert reap_once(db.session(), NOW + TTL * 2) == 1
     with caplog.at_level(logging.INFO, logger="webapp.scheduler"):
@@ -306,7 +309,8 @@ def test_a_job_that_succeeded_is_not_recorded_as_worker_lost(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     worker = make_worker().id
-    run = add_run(world.alpha.id, NOW, args={"message": "done"})  # one attempt: reaped = failed
+    # One attempt: reaped = failed.
+    run = make_run(world.alpha, scheduled_for=NOW, args={"message": "done"})
     (leased,) = lease_and_start(worker, NOW, TTL)
     reap_once(db.session(), NOW + TTL * 2)
     assert get_run(run.id).error == "worker lost: the worker running it stopped renewing its lease"
@@ -319,9 +323,9 @@ def test_renewal_returns_the_leases_still_held(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     worker = make_worker().id
-    taken = add_run(world.alpha.id, NOW, max_attempts=2)
+    taken = make_run(world.alpha, scheduled_for=NOW, max_attempts=2)
     lease(worker)
-    held = add_run(world.alpha.id, NOW)
+    held = make_run(world.alpha, scheduled_for=NOW)
     lease(worker, NOW + timedelta(seconds=30))
     reap_once(db.session(), NOW + TTL + timedelta(seconds=1))
     renewed = renew_leases(db.session(), worker, [taken.id, held.id], NOW + TTL * 1.1, TTL)
@@ -330,7 +334,9 @@ def test_renewal_returns_the_leases_still_held(
 
 def expired_lease_of_another_worker(world: World, make_worker: WorkerFactory) -> int:
     """A run whose lease expired an hour ago: its worker may be reconnecting as we speak."""
-    run = add_run(world.alpha.id, NOW, job="demo.sleep", args={"seconds": 1}, max_attempts=2)
+    run = make_run(
+        world.alpha, scheduled_for=NOW, job="demo.sleep", args={"seconds": 1}, max_attempts=2
+    )
     lease_once(db.session(), make_worker().id, utcnow() - timedelta(hours=1), TTL, 1)
     return run.id
 

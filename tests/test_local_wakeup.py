@@ -13,8 +13,8 @@ import pytest
 from flask import Flask
 from sqlalchemy import func, select
 
-from tests.conftest import World
-from tests.panel_helpers import Panel, echo_schedule
+from tests.conftest import World, make_schedule
+from tests.panel_helpers import Panel
 from tests.scheduler_helpers import get_run
 from tests.worker_support import Workers, one_at_a_time, wait_for
 from webapp.database import utcnow, write_transaction
@@ -65,7 +65,7 @@ def start_idle_workers(workers: Workers, count: int, **settings: str) -> list[in
 def alice_and_her_schedule(app: Flask, world: World) -> tuple[Panel, int]:
     """Alice logged in (before any worker writes: the test's own session then cannot meet a
     busy SQLite) and a yearly schedule that only Run now starts."""
-    schedule = echo_schedule(world.alpha, world.alice, "Yearly", "0 0 1 1 *")
+    schedule = make_schedule(world.alpha, "Yearly", by=world.alice, cron="0 0 1 1 *")
     panel = Panel(app, world.alice)
     panel.token()
     return panel, schedule.id

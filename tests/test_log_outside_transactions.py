@@ -15,8 +15,8 @@ from flask import Flask
 from sqlalchemy import Table, text, update
 from sqlalchemy.exc import OperationalError
 
-from tests.conftest import WorkerFactory, World
-from tests.scheduler_helpers import add_run, add_schedule, catalog, settings
+from tests.conftest import WorkerFactory, World, make_run, make_schedule
+from tests.scheduler_helpers import catalog, settings
 from webapp.extensions import db
 from webapp.models import Run, Schedule
 from webapp.scheduler.leases import lease_with_starts
@@ -67,10 +67,10 @@ def probing(logger: str, table: Any, ids: list[int]) -> Iterator[LockProbe]:
 
 def test_the_tick_logs_its_fires_once_it_has_committed(app: Flask, world: World) -> None:
     now = datetime.now(UTC)
-    due = add_schedule(world.alpha.id, "due", now - timedelta(seconds=1))
-    busy = add_schedule(world.alpha.id, "busy", now - timedelta(seconds=1), overlap_policy="skip")
-    add_run(world.alpha.id, now, schedule_id=busy.id)  # unfinished: its fire is skipped
-    broken = add_schedule(world.alpha.id, "broken", now - timedelta(seconds=1), job="no.such")
+    due = make_schedule(world.alpha, "due", now - timedelta(seconds=1))
+    busy = make_schedule(world.alpha, "busy", now - timedelta(seconds=1), overlap_policy="skip")
+    make_run(busy, scheduled_for=now, trigger="manual")  # unfinished: its fire is skipped
+    broken = make_schedule(world.alpha, "broken", now - timedelta(seconds=1), job="no.such")
     with probing("webapp.scheduler", Schedule, [due.id, busy.id, broken.id]) as probe:
         result = tick(db.session(), catalog(), settings(), now)
     assert (result.queued, result.skipped, result.failed) == (1, 1, 1)
@@ -86,7 +86,7 @@ def test_a_lease_logs_its_runs_once_it_has_committed(
 ) -> None:
     now = datetime.now(UTC)
     worker = make_worker()
-    runs = [add_run(world.alpha.id, now - timedelta(seconds=n)) for n in (1, 2)]
+    runs = [make_run(world.alpha, scheduled_for=now - timedelta(seconds=n)) for n in (1, 2)]
     with probing("webapp.scheduler", Run, [run.id for run in runs]) as probe:
         lease = lease_with_starts(db.session(), worker.id, None, timedelta(seconds=60), 2, [], 1)
     assert len(lease.runs) == 2

@@ -12,8 +12,7 @@ from datetime import UTC, datetime
 import pytest
 from flask import Flask
 
-from tests.conftest import World
-from tests.scheduler_helpers import add_schedule
+from tests.conftest import World, make_schedule
 from tests.settings_support import reconfigure
 from tests.worker_support import Workers
 from webapp.extensions import db
@@ -114,7 +113,7 @@ def test_the_setting_chooses_the_format(app: Flask) -> None:
 def test_a_worker_process_prints_json_lines_when_asked(
     app: Flask, world: World, workers: Workers
 ) -> None:
-    schedule = add_schedule(world.alpha.id, "hello", datetime(2026, 1, 1, tzinfo=UTC))
+    schedule = make_schedule(world.alpha, "hello", datetime(2026, 1, 1, tzinfo=UTC))
     process = workers.start("--burst", SCHEDULER_LOG_FORMAT="json")
     assert process.wait(timeout=120) == 0, workers.logs()
     lines = [json.loads(line) for line in workers.logs().splitlines() if line.strip()]

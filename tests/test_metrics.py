@@ -12,9 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import insert
 from werkzeug.test import TestResponse
 
-from tests.conftest import World, make_run
+from tests.conftest import World, make_run, make_schedule
 from tests.panel_helpers import counted_statements
-from tests.scheduler_helpers import add_schedule
 from tests.settings_support import reconfigure
 from webapp.config import settings
 from webapp.extensions import db
@@ -96,9 +95,9 @@ def test_with_the_token_it_needs_no_session_and_sets_no_cookie(metrics_app: Flas
 def test_it_exports_the_figures_of_the_whole_system(metrics_app: Flask, world: World) -> None:
     now = datetime.now(UTC)
     minutes = lambda n: now - timedelta(minutes=n)  # noqa: E731
-    overdue = add_schedule(world.alpha.id, "overdue", minutes(10))
-    later = add_schedule(world.beta.id, "later", now + timedelta(hours=1))
-    add_schedule(world.beta.id, "paused", minutes(60), active=False)
+    overdue = make_schedule(world.alpha, "overdue", minutes(10))
+    later = make_schedule(world.beta, "later", now + timedelta(hours=1))
+    make_schedule(world.beta, "paused", minutes(60), active=False)
     # The queue: three may start (one for longer than the 300 s grace), one waits for later.
     make_run(overdue, "queued", scheduled_for=minutes(1))
     make_run(overdue, "queued", scheduled_for=minutes(2))
@@ -210,7 +209,7 @@ def test_it_exports_the_figures_of_the_whole_system(metrics_app: Flask, world: W
 def test_recent_figures_read_only_the_newest_runs(
     metrics_app: Flask, world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    schedule = add_schedule(world.alpha.id, "often", datetime.now(UTC) + timedelta(hours=1))
+    schedule = make_schedule(world.alpha, "often", datetime.now(UTC) + timedelta(hours=1))
     now = datetime.now(UTC)
     for n in range(5):
         at = now - timedelta(minutes=n + 1)
@@ -232,7 +231,7 @@ def test_the_lag_histogram_counts_from_when_runs_were_meant_to_start(
 ) -> None:
     """A backfill of fire times days ago, started 1 s after it was queued: 1 s of lag, not
     days (a lag alert would fire); a jittered fire, 1 s after its share of the jitter."""
-    schedule = add_schedule(world.alpha.id, "filled", datetime.now(UTC) + timedelta(hours=1))
+    schedule = make_schedule(world.alpha, "filled", datetime.now(UTC) + timedelta(hours=1))
     queued = datetime.now(UTC) - timedelta(minutes=2)
     started = queued + timedelta(seconds=4)
     runs: list[tuple[Trigger, datetime, datetime]] = [
@@ -259,7 +258,7 @@ def test_the_lag_histogram_counts_from_when_runs_were_meant_to_start(
 def test_a_scrape_costs_the_same_statements_with_few_or_many_runs(
     metrics_app: Flask, world: World
 ) -> None:
-    schedule = add_schedule(world.alpha.id, "busy", datetime.now(UTC) - timedelta(hours=1))
+    schedule = make_schedule(world.alpha, "busy", datetime.now(UTC) - timedelta(hours=1))
     with counted_statements() as empty:
         scrape(metrics_app)
     now = datetime.now(UTC)

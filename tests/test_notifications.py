@@ -18,9 +18,9 @@ from flask import Flask
 from sqlalchemy import select
 
 from tests import smtp_support, test_catalog_webhook
-from tests.conftest import WorkerFactory, World
+from tests.conftest import WorkerFactory, World, make_run, make_schedule
 from tests.panel_helpers import Panel
-from tests.scheduler_helpers import add_run, add_schedule, execute_leased
+from tests.scheduler_helpers import execute_leased
 from tests.settings_support import reconfigure
 from tests.smtp_support import SmtpServer, free_port
 from tests.test_catalog_webhook import LoopbackServer
@@ -55,15 +55,15 @@ LOOPBACK = {
 def watched(world: World, key: str = "nightly", **fields: Any) -> Schedule:
     """An alpha schedule with its own recipients unless `fields` say otherwise."""
     values: dict[str, Any] = {"notify_emails": ["ops@example.com"], **fields}
-    return add_schedule(world.alpha.id, key, utcnow() + timedelta(hours=1), **values)
+    return make_schedule(world.alpha, key, utcnow() + timedelta(hours=1), **values)
 
 
 def finish(schedule: Schedule, worker_id: int, fails: bool, max_attempts: int = 1) -> Run:
     """A run of `schedule` leased and executed as a worker does, its outcome stored."""
     job = "demo.fail" if fails else "demo.echo"
-    run = add_run(
-        schedule.tenant_id,
-        utcnow() - timedelta(seconds=5),
+    run = make_run(
+        schedule.tenant,
+        scheduled_for=utcnow() - timedelta(seconds=5),
         schedule_id=schedule.id,
         job=job,
         args={"message": "boom" if fails else "fine"},
@@ -227,7 +227,7 @@ def test_pausing_is_off_by_default(app: Flask, world: World, make_worker: Worker
 def test_manual_runs_count_as_the_schedules_runs(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
-    # add_run makes manual runs: every run of these tests is one.
+    # make_run of a tenant makes manual runs: every run of these tests is one.
     schedule = watched(world, pause_after_failures=1)
     finish(schedule, make_worker().id, fails=True)
 
@@ -270,8 +270,11 @@ def test_a_dead_workers_last_attempt_is_notified_as_a_failure(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     schedule = watched(world, pause_after_failures=1)
-    run = add_run(
-        world.alpha.id, utcnow() - timedelta(seconds=5), schedule_id=schedule.id, max_attempts=1
+    run = make_run(
+        world.alpha,
+        scheduled_for=utcnow() - timedelta(seconds=5),
+        schedule_id=schedule.id,
+        max_attempts=1,
     )
     worker = make_worker().id
     lease_once(db.session(), worker, None, TTL, 1)
@@ -674,9 +677,9 @@ def test_a_real_worker_emails_the_failure_of_a_schedule(
     app: Flask, world: World, workers: Workers, smtp_server: SmtpServer
 ) -> None:
     schedule = watched(world)
-    add_run(
-        world.alpha.id,
-        utcnow() - timedelta(seconds=1),
+    make_run(
+        world.alpha,
+        scheduled_for=utcnow() - timedelta(seconds=1),
         schedule_id=schedule.id,
         job="demo.fail",
         args={"message": "boom"},

@@ -14,8 +14,8 @@ from flask import Flask
 from flask.testing import FlaskCliRunner
 from sqlalchemy import func, select
 
-from tests.conftest import PASSWORD, World, make_run
-from tests.panel_helpers import Panel, echo_schedule, log_in
+from tests.conftest import PASSWORD, World, make_run, make_schedule
+from tests.panel_helpers import Panel, log_in
 from webapp.catalog.current import current_catalog
 from webapp.extensions import db
 from webapp.models import AuditEvent, Membership, Run, User, Worker
@@ -103,7 +103,7 @@ def test_the_operator_area_is_404_for_tenant_users_get_and_post(
 ) -> None:
     worker = Worker(hostname="host-a", pid=1)
     db.session.add(worker)
-    schedule = echo_schedule(world.alpha, world.alice, "Alpha echo", "*/5 * * * *")
+    schedule = make_schedule(world.alpha, "Alpha echo", by=world.alice, cron="*/5 * * * *")
     run = make_run(schedule, "running", worker_id=worker.id, locked_until=datetime.now(UTC))
     db.session.commit()
     gets = ["/operator", "/operator/workers"]
@@ -153,9 +153,9 @@ def test_the_tenants_page_counts_schedules_failures_and_what_is_overdue(
     app: Flask, world: World, olga: User
 ) -> None:
     now = datetime.now(UTC)
-    report = echo_schedule(world.alpha, world.alice, "Alpha report", "0 * * * *")
-    late = echo_schedule(world.alpha, world.alice, "Alpha late", "*/5 * * * *")
-    echo_schedule(world.alpha, world.alice, "Alpha on time", "*/5 * * * *")
+    report = make_schedule(world.alpha, "Alpha report", by=world.alice, cron="0 * * * *")
+    late = make_schedule(world.alpha, "Alpha late", by=world.alice, cron="*/5 * * * *")
+    make_schedule(world.alpha, "Alpha on time", by=world.alice, cron="*/5 * * * *")
     late.next_run_at = now - timedelta(hours=1)  # no tick dispatched it: overdue
     make_run(report, "failed", 60)
     make_run(report, "failed", 120)
@@ -185,7 +185,7 @@ def test_the_tenants_page_counts_schedules_failures_and_what_is_overdue(
 def test_an_operator_views_another_tenant_read_only_and_it_is_audited(
     app: Flask, world: World, olga: User
 ) -> None:
-    schedule = echo_schedule(world.alpha, world.alice, "Alpha nightly report", "0 2 * * *")
+    schedule = make_schedule(world.alpha, "Alpha nightly report", by=world.alice, cron="0 2 * * *")
     run = make_run(schedule, "succeeded", 30, output="alpha-output-line")
     db.session.commit()
     memberships = db.session.scalar(select(func.count()).select_from(Membership))
@@ -256,7 +256,7 @@ def fleet(world: World) -> Fleet:
     stopped = Worker(hostname="host-c", pid=303, stopped_at=now - timedelta(hours=2))
     db.session.add_all([live, stale, stopped])
     db.session.flush()
-    schedule = echo_schedule(world.alpha, world.alice, "Alpha echo", "*/5 * * * *")
+    schedule = make_schedule(world.alpha, "Alpha echo", by=world.alice, cron="*/5 * * * *")
     live_run = make_run(
         schedule, "running", 1, worker_id=live.id, locked_until=now + timedelta(seconds=50)
     )

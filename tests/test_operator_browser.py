@@ -9,12 +9,11 @@ from typing import Any
 import pytest
 
 from tests.browser_support import LiveServer, PageErrors
-from tests.conftest import PASSWORD, make_run
+from tests.conftest import PASSWORD, make_run, make_schedule
 from webapp.extensions import db
 from webapp.models import Run, User, Worker
 from webapp.services.accounts import find_tenant, hash_password
 from webapp.services.audit import Actor
-from webapp.services.schedules import ScheduleInput, create_schedule
 
 pytestmark = pytest.mark.browser
 
@@ -33,17 +32,8 @@ def olga(live_panel: LiveServer) -> None:
 def stale_worker_with_a_run(live_panel: LiveServer) -> tuple[int, int]:
     with live_panel.app.app_context():
         now = datetime.now(UTC)
-        schedule = create_schedule(
-            find_tenant("alpha"),
-            ScheduleInput(
-                name="Alpha nightly report",
-                job="demo.echo",
-                args={"message": "m"},
-                cron="0 2 * * *",
-                time_zone="UTC",
-            ),
-            Actor.cli(),
-            now,
+        schedule = make_schedule(
+            find_tenant("alpha"), "Alpha nightly report", by=Actor.cli(), cron="0 2 * * *"
         )
         worker = Worker(hostname="host-b", pid=202, last_heartbeat_at=now - timedelta(minutes=10))
         db.session.add(worker)
@@ -97,4 +87,30 @@ def test_an_operator_views_a_tenant_and_releases_a_stale_lease(
     page.get_by_text(f"Run {run_id} released from worker {worker_id} on host-b").wait_for()
     page.locator(f"#worker-{worker_id}").get_by_text("Holds no run.").wait_for()
     assert run_state(live_panel, run_id) == ("queued", None, 0)
+    assert errors.messages == []
+
+
+@pytest.mark.usefixtures("olga")
+def test_a_tenants_card_on_a_phone_says_what_each_figure_is(
+    live_panel: LiveServer, new_page: Any, errors: PageErrors
+) -> None:
+    page = new_page
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(live_panel.url + "/login")
+    page.get_by_label("Email").fill("olga@example.com")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(live_panel.url + "/operator")
+    row = page.get_by_role("row", name="Alpha Corp")
+    labels = row.evaluate(
+        "row => Array.from(row.querySelectorAll('td.num'))"
+        ".map(cell => getComputedStyle(cell, '::before').content)"
+    )
+    assert labels == [
+        '"Schedules: "',
+        '"Failed runs (24 h): "',
+        '"Overdue schedules: "',
+        '"Overdue queued runs: "',
+        '"Running / cap: "',
+    ]
     assert errors.messages == []

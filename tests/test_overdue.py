@@ -12,9 +12,8 @@ from flask import Flask
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
-from tests.conftest import WorkerFactory, World, make_run
-from tests.panel_helpers import Panel, counted_statements, echo_schedule
-from tests.scheduler_helpers import add_run, add_schedule
+from tests.conftest import WorkerFactory, World, make_run, make_schedule
+from tests.panel_helpers import Panel, counted_statements
 from tests.worker_support import postgresql_only
 from webapp.extensions import db
 from webapp.models import Notification, Run, Schedule
@@ -54,8 +53,8 @@ def set_schedule(schedule: Schedule, **values: Any) -> None:
 def test_it_flags_an_overdue_schedule_once_and_logs_it_once(
     app: Flask, world: World, caplog: pytest.LogCaptureFixture
 ) -> None:
-    late = add_schedule(world.alpha.id, "late", NOW - timedelta(minutes=12))
-    fresh = add_schedule(world.alpha.id, "fresh", NOW - timedelta(minutes=1))
+    late = make_schedule(world.alpha, "late", NOW - timedelta(minutes=12))
+    fresh = make_schedule(world.alpha, "fresh", NOW - timedelta(minutes=1))
     with caplog.at_level(logging.INFO, logger="webapp.scheduler"):
         result = watch()
     assert result.became_overdue == [late.id]
@@ -84,7 +83,7 @@ def test_it_flags_an_overdue_schedule_once_and_logs_it_once(
 def test_a_schedule_that_became_overdue_gets_its_notification_in_the_same_step(
     app: Flask, world: World
 ) -> None:
-    late = add_schedule(world.alpha.id, "late", NOW - timedelta(minutes=12))
+    late = make_schedule(world.alpha, "late", NOW - timedelta(minutes=12))
     set_schedule(late, notify_emails=["oncall@alpha.example"])
     watch()
     watch(NOW + timedelta(minutes=1))  # still overdue: the same spell, nothing new
@@ -97,7 +96,7 @@ def test_a_schedule_that_became_overdue_gets_its_notification_in_the_same_step(
 def test_a_schedule_that_fired_since_is_cleared_and_logged_once(
     app: Flask, world: World, caplog: pytest.LogCaptureFixture
 ) -> None:
-    late = add_schedule(world.alpha.id, "late", NOW - timedelta(minutes=12))
+    late = make_schedule(world.alpha, "late", NOW - timedelta(minutes=12))
     watch()
     caplog.clear()
     later = NOW + timedelta(minutes=3)
@@ -116,8 +115,8 @@ def test_a_schedule_that_fired_since_is_cleared_and_logged_once(
 def test_pausing_an_overdue_schedule_clears_it_and_a_paused_one_is_never_overdue(
     app: Flask, world: World
 ) -> None:
-    late = add_schedule(world.alpha.id, "late", NOW - timedelta(hours=2))
-    paused = add_schedule(world.alpha.id, "paused", NOW - timedelta(hours=2), active=False)
+    late = make_schedule(world.alpha, "late", NOW - timedelta(hours=2))
+    paused = make_schedule(world.alpha, "paused", NOW - timedelta(hours=2), active=False)
     assert watch().became_overdue == [late.id]
     set_schedule(late, active=False)
     assert watch().recovered == [late.id]
@@ -126,15 +125,15 @@ def test_pausing_an_overdue_schedule_clears_it_and_a_paused_one_is_never_overdue
 
 
 def test_an_active_schedule_without_a_next_fire_time_recovers(app: Flask, world: World) -> None:
-    late = add_schedule(world.alpha.id, "late", NOW - timedelta(hours=2))
+    late = make_schedule(world.alpha, "late", NOW - timedelta(hours=2))
     watch()
     set_schedule(late, next_run_at=None)
     assert watch().recovered == [late.id]
 
 
 def test_the_grace_is_respected_exactly_at_the_boundary(app: Flask, world: World) -> None:
-    on_the_boundary = add_schedule(world.alpha.id, "boundary", NOW - GRACE)
-    just_past = add_schedule(world.alpha.id, "past", NOW - GRACE - timedelta(seconds=1))
+    on_the_boundary = make_schedule(world.alpha, "boundary", NOW - GRACE)
+    just_past = make_schedule(world.alpha, "past", NOW - GRACE - timedelta(seconds=1))
     assert watch().became_overdue == [just_past.id]
     # The panel's reading of the same rule agrees, on both sides of the boundary.
     assert schedule_late_by(on_the_boundary, NOW, GRACE) is None
@@ -179,11 +178,11 @@ def test_a_herd_is_flagged_in_bounded_batches_that_the_next_call_continues(
 def test_the_queue_is_logged_once_when_it_becomes_overdue_and_once_when_it_recovers(
     app: Flask, world: World, caplog: pytest.LogCaptureFixture
 ) -> None:
-    fresh = add_run(world.alpha.id, NOW - timedelta(minutes=1))
+    fresh = make_run(world.alpha, scheduled_for=NOW - timedelta(minutes=1))
     with caplog.at_level(logging.INFO, logger="webapp.scheduler"):
         assert watch().queue_overdue is False
     assert actions(caplog) == []
-    stuck = add_run(world.alpha.id, NOW - timedelta(minutes=10))
+    stuck = make_run(world.alpha, scheduled_for=NOW - timedelta(minutes=10))
     with caplog.at_level(logging.INFO, logger="webapp.scheduler"):
         first = watch(queue_was_overdue=False)
         second = watch(queue_was_overdue=first.queue_overdue)
@@ -206,12 +205,12 @@ def test_the_queue_is_logged_once_when_it_becomes_overdue_and_once_when_it_recov
 def test_a_worker_that_starts_while_the_queue_is_overdue_logs_it_once(
     app: Flask, world: World, caplog: pytest.LogCaptureFixture
 ) -> None:
-    add_run(world.alpha.id, NOW - timedelta(minutes=10))
+    make_run(world.alpha, scheduled_for=NOW - timedelta(minutes=10))
     with caplog.at_level(logging.INFO, logger="webapp.scheduler"):
         watch(queue_was_overdue=None)
     assert actions(caplog) == ["queue_overdue"]
     caplog.clear()
-    add_run(world.alpha.id, NOW - timedelta(minutes=1)).status = "running"
+    make_run(world.alpha, scheduled_for=NOW - timedelta(minutes=1)).status = "running"
     with caplog.at_level(logging.INFO, logger="webapp.scheduler"):
         watch(NOW, queue_was_overdue=None)  # unknown before: nothing to recover from
     assert actions(caplog) == ["queue_overdue"]
@@ -242,7 +241,12 @@ def test_all_workers_are_busy_when_their_slots_are_full(
     second = make_worker(concurrency=2, last_heartbeat_at=NOW)
     dead = make_worker(concurrency=5, last_heartbeat_at=NOW - timedelta(hours=1))
     for n, worker in enumerate((first, second, second, dead, dead)):
-        add_run(world.alpha.id, NOW - timedelta(minutes=n), status="running", worker_id=worker.id)
+        make_run(
+            world.alpha,
+            scheduled_for=NOW - timedelta(minutes=n),
+            status="running",
+            worker_id=worker.id,
+        )
     assert reason() == "all workers are busy (3 of 3 slots running)"
     make_worker(concurrency=1, last_heartbeat_at=NOW)
     assert reason() == "workers are alive but have not taken it yet"
@@ -253,11 +257,11 @@ def test_all_workers_are_busy_when_their_slots_are_full(
 
 def test_the_worker_watches_right_after_start_then_on_its_timer(app: Flask, world: World) -> None:
     now = datetime.now(UTC)
-    first = add_schedule(world.alpha.id, "first", now - timedelta(hours=1))
+    first = make_schedule(world.alpha, "first", now - timedelta(hours=1))
     worker = WorkerProcess(app, concurrency=1)
     worker.watch_if_due(db.session())
     assert overdue_since(first) is not None
-    second = add_schedule(world.alpha.id, "second", now - timedelta(hours=1))
+    second = make_schedule(world.alpha, "second", now - timedelta(hours=1))
     worker.watch_if_due(db.session())  # within the watch interval: not yet
     assert overdue_since(second) is None
     worker.last_watch = 0.0 if worker.last_watch is None else worker.last_watch - 3600
@@ -271,8 +275,8 @@ def test_the_worker_watches_right_after_start_then_on_its_timer(app: Flask, worl
 def test_the_list_and_the_detail_show_the_badge_for_an_overdue_schedule_only(
     app: Flask, world: World
 ) -> None:
-    late = echo_schedule(world.alpha, world.alice, "Late report", "0 * * * *")
-    fresh = echo_schedule(world.alpha, world.alice, "Fresh report", "0 * * * *")
+    late = make_schedule(world.alpha, "Late report", by=world.alice, cron="0 * * * *")
+    fresh = make_schedule(world.alpha, "Fresh report", by=world.alice, cron="0 * * * *")
     # No worker: nobody set overdue_since; the page decides from next_run_at.
     set_schedule(late, next_run_at=datetime.now(UTC) - timedelta(minutes=12))
     alice = Panel(app, world.alice)
@@ -289,7 +293,7 @@ def test_the_list_and_the_detail_show_the_badge_for_an_overdue_schedule_only(
 def test_the_history_and_the_run_page_say_why_an_overdue_queued_run_waits(
     app: Flask, world: World
 ) -> None:
-    schedule = echo_schedule(world.alpha, world.alice, "Report", "0 * * * *")
+    schedule = make_schedule(world.alpha, "Report", by=world.alice, cron="0 * * * *")
     stuck = make_run(schedule, "queued", 20)
     fresh = make_run(schedule, "queued", 1)
     db.session.commit()
@@ -308,7 +312,7 @@ def test_the_history_and_the_run_page_say_why_an_overdue_queued_run_waits(
 def test_the_reason_costs_one_statement_and_only_on_a_page_with_a_waiting_run(
     app: Flask, world: World
 ) -> None:
-    schedule = echo_schedule(world.alpha, world.alice, "Report", "0 * * * *")
+    schedule = make_schedule(world.alpha, "Report", by=world.alice, cron="0 * * * *")
     fresh = make_run(schedule, "queued", 1)
     db.session.commit()
     alice = Panel(app, world.alice)
@@ -329,8 +333,8 @@ def test_the_reason_costs_one_statement_and_only_on_a_page_with_a_waiting_run(
 def test_of_two_workers_watching_at_once_only_one_flips_and_reports_a_schedule(
     app: Flask, world: World
 ) -> None:
-    late = add_schedule(world.alpha.id, "late", NOW - timedelta(minutes=12))
-    other = add_schedule(world.alpha.id, "other", NOW - timedelta(minutes=10))
+    late = make_schedule(world.alpha, "late", NOW - timedelta(minutes=12))
+    other = make_schedule(world.alpha, "other", NOW - timedelta(minutes=10))
     first, second = Session(db.engine), Session(db.engine)
     try:
         # The first worker's transaction flips `late` and is still open: the second skips it.

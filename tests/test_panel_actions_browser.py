@@ -14,13 +14,13 @@ import pytest
 from sqlalchemy import select
 
 from tests.browser_support import LiveServer, PageErrors, log_in, worker_process
-from tests.conftest import make_run
+from tests.conftest import make_run, make_schedule
 from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import Run, Schedule
 from webapp.services.accounts import find_tenant
 from webapp.services.audit import Actor
-from webapp.services.schedules import ScheduleInput, create_schedule, run_now
+from webapp.services.schedules import run_now
 
 pytestmark = pytest.mark.browser
 
@@ -39,25 +39,6 @@ def page(chromium: Any, errors: PageErrors, js: bool) -> Iterator[Any]:
     page.on("dialog", lambda dialog: dialog.accept())  # hx-confirm of Delete
     yield page
     context.close()
-
-
-def add_schedule(live_panel: LiveServer, name: str) -> int:
-    with live_panel.app.app_context():
-        schedule = create_schedule(
-            find_tenant("alpha"),
-            ScheduleInput(
-                name=name,
-                job="demo.echo",
-                args={"message": "from a test"},
-                cron="*/10 * * * *",
-                time_zone="UTC",
-            ),
-            Actor.cli(),
-            datetime.now(UTC),
-        )
-        schedule_id = schedule.id
-        db.session.remove()
-        return schedule_id
 
 
 def miss_fire_times(live_panel: LiveServer, schedule_id: int) -> None:
@@ -91,7 +72,9 @@ def still_here(page: Any, js: bool) -> None:
 def test_every_action_works_from_a_row_of_the_list(
     page: Any, live_panel: LiveServer, errors: PageErrors, js: bool
 ) -> None:
-    schedule_id = add_schedule(live_panel, "Listed")
+    schedule_id = make_schedule(
+        find_tenant("alpha"), "Listed", by=Actor.cli(), cron="*/10 * * * *"
+    ).id
     log_in(page, live_panel, "alice@example.com")
     if js:
         page.evaluate("window.notReloaded = true")
@@ -138,7 +121,9 @@ def test_every_action_works_from_a_row_of_the_list(
 def test_edit_from_the_list_and_from_the_schedule_page_saves_to_its_page(
     page: Any, live_panel: LiveServer, errors: PageErrors, js: bool
 ) -> None:
-    schedule_id = add_schedule(live_panel, "Edited")
+    schedule_id = make_schedule(
+        find_tenant("alpha"), "Edited", by=Actor.cli(), cron="*/10 * * * *"
+    ).id
     log_in(page, live_panel, "alice@example.com")
     for start, name in (("/", "Edited in the list"), (f"/schedules/{schedule_id}", "Edited here")):
         page.goto(live_panel.url + start)
@@ -156,7 +141,9 @@ def test_edit_from_the_list_and_from_the_schedule_page_saves_to_its_page(
 def test_every_action_works_from_the_schedule_page(
     page: Any, live_panel: LiveServer, errors: PageErrors, js: bool
 ) -> None:
-    schedule_id = add_schedule(live_panel, "Detailed")
+    schedule_id = make_schedule(
+        find_tenant("alpha"), "Detailed", by=Actor.cli(), cron="*/10 * * * *"
+    ).id
     here = f"{live_panel.url}/schedules/{schedule_id}"
     log_in(page, live_panel, "alice@example.com")
     page.goto(here)
@@ -204,7 +191,9 @@ def test_every_action_works_from_the_schedule_page(
 def test_the_resume_page_opened_directly_returns_to_the_schedule(
     page: Any, live_panel: LiveServer, errors: PageErrors, js: bool
 ) -> None:
-    schedule_id = add_schedule(live_panel, "Opened")
+    schedule_id = make_schedule(
+        find_tenant("alpha"), "Opened", by=Actor.cli(), cron="*/10 * * * *"
+    ).id
     here = f"{live_panel.url}/schedules/{schedule_id}"
     log_in(page, live_panel, "alice@example.com")
     page.goto(here)
@@ -232,7 +221,9 @@ def row_cells(row: Any) -> dict[str, str]:
 def test_run_now_on_the_schedule_page_shows_the_run_in_its_history_until_it_succeeds(
     new_page: Any, live_panel: LiveServer, errors: PageErrors
 ) -> None:
-    schedule_id = add_schedule(live_panel, "Watched")
+    schedule_id = make_schedule(
+        find_tenant("alpha"), "Watched", by=Actor.cli(), cron="*/10 * * * *"
+    ).id
     with live_panel.app.app_context():  # a one-off for later, listed apart from the history
         schedule = db.session.get(Schedule, schedule_id)
         assert schedule is not None
@@ -278,7 +269,9 @@ def test_run_now_on_the_schedule_page_shows_the_run_in_its_history_until_it_succ
 def test_older_runs_line_up_with_the_columns_of_the_history(
     new_page: Any, live_panel: LiveServer, errors: PageErrors
 ) -> None:
-    schedule_id = add_schedule(live_panel, "Paged")
+    schedule_id = make_schedule(
+        find_tenant("alpha"), "Paged", by=Actor.cli(), cron="*/10 * * * *"
+    ).id
     with live_panel.app.app_context():
         schedule = db.session.get(Schedule, schedule_id)
         assert schedule is not None
@@ -314,8 +307,10 @@ def test_an_action_on_a_schedule_deleted_meanwhile_says_so_and_leaves_the_page(
 ) -> None:
     """Another tab deleted it: htmx must not paste the 404 page into the row or the page."""
     listed, detailed = (
-        add_schedule(live_panel, "Gone in the list"),
-        add_schedule(live_panel, "Gone here"),
+        make_schedule(
+            find_tenant("alpha"), "Gone in the list", by=Actor.cli(), cron="*/10 * * * *"
+        ).id,
+        make_schedule(find_tenant("alpha"), "Gone here", by=Actor.cli(), cron="*/10 * * * *").id,
     )
     page = new_page
     log_in(page, live_panel, "alice@example.com")

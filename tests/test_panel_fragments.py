@@ -11,8 +11,8 @@ from html.parser import HTMLParser
 import pytest
 from flask import Flask
 
-from tests.conftest import World, make_run
-from tests.panel_helpers import Panel, Seeded, echo_schedule, seed
+from tests.conftest import World, make_run, make_schedule
+from tests.panel_helpers import Panel, Seeded, seed
 from webapp.extensions import db
 
 
@@ -88,7 +88,7 @@ def paged(world: World) -> Seeded:
     more runs of one schedule."""
     data = seed(world)
     for number in range(55):
-        echo_schedule(world.alpha, world.alice, f"Paged {number:02d}", "@daily")
+        make_schedule(world.alpha, f"Paged {number:02d}", by=world.alice, cron="@daily")
     for minute in range(60):
         make_run(data.report, "succeeded", 200 + minute)
     db.session.commit()

@@ -11,12 +11,10 @@ import pytest
 from flask import Flask
 from sqlalchemy import select
 
-from tests.conftest import PASSWORD, World
+from tests.conftest import PASSWORD, World, make_schedule
 from tests.panel_helpers import Panel, Seeded, csrf_token, seed
 from webapp.extensions import db
 from webapp.models import Schedule
-from webapp.services.audit import Actor
-from webapp.services.schedules import ScheduleInput, create_schedule
 from webapp.web import formatting
 from webapp.web import schedules as schedule_views
 from webapp.web.params import MAX_ID, parse_id
@@ -310,22 +308,8 @@ def test_an_anonymous_login_with_a_nul_answers_400_and_records_nothing(
 
 
 def add_schedules(world: World, names: list[str]) -> None:
-    alice = Actor.for_user(world.alice)
-    now = datetime.now(UTC)
     for name in names:
-        create_schedule(
-            world.alpha,
-            ScheduleInput(
-                name=name,
-                job="demo.echo",
-                args={"message": "m"},
-                cron="0 3 * * *",
-                time_zone="UTC",
-            ),
-            alice,
-            now,
-        )
-    db.session.commit()
+        make_schedule(world.alpha, name, by=world.alice, cron="0 3 * * *")
 
 
 def shown(page: str) -> list[str]:

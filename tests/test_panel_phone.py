@@ -4,6 +4,8 @@ action of the page is visible and clickable, and no cron expression is broken ac
 
 from __future__ import annotations
 
+import itertools
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -126,7 +128,8 @@ def test_every_action_of_the_schedule_list_is_reachable(page: Any, demo: DemoPag
     check_reachable(page, page.get_by_role("link", name="New schedule"), "new")
     for label in ("Search by name", "Job", "State"):
         check_reachable(page, page.get_by_label(label, exact=True), label)
-    check_reachable(page, page.get_by_role("button", name="Filter"), "filter")
+    # The list updates as the filters change: no Filter button once JavaScript runs.
+    assert page.get_by_role("button", name="Filter").is_hidden()
     active = page.locator(f"#schedule-{demo.schedule}")
     paused = page.locator(f"#schedule-{demo.paused}")
     for row, toggle in ((active, "button"), (paused, "link")):
@@ -212,3 +215,80 @@ def test_the_history_and_the_audit_log_load_older_rows_within_the_width(
     check_reachable(page, page.get_by_role("link", name="Load older events"), "older events")
     load_older(page, "Load older events")
     check_layout(page, "second page of the audit log")
+
+
+def header_height(page: Any) -> float:
+    box = page.locator("header.topbar").bounding_box()
+    assert box is not None
+    return float(box["height"])
+
+
+def test_the_schedule_list_gives_names_room_and_filters_without_javascript(
+    chromium: Any, demo: DemoPages
+) -> None:
+    context = chromium.new_context(viewport=WIDTHS["desktop"])
+    page = context.new_page()
+    log_in(page, demo.server, ADMIN)
+    page.goto(demo.server.url + "/")
+    name = page.get_by_role("link", name="Every seven minutes", exact=True)
+    assert name.evaluate("link => link.getClientRects().length") == 1  # was 3 lines
+    search = page.get_by_label("Search by name").bounding_box()
+    form = page.get_by_role("search").bounding_box()
+    assert search and form and search["width"] <= 0.35 * form["width"]  # was 55 %
+    assert header_height(page) < 90  # two rows, not two and a half (101 px)
+    context.close()
+    context = chromium.new_context(viewport=WIDTHS["phone"])
+    page = context.new_page()
+    log_in(page, demo.server, ADMIN)
+    assert header_height(page) < 185  # Log out beside the name: five rows, not six (204 px)
+    context.close()
+    # Without JavaScript the button stays, and filters.
+    context = chromium.new_context(viewport=WIDTHS["desktop"], java_script_enabled=False)
+    page = context.new_page()
+    log_in(page, demo.server, ADMIN)
+    page.get_by_label("Search by name").fill("seven")
+    page.get_by_role("button", name="Filter").click()
+    page.wait_for_url("**/?q=seven**")
+    rows = page.locator("#schedule-rows > tr")
+    assert rows.count() == 1 and "Every seven minutes" in rows.inner_text()
+    context.close()
+
+
+def upcoming_names(page: Any) -> list[str]:
+    """The schedule of each row of Next runs, in order."""
+    return page.locator("#upcoming tbody tr td:nth-child(2) > a").all_inner_texts()
+
+
+def test_next_runs_fold_a_frequent_schedule_and_filter_to_one(page: Any, demo: DemoPages) -> None:
+    """`*/7` would fill the page (4,585 px at 1280, 10,684 px on a phone): its fires in a row
+    fold under the first, which links to that schedule's own list."""
+    page.goto(demo.server.url + "/upcoming")
+    viewport = page.viewport_size
+    height = page.evaluate("document.documentElement.scrollHeight")
+    assert height < 2.6 * viewport["height"], f"{height} px"
+    names = upcoming_names(page)
+    assert all(a != b for a, b in itertools.pairwise(names))  # none twice in a row
+    folded = page.get_by_role("link", name=re.compile(r"^every 4\u20137 min, \d+ more$")).first
+    folded.click()
+    page.wait_for_url(re.compile(r"/upcoming\?schedule=\d+$"))
+    assert page.get_by_label("Schedule").locator("option:checked").inner_text() == (
+        "Every seven minutes"
+    )
+    assert upcoming_names(page) == ["Every seven minutes"] * 100  # unfolded, paged
+    check_layout(page, "next runs of one schedule")
+    page.get_by_label("Schedule").select_option(label="All active schedules")  # htmx: no button
+    page.wait_for_url(demo.server.url + "/upcoming?schedule=")
+    page.get_by_role("link", name="Slow report").first.wait_for()
+    assert page.get_by_role("button", name="Filter").is_hidden()
+
+
+def test_next_runs_filter_to_a_schedule_without_javascript(chromium: Any, demo: DemoPages) -> None:
+    context = chromium.new_context(viewport=WIDTHS["phone"], java_script_enabled=False)
+    page = context.new_page()
+    log_in(page, demo.server, ADMIN)
+    page.goto(demo.server.url + "/upcoming")
+    page.get_by_label("Schedule").select_option(label="Slow report")
+    page.get_by_role("button", name="Filter").click()
+    page.wait_for_url(re.compile(r"/upcoming\?schedule=\d+&filter="))
+    assert set(upcoming_names(page)) == {"Slow report"}
+    context.close()

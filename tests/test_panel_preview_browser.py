@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.browser_support import LiveServer, PageErrors, log_in
-from tests.test_panel_actions_browser import add_schedule
+from tests.conftest import make_schedule
 from webapp.extensions import db
 from webapp.services.accounts import find_tenant
 from webapp.services.audit import Actor
@@ -106,7 +106,7 @@ def test_the_preview_refuses_what_the_tenants_minimum_interval_would_refuse_on_s
 def test_the_form_warns_of_a_shared_name_and_a_legacy_zone_and_the_list_shows_the_keys(
     new_page: Any, live_panel: LiveServer, errors: PageErrors
 ) -> None:
-    add_schedule(live_panel, "After delete")
+    make_schedule(find_tenant("alpha"), "After delete", by=Actor.cli(), cron="*/10 * * * *")
     page = new_page
     log_in(page, live_panel, "alice@example.com")
     page.goto(live_panel.url + "/schedules/new")

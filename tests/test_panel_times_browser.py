@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 
 from tests.browser_support import LiveServer, PageErrors, log_in
-from tests.conftest import make_run
-from tests.test_panel_actions_browser import add_schedule
+from tests.conftest import make_run, make_schedule
 from webapp.extensions import db
 from webapp.models import Schedule
+from webapp.services.accounts import find_tenant
+from webapp.services.audit import Actor
 
 pytestmark = pytest.mark.browser
 
@@ -26,7 +27,12 @@ TIME_LINES = """() => [...document.querySelectorAll('table.runs time')].map((tim
 
 
 def add_schedule_with_runs(live_panel: LiveServer) -> int:
-    schedule_id = add_schedule(live_panel, "A schedule whose name is long enough to want room")
+    schedule_id = make_schedule(
+        find_tenant("alpha"),
+        "A schedule whose name is long enough to want room",
+        by=Actor.cli(),
+        cron="*/10 * * * *",
+    ).id
     with live_panel.app.app_context():
         schedule = db.session.get(Schedule, schedule_id)
         assert schedule is not None

@@ -12,11 +12,11 @@ import pytest
 from flask import Flask
 from sqlalchemy import func, select, update
 
-from tests.conftest import World, make_run
-from tests.panel_helpers import ALPHA_SECRETS, Panel, Seeded, echo_schedule, seed
+from tests.conftest import World, make_run, make_schedule
+from tests.panel_helpers import ALPHA_SECRETS, Panel, Seeded, seed
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule
-from webapp.services.upcoming import Fire, by_day
+from webapp.services.upcoming import Fire, Folded, by_day, folded
 from webapp.web.formatting import dom_id
 
 
@@ -600,8 +600,8 @@ def test_run_history_pages_by_keyset(app: Flask, world: World, data: Seeded) -> 
 def test_the_history_shows_names_as_text_and_a_deleted_schedule_by_its_job(
     app: Flask, world: World
 ) -> None:
-    named = echo_schedule(world.alpha, world.alice, "Nightly <b>bold</b>", "0 * * * *")
-    gone = echo_schedule(world.alpha, world.alice, "Gone soon", "0 * * * *")
+    named = make_schedule(world.alpha, "Nightly <b>bold</b>", by=world.alice, cron="0 * * * *")
+    gone = make_schedule(world.alpha, "Gone soon", by=world.alice, cron="0 * * * *")
     shown, orphan = make_run(named, "succeeded", 5), make_run(gone, "failed", 4)
     db.session.commit()
     shown_id, orphan_id = shown.id, orphan.id
@@ -625,7 +625,8 @@ def test_next_runs_lists_the_next_24_hours_in_the_tenant_zone(
     app: Flask, world: World, data: Seeded
 ) -> None:
     page = Panel(app, world.alice).get("/upcoming").get_data(as_text=True)
-    assert page.count("Alpha nightly report") == 1  # daily; the paused one is left out
+    shown = [schedule_id for _, schedule_id in upcoming_rows(page)]
+    assert shown == [data.report.id]  # daily; the paused one is left out, of the filter too
     assert "Alpha paused cleanup" not in page
     assert "CET" in page or "CEST" in page
 
@@ -645,7 +646,7 @@ def test_next_runs_are_grouped_by_local_day_and_paged_100_at_a_time(
 ) -> None:
     # Three schedules firing at the same times: pages end between fires of the same instant.
     for name in ("Every ten A", "Every ten B", "Every ten C"):
-        echo_schedule(world.alpha, world.alice, name, "*/10 * * * *")
+        make_schedule(world.alpha, name, by=world.alice, cron="*/10 * * * *")
     alice = Panel(app, world.alice)
     first = alice.get("/upcoming").get_data(as_text=True)
     rows = upcoming_rows(first)
@@ -685,6 +686,38 @@ def test_fires_are_grouped_by_their_day_in_the_zone_shown() -> None:
     ]
     assert [(day.isoformat(), len(group)) for day, group in by_day(fires, "UTC")] == [
         ("2026-12-03", 2)
+    ]
+
+
+def test_a_schedules_fires_in_a_row_fold_under_the_first_unless_a_row_of_their_own() -> None:
+    often, rare = Schedule(id=1, name="often"), Schedule(id=2, name="rare")
+    start = datetime(2026, 12, 3, 10, 0, tzinfo=UTC)
+
+    def at(minutes: int) -> datetime:
+        return start + timedelta(minutes=minutes)
+
+    fires = [
+        *(Fire(at(minutes), often, None) for minutes in (0, 7, 14, 18)),  # 4 in a row
+        Fire(at(20), rare, None),
+        Fire(at(21), often, None),
+        Fire(at(28), often, None),  # 2 in a row: not folded
+        Fire(at(30), rare, None),
+        Fire(at(35), often, None),
+        Fire(at(35), often, None, run_id=9),  # a one-off: its own row (its Cancel button)
+        Fire(at(42), often, "02:30 does not exist on this day: runs at 03:00"),
+        Fire(at(49), often, None),
+    ]
+    rows = [(fire.at, fire.schedule.name, more) for fire, more in folded(fires)]
+    assert rows == [
+        (at(0), "often", Folded(3, timedelta(minutes=4), timedelta(minutes=7), at(18))),
+        (at(20), "rare", None),
+        (at(21), "often", None),
+        (at(28), "often", None),
+        (at(30), "rare", None),
+        (at(35), "often", None),
+        (at(35), "often", None),
+        (at(42), "often", None),
+        (at(49), "often", None),
     ]
 
 
@@ -777,7 +810,7 @@ def test_a_user_without_tenant_is_told_what_to_do(app: Flask, world: World) -> N
 
 def test_next_runs_with_2000_active_schedules_shows_its_bound(app: Flask, world: World) -> None:
     for number in range(2000):
-        echo_schedule(world.alpha, world.alice, f"Every minute {number:04}", "* * * * *")
+        make_schedule(world.alpha, f"Every minute {number:04}", by=world.alice, cron="* * * * *")
     page = Panel(app, world.alice).get("/upcoming").get_data(as_text=True)
     rows = upcoming_rows(page)
     # The first minute's fires, one per schedule in id order, 100 of them: the merge stops there.

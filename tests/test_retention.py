@@ -12,43 +12,35 @@ from flask import Flask
 from flask.testing import FlaskCliRunner
 from sqlalchemy import func, select
 
-from tests.conftest import World
-from tests.scheduler_helpers import add_schedule
+from tests.conftest import World, make_run, make_schedule
 from webapp.catalog.context import JobContext, JobTimeout
 from webapp.catalog.maintenance import PruneParams, prune_runs
 from webapp.catalog.retention import PruneReport, prune
 from webapp.config import ConfigError, load_settings
 from webapp.extensions import db
-from webapp.models import AuditEvent, Run, RunRollup, Schedule, Tenant
+from webapp.models import AuditEvent, Run, RunRollup, RunStatus, Schedule, Tenant
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 # 90 days before NOW is 2026-03-03 12:00: days up to 2026-03-02 have wholly expired.
 LAST_EXPIRED_DAY = date(2026, 3, 2)
-runs_made = 0
 
 
 def fired(day: date, hour: int = 0, minute: int = 0) -> datetime:
     return datetime(day.year, day.month, day.day, hour, minute, tzinfo=UTC)
 
 
-def make_schedule(tenant: Tenant | None, key: str) -> Schedule:
-    return add_schedule(tenant.id if tenant else None, key, NOW)
-
-
 def add(
-    schedule: Schedule | None,
+    owner: Schedule | Tenant | None,
     at: datetime,
-    status: str = "succeeded",
+    status: RunStatus = "succeeded",
     *,
     lag: float | None = 1.0,
     duration: float | None = 2.0,
-    tenant_id: int | None = None,
-    job: str = "demo.echo",
+    **fields: Any,
 ) -> Run:
-    """A run fired `at`, started `lag` seconds later (None: never started) and finished
-    `duration` seconds after its start (unless it is queued or running)."""
-    global runs_made
-    runs_made += 1
+    """A run (of a schedule, or a manual one of a tenant) fired `at`, started `lag` seconds
+    later (None: never started) and finished `duration` seconds after its start (unless it is
+    queued or running)."""
     started = at + timedelta(seconds=lag) if lag is not None else None
     finished = None
     if status not in ("queued", "running"):
@@ -56,21 +48,9 @@ def add(
             finished = started + timedelta(seconds=duration)
         else:
             finished = at
-    run = Run(
-        tenant_id=schedule.tenant_id if schedule else tenant_id,
-        schedule_id=schedule.id if schedule else None,
-        job=schedule.job if schedule else job,
-        trigger="schedule" if schedule else "manual",
-        scheduled_for=at,
-        idempotency_key=f"retention-{runs_made}",
-        status=status,
-        queued_at=at,
-        available_at=at,
-        started_at=started,
-        finished_at=finished,
+    return make_run(
+        owner, status, scheduled_for=at, started_at=started, finished_at=finished, **fields
     )
-    db.session.add(run)
-    return run
 
 
 def prune_now(**options: Any) -> PruneReport:
@@ -100,7 +80,7 @@ def rolled_up_runs() -> int:
 def test_expired_finished_runs_are_folded_then_deleted_newer_and_unfinished_kept(
     app: Flask, world: World
 ) -> None:
-    nightly = make_schedule(world.alpha, "nightly")
+    nightly = make_schedule(world.alpha, "nightly", NOW)
     add(nightly, fired(LAST_EXPIRED_DAY, 23, 59))  # its whole day is past the cutoff
     add(nightly, fired(LAST_EXPIRED_DAY - timedelta(days=30)), "failed")
     add(nightly, fired(LAST_EXPIRED_DAY + timedelta(days=1)))  # the cutoff falls in its day
@@ -120,7 +100,7 @@ def test_expired_finished_runs_are_folded_then_deleted_newer_and_unfinished_kept
 def test_a_days_rollup_counts_statuses_and_has_exact_percentiles_and_lag(
     app: Flask, world: World
 ) -> None:
-    hourly = make_schedule(world.alpha, "hourly")
+    hourly = make_schedule(world.alpha, "hourly", NOW)
     day = date(2026, 1, 10)
     for hour, (lag, duration) in enumerate([(0, 1), (1, 2), (2, 3), (3, 4), (4, 10)]):
         add(hourly, fired(day, hour), lag=lag, duration=duration)
@@ -143,8 +123,8 @@ def test_a_days_rollup_counts_statuses_and_has_exact_percentiles_and_lag(
 def test_a_tenants_own_retention_overrides_the_global_one(app: Flask, world: World) -> None:
     world.alpha.retention_days = 10
     world.beta.retention_days = 200
-    alpha, beta = make_schedule(world.alpha, "a"), make_schedule(world.beta, "b")
-    system = make_schedule(None, "system")
+    alpha, beta = make_schedule(world.alpha, "a", NOW), make_schedule(world.beta, "b", NOW)
+    system = make_schedule(None, "system", NOW)
     thirty_days_ago, hundred_days_ago = NOW - timedelta(days=30), NOW - timedelta(days=100)
     add(alpha, thirty_days_ago)  # past alpha's 10 days
     add(beta, hundred_days_ago)  # within beta's 200 days
@@ -165,7 +145,7 @@ def test_a_tenants_own_retention_overrides_the_global_one(app: Flask, world: Wor
 
 
 def test_a_second_prune_changes_nothing(app: Flask, world: World) -> None:
-    nightly = make_schedule(world.alpha, "nightly")
+    nightly = make_schedule(world.alpha, "nightly", NOW)
     for days_ago in range(95, 100):
         add(nightly, NOW - timedelta(days=days_ago))
     first = prune_now()
@@ -181,7 +161,7 @@ def test_a_second_prune_changes_nothing(app: Flask, world: World) -> None:
 def test_a_straggler_that_finished_late_merges_into_its_days_rollup(
     app: Flask, world: World
 ) -> None:
-    hourly = make_schedule(world.alpha, "hourly")
+    hourly = make_schedule(world.alpha, "hourly", NOW)
     day = date(2026, 1, 10)
     add(hourly, fired(day, 1), lag=2, duration=4)
     add(hourly, fired(day, 2), lag=4, duration=4)
@@ -207,11 +187,11 @@ def test_a_straggler_that_finished_late_merges_into_its_days_rollup(
 
 def test_runs_of_deleted_schedules_fold_per_tenant_job_and_day(app: Flask, world: World) -> None:
     day = date(2026, 1, 10)
-    add(None, fired(day, 1), tenant_id=world.alpha.id, job="demo.echo", lag=1)
-    add(None, fired(day, 2), tenant_id=world.alpha.id, job="demo.echo", lag=3)
-    add(None, fired(day, 3), tenant_id=world.alpha.id, job="demo.sleep")
-    add(None, fired(day, 4), tenant_id=world.beta.id, job="demo.echo")
-    add(None, fired(day + timedelta(days=1)), tenant_id=world.alpha.id, job="demo.echo")
+    add(world.alpha, fired(day, 1), job="demo.echo", lag=1)
+    add(world.alpha, fired(day, 2), job="demo.echo", lag=3)
+    add(world.alpha, fired(day, 3), job="demo.sleep")
+    add(world.beta, fired(day, 4), job="demo.echo")
+    add(world.alpha, fired(day + timedelta(days=1)), job="demo.echo")
 
     report = prune_now()
 
@@ -227,7 +207,7 @@ def test_runs_of_deleted_schedules_fold_per_tenant_job_and_day(app: Flask, world
 
 
 def test_rollups_older_than_their_retention_are_deleted(app: Flask, world: World) -> None:
-    nightly = make_schedule(world.alpha, "nightly")
+    nightly = make_schedule(world.alpha, "nightly", NOW)
     oldest_kept = NOW.date() - timedelta(days=730)
     for day in (oldest_kept - timedelta(days=1), oldest_kept):
         db.session.add(
@@ -241,14 +221,14 @@ def test_rollups_older_than_their_retention_are_deleted(app: Flask, world: World
 
 
 def test_batches_hold_whole_days_and_commit_one_by_one(app: Flask, world: World) -> None:
-    schedules = [make_schedule(world.alpha, f"s{n}") for n in range(3)]
+    schedules = [make_schedule(world.alpha, f"s{n}", NOW) for n in range(3)]
     for schedule in schedules:
         for day_offset in range(4):
             for hour, duration in enumerate((1, 5, 9)):
                 at = fired(date(2026, 1, 1) + timedelta(days=day_offset), hour)
                 add(schedule, at, duration=duration)
-    add(None, fired(date(2026, 1, 1)), tenant_id=world.beta.id)
-    add(None, fired(date(2026, 1, 2)), tenant_id=world.beta.id)
+    add(world.beta, fired(date(2026, 1, 1)))
+    add(world.beta, fired(date(2026, 1, 2)))
 
     report = prune_now(batch_size=2)
 
@@ -261,7 +241,7 @@ def test_batches_hold_whole_days_and_commit_one_by_one(app: Flask, world: World)
 
 
 def test_a_timeout_between_batches_leaves_every_run_counted_once(app: Flask, world: World) -> None:
-    nightly = make_schedule(world.alpha, "nightly")
+    nightly = make_schedule(world.alpha, "nightly", NOW)
     for day_offset in range(6):
         add(nightly, fired(date(2026, 1, 1) + timedelta(days=day_offset)))
     asked = 0
@@ -281,7 +261,7 @@ def test_a_timeout_between_batches_leaves_every_run_counted_once(app: Flask, wor
 
 
 def test_the_prune_job_logs_what_it_did(app: Flask, world: World) -> None:
-    nightly = make_schedule(world.alpha, "nightly")
+    nightly = make_schedule(world.alpha, "nightly", NOW)
     add(nightly, NOW - timedelta(days=100))
     add(nightly, NOW - timedelta(days=101))
     db.session.commit()

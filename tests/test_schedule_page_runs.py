@@ -9,8 +9,8 @@ from datetime import timedelta
 
 from flask import Flask
 
-from tests.conftest import World, make_run
-from tests.panel_helpers import Panel, echo_schedule
+from tests.conftest import World, make_run, make_schedule
+from tests.panel_helpers import Panel
 from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import Run, RunStatus, Schedule
@@ -38,7 +38,7 @@ def one_offs(page: str) -> list[int]:
 
 def yearly_with_a_run(world: World, status: RunStatus) -> tuple[Schedule, Run]:
     """Alpha's schedule that fires once a year, with a run that ended `status` minutes ago."""
-    schedule = echo_schedule(world.alpha, world.alice, "Yearly", "0 0 1 1 *")
+    schedule = make_schedule(world.alpha, "Yearly", by=world.alice, cron="0 0 1 1 *")
     done = make_run(schedule, status, minutes_ago=10)
     db.session.commit()
     return schedule, done

@@ -11,15 +11,9 @@ from threading import Event
 import pytest
 from flask import Flask
 
-from tests.conftest import WorkerFactory, World
+from tests.conftest import WorkerFactory, World, make_run
 from tests.panel_helpers import Panel
-from tests.scheduler_helpers import (
-    add_run,
-    execute_leased,
-    get_run,
-    lease_and_start,
-    leased_run,
-)
+from tests.scheduler_helpers import execute_leased, get_run, lease_and_start, leased_run
 from webapp.catalog.current import current_catalog
 from webapp.extensions import db
 from webapp.scheduler.leases import (
@@ -46,7 +40,7 @@ def test_a_lease_leaves_the_start_unwritten_until_the_start_mark(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     worker = make_worker().id
-    run = add_run(world.alpha.id, NOW)
+    run = make_run(world.alpha, scheduled_for=NOW)
     (leased,) = lease_once(db.session(), worker, NOW, TTL, 1)
     assert leased.started_at is None
     leased_row = get_run(run.id)
@@ -61,7 +55,10 @@ def test_a_lease_marks_started_only_the_runs_its_free_slots_take_at_once(
     """The lease itself writes the start of the first runs (by id) the free slots take; if the
     worker is lost, those count their attempt and the others go back without spending one."""
     worker = make_worker().id
-    runs = [add_run(world.alpha.id, NOW - (3 - n) * SECOND, max_attempts=3) for n in range(3)]
+    runs = [
+        make_run(world.alpha, scheduled_for=NOW - (3 - n) * SECOND, max_attempts=3)
+        for n in range(3)
+    ]
     lease = lease_with_starts(db.session(), worker, NOW, TTL, 3, [], 1)
     assert [run.id for run in lease.runs] == [run.id for run in runs]
     assert lease.started == {runs[0].id}
@@ -78,7 +75,8 @@ def test_the_start_mark_writes_only_runs_whose_lease_this_worker_holds_and_has_n
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     mine, expired, theirs, queued = (
-        add_run(world.alpha.id, NOW - SECOND + n * timedelta(microseconds=1)) for n in range(4)
+        make_run(world.alpha, scheduled_for=NOW - SECOND + n * timedelta(microseconds=1))
+        for n in range(4)
     )
     worker, other = make_worker().id, make_worker().id
     assert lease(worker, limit=2) == [mine.id, expired.id]
@@ -94,7 +92,7 @@ def test_the_start_mark_refuses_a_run_a_reaper_has_taken_back(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     worker = make_worker().id
-    run = add_run(world.alpha.id, NOW, max_attempts=3)
+    run = make_run(world.alpha, scheduled_for=NOW, max_attempts=3)
     lease(worker)
     assert reap_once(db.session(), NOW + TTL + SECOND) == 1
     assert start_runs(db.session(), worker, [run.id], NOW + SECOND) == set()
@@ -110,7 +108,7 @@ def test_a_run_leased_and_never_started_is_queued_again_without_spending_an_atte
     caplog: pytest.LogCaptureFixture,
     make_worker: WorkerFactory,
 ) -> None:
-    run = add_run(world.alpha.id, NOW, max_attempts=max_attempts)
+    run = make_run(world.alpha, scheduled_for=NOW, max_attempts=max_attempts)
     lease(make_worker().id)
     with caplog.at_level(logging.WARNING, logger="webapp.scheduler"):
         assert reap_once(db.session(), NOW + TTL + SECOND) == 1
@@ -141,9 +139,9 @@ def test_a_started_run_is_reaped_as_before_in_the_same_statement(
     each: the started one fails as "worker lost", the other is queued again; a started run with
     attempts left is queued as its next attempt."""
     worker = make_worker().id
-    started = add_run(world.alpha.id, NOW - timedelta(microseconds=3))
-    retried = add_run(world.alpha.id, NOW - timedelta(microseconds=2), max_attempts=2)
-    waiting = add_run(world.alpha.id, NOW - timedelta(microseconds=1))
+    started = make_run(world.alpha, scheduled_for=NOW - timedelta(microseconds=3))
+    retried = make_run(world.alpha, scheduled_for=NOW - timedelta(microseconds=2), max_attempts=2)
+    waiting = make_run(world.alpha, scheduled_for=NOW - timedelta(microseconds=1))
     assert lease(worker) == [started.id, retried.id, waiting.id]
     assert start_runs(db.session(), worker, [started.id, retried.id], NOW) == {
         started.id,
@@ -164,7 +162,9 @@ def test_a_retry_leased_again_and_never_started_keeps_its_attempt_count(
     """Attempt 1 failed; attempt 2 is leased, and its worker is lost before starting it: the
     run waits for attempt 2 again (its first attempt's start is no start of this one)."""
     worker = make_worker().id
-    run = add_run(world.alpha.id, NOW, job="demo.fail", args={"message": "x"}, max_attempts=2)
+    run = make_run(
+        world.alpha, scheduled_for=NOW, job="demo.fail", args={"message": "x"}, max_attempts=2
+    )
     (first,) = lease_and_start(worker, NOW, TTL)
     execute_leased(first, worker)
     retry_at = get_run(run.id).available_at
@@ -180,8 +180,8 @@ def test_a_worker_round_starts_only_what_its_start_mark_wrote(app: Flask, world:
     whose lease a reaper took back meanwhile is not marked, is dropped from the pool and never
     starts."""
     now = datetime.now(UTC)
-    kept = add_run(world.alpha.id, now - timedelta(microseconds=2))
-    lost = add_run(world.alpha.id, now - timedelta(microseconds=1), max_attempts=2)
+    kept = make_run(world.alpha, scheduled_for=now - timedelta(microseconds=2))
+    lost = make_run(world.alpha, scheduled_for=now - timedelta(microseconds=1), max_attempts=2)
     worker = WorkerProcess(app, concurrency=2)
     worker.register()
     assert worker.worker_id is not None
@@ -214,7 +214,7 @@ def test_the_panel_shows_a_leased_run_as_not_started_yet(
     app: Flask, world: World, make_worker: WorkerFactory
 ) -> None:
     worker = make_worker().id
-    run = add_run(world.alpha.id, NOW)
+    run = make_run(world.alpha, scheduled_for=NOW)
     lease(worker, datetime.now(UTC))
     panel = Panel(app, world.alice)
     detail = panel.get(f"/runs/{run.id}").get_data(as_text=True)
@@ -229,7 +229,7 @@ def test_a_worker_round_leases_and_marks_what_its_free_slots_take_in_one_transac
 ) -> None:
     """Two free slots, no job seen yet: the lease takes one run per slot and marks both."""
     now = datetime.now(UTC)
-    runs = [add_run(world.alpha.id, now - timedelta(seconds=3 - n)) for n in range(3)]
+    runs = [make_run(world.alpha, scheduled_for=now - timedelta(seconds=3 - n)) for n in range(3)]
     worker = WorkerProcess(app, concurrency=2)
     worker.register()
     worker.pool = pool = ThreadJobPool(app, current_catalog(), {}, 2, Event())

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from flask import Flask
 from sqlalchemy import select
 
-from tests.conftest import World
-from tests.scheduler_helpers import add_run, add_schedule, all_runs, catalog, settings
+from tests.conftest import World, make_run, make_schedule
+from tests.scheduler_helpers import all_runs, catalog, settings
 from webapp.extensions import db
 from webapp.models import Schedule
 from webapp.scheduler.tick import TickResult, tick, tick_once
@@ -30,7 +31,7 @@ def reload(schedule: Schedule) -> Schedule:
 
 
 def test_a_due_schedule_fires_once_and_advances(app: Flask, world: World) -> None:
-    schedule = add_schedule(world.alpha.id, "hourly", datetime(2026, 3, 7, 12, tzinfo=UTC))
+    schedule = make_schedule(world.alpha, "hourly", datetime(2026, 3, 7, 12, tzinfo=UTC))
     result = run_tick()
     assert (result.claimed, result.queued) == (1, 1)
     (run,) = all_runs()
@@ -54,8 +55,8 @@ def test_a_due_schedule_fires_once_and_advances(app: Flask, world: World) -> Non
 
 
 def test_schedules_not_yet_due_and_paused_ones_do_not_fire(app: Flask, world: World) -> None:
-    add_schedule(world.alpha.id, "later", datetime(2026, 3, 7, 13, tzinfo=UTC))
-    add_schedule(world.alpha.id, "paused", datetime(2026, 3, 7, 11, tzinfo=UTC), active=False)
+    make_schedule(world.alpha, "later", datetime(2026, 3, 7, 13, tzinfo=UTC))
+    make_schedule(world.alpha, "paused", datetime(2026, 3, 7, 11, tzinfo=UTC), active=False)
     assert run_tick().claimed == 0
     assert all_runs() == []
 
@@ -64,10 +65,10 @@ def test_it_skips_a_fire_already_recorded(
     app: Flask, world: World, caplog: pytest.LogCaptureFixture
 ) -> None:
     fire = datetime(2026, 3, 7, 12, tzinfo=UTC)
-    schedule = add_schedule(world.alpha.id, "hourly", fire)
-    add_run(
-        world.alpha.id,
-        fire,
+    schedule = make_schedule(world.alpha, "hourly", fire)
+    make_run(
+        world.alpha,
+        scheduled_for=fire,
         schedule_id=schedule.id,
         trigger="schedule",
         idempotency_key="recorded-by-another-worker",
@@ -81,7 +82,7 @@ def test_it_skips_a_fire_already_recorded(
 
 
 def test_fire_once_coalesces_missed_fires_into_one_run(app: Flask, world: World) -> None:
-    schedule = add_schedule(world.alpha.id, "hourly", datetime(2026, 3, 7, 8, tzinfo=UTC))
+    schedule = make_schedule(world.alpha, "hourly", datetime(2026, 3, 7, 8, tzinfo=UTC))
     run_tick()
     (run,) = all_runs()
     assert (run.trigger, run.scheduled_for, run.fires_covered, run.status) == (
@@ -94,8 +95,8 @@ def test_fire_once_coalesces_missed_fires_into_one_run(app: Flask, world: World)
 
 
 def test_fire_all_queues_every_missed_fire_within_the_bounds(app: Flask, world: World) -> None:
-    add_schedule(
-        world.alpha.id, "hourly", datetime(2026, 3, 7, 6, tzinfo=UTC), misfire_policy="fire_all"
+    make_schedule(
+        world.alpha, "hourly", datetime(2026, 3, 7, 6, tzinfo=UTC), misfire_policy="fire_all"
     )
     run_tick(max_catchup=3)
     runs = all_runs()
@@ -112,8 +113,8 @@ def test_fire_all_queues_every_missed_fire_within_the_bounds(app: Flask, world: 
 
 
 def test_fire_all_respects_the_recovery_window(app: Flask, world: World) -> None:
-    add_schedule(
-        world.alpha.id, "hourly", datetime(2026, 3, 7, 6, tzinfo=UTC), misfire_policy="fire_all"
+    make_schedule(
+        world.alpha, "hourly", datetime(2026, 3, 7, 6, tzinfo=UTC), misfire_policy="fire_all"
     )
     run_tick(recovery_window=timedelta(hours=2))  # 10:00 is 2 h 20 s old at 12:00:20
     assert [(r.scheduled_for.hour, r.status, r.fires_covered) for r in all_runs()] == [
@@ -124,8 +125,8 @@ def test_fire_all_respects_the_recovery_window(app: Flask, world: World) -> None
 
 
 def test_skip_records_one_skipped_run_saying_how_many(app: Flask, world: World) -> None:
-    schedule = add_schedule(
-        world.alpha.id, "hourly", datetime(2026, 3, 7, 9, tzinfo=UTC), misfire_policy="skip"
+    schedule = make_schedule(
+        world.alpha, "hourly", datetime(2026, 3, 7, 9, tzinfo=UTC), misfire_policy="skip"
     )
     run_tick(now=datetime(2026, 3, 7, 12, 30, tzinfo=UTC))
     (run,) = all_runs()
@@ -139,8 +140,8 @@ def test_skip_records_one_skipped_run_saying_how_many(app: Flask, world: World) 
 
 
 def test_skip_still_fires_the_fire_time_that_is_on_time(app: Flask, world: World) -> None:
-    add_schedule(
-        world.alpha.id, "hourly", datetime(2026, 3, 7, 11, tzinfo=UTC), misfire_policy="skip"
+    make_schedule(
+        world.alpha, "hourly", datetime(2026, 3, 7, 11, tzinfo=UTC), misfire_policy="skip"
     )
     run_tick()
     assert [(r.scheduled_for.hour, r.status) for r in all_runs()] == [
@@ -152,10 +153,15 @@ def test_skip_still_fires_the_fire_time_that_is_on_time(app: Flask, world: World
 def test_overlap_skip_records_a_skipped_run_while_an_earlier_one_runs(
     app: Flask, world: World
 ) -> None:
-    schedule = add_schedule(
-        world.alpha.id, "hourly", datetime(2026, 3, 7, 12, tzinfo=UTC), overlap_policy="skip"
+    schedule = make_schedule(
+        world.alpha, "hourly", datetime(2026, 3, 7, 12, tzinfo=UTC), overlap_policy="skip"
     )
-    add_run(world.alpha.id, NOW - timedelta(hours=1), schedule_id=schedule.id, status="running")
+    make_run(
+        world.alpha,
+        scheduled_for=NOW - timedelta(hours=1),
+        schedule_id=schedule.id,
+        status="running",
+    )
     run_tick()
     fired = all_runs()[-1]
     assert (fired.status, fired.error) == (
@@ -165,8 +171,13 @@ def test_overlap_skip_records_a_skipped_run_while_an_earlier_one_runs(
 
 
 def test_overlap_allow_queues_beside_a_running_run(app: Flask, world: World) -> None:
-    schedule = add_schedule(world.alpha.id, "hourly", datetime(2026, 3, 7, 12, tzinfo=UTC))
-    add_run(world.alpha.id, NOW - timedelta(hours=1), schedule_id=schedule.id, status="running")
+    schedule = make_schedule(world.alpha, "hourly", datetime(2026, 3, 7, 12, tzinfo=UTC))
+    make_run(
+        world.alpha,
+        scheduled_for=NOW - timedelta(hours=1),
+        schedule_id=schedule.id,
+        status="running",
+    )
     run_tick()
     assert all_runs()[-1].status == "queued"
 
@@ -189,10 +200,10 @@ def test_overlap_allow_queues_beside_a_running_run(app: Flask, world: World) -> 
     ],
 )
 def test_a_tampered_schedule_fails_once_is_deactivated_and_others_still_fire(
-    app: Flask, world: World, fields: dict[str, object], reason: str
+    app: Flask, world: World, fields: dict[str, Any], reason: str
 ) -> None:
-    bad = add_schedule(world.alpha.id, "bad", datetime(2026, 3, 7, 11, tzinfo=UTC), **fields)
-    add_schedule(world.alpha.id, "good", datetime(2026, 3, 7, 12, tzinfo=UTC))
+    bad = make_schedule(world.alpha, "bad", datetime(2026, 3, 7, 11, tzinfo=UTC), **fields)
+    make_schedule(world.alpha, "good", datetime(2026, 3, 7, 12, tzinfo=UTC))
     result = run_tick()
     assert (result.failed, result.queued) == (1, 1)
     failed = next(r for r in all_runs() if r.schedule_id == bad.id)
@@ -205,9 +216,9 @@ def test_a_tampered_schedule_fails_once_is_deactivated_and_others_still_fire(
 def test_stored_arguments_that_are_not_an_object_are_measured_without_a_crash(
     app: Flask, world: World
 ) -> None:
-    small = add_schedule(world.alpha.id, "small", datetime(2026, 3, 7, 12, tzinfo=UTC), args=[1])
+    small = make_schedule(world.alpha, "small", datetime(2026, 3, 7, 12, tzinfo=UTC), args=[1])
     large = ["x" * 20_000]
-    big = add_schedule(world.alpha.id, "big", datetime(2026, 3, 7, 12, tzinfo=UTC), args=large)
+    big = make_schedule(world.alpha, "big", datetime(2026, 3, 7, 12, tzinfo=UTC), args=large)
     result = run_tick()
     assert (result.queued, result.failed) == (1, 1)
     assert reload(small).active  # its run fails when executed: not an object
@@ -217,8 +228,8 @@ def test_stored_arguments_that_are_not_an_object_are_measured_without_a_crash(
 
 
 def test_a_system_job_in_a_tenant_schedule_is_deactivated(app: Flask, world: World) -> None:
-    bad = add_schedule(
-        world.alpha.id,
+    bad = make_schedule(
+        world.alpha,
         "prune",
         datetime(2026, 3, 7, 12, tzinfo=UTC),
         job="maintenance.prune_runs",
@@ -233,7 +244,7 @@ def test_a_system_job_in_a_tenant_schedule_is_deactivated(app: Flask, world: Wor
 
 def test_batches_repeat_until_nothing_is_due(app: Flask, world: World) -> None:
     for n in range(7):
-        add_schedule(world.alpha.id, f"s{n}", datetime(2026, 3, 7, 12, tzinfo=UTC))
+        make_schedule(world.alpha, f"s{n}", datetime(2026, 3, 7, 12, tzinfo=UTC))
     first = tick_once(db.session(), catalog(), settings(batch_size=3), NOW)
     assert first.claimed == 3
     rest = run_tick(batch_size=3)
@@ -242,8 +253,8 @@ def test_batches_repeat_until_nothing_is_due(app: Flask, world: World) -> None:
 
 
 def test_the_next_fire_follows_debian_dst_rules(app: Flask, world: World) -> None:
-    schedule = add_schedule(
-        world.alpha.id,
+    schedule = make_schedule(
+        world.alpha,
         "night",
         datetime(2026, 3, 7, 7, 30, tzinfo=UTC),
         cron="30 2 * * *",
@@ -255,7 +266,7 @@ def test_the_next_fire_follows_debian_dst_rules(app: Flask, world: World) -> Non
 
 
 def test_system_schedules_fire_without_a_tenant(app: Flask) -> None:
-    add_schedule(
+    make_schedule(
         None, "prune", datetime(2026, 3, 7, 12, tzinfo=UTC), job="maintenance.prune_runs", args={}
     )
     run_tick()

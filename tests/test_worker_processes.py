@@ -15,11 +15,11 @@ import pytest
 from flask import Flask
 from sqlalchemy import func, select
 
-from tests.conftest import World
-from tests.scheduler_helpers import add_run, get_run
+from tests.conftest import World, make_run
+from tests.scheduler_helpers import get_run
 from tests.worker_support import Workers, one_at_a_time, postgresql_only, wait_for
 from webapp.extensions import db
-from webapp.models import Run, Schedule, Worker
+from webapp.models import Run, Schedule, Tenant, Worker
 from webapp.services.audit import Actor
 from webapp.services.transfer import import_schedules
 
@@ -68,9 +68,9 @@ def test_a_run_of_a_killed_worker_is_finished_by_another(
     app: Flask, world: World, workers: Workers
 ) -> None:
     # demo.sleep allows 2 attempts, which run_now and the tick copy from the catalog.
-    run = add_run(
-        world.alpha.id,
-        datetime(2026, 1, 1, tzinfo=UTC),
+    run = make_run(
+        world.alpha,
+        scheduled_for=datetime(2026, 1, 1, tzinfo=UTC),
         job="demo.sleep",
         args={"seconds": 2},
         max_attempts=2,
@@ -114,8 +114,11 @@ def test_sigterm_stops_an_idle_worker_at_once(app: Flask, world: World, workers:
 def test_sigterm_lets_a_running_job_finish_within_the_grace(
     app: Flask, world: World, workers: Workers
 ) -> None:
-    run = add_run(
-        world.alpha.id, datetime(2026, 1, 1, tzinfo=UTC), job="demo.sleep", args={"seconds": 1}
+    run = make_run(
+        world.alpha,
+        scheduled_for=datetime(2026, 1, 1, tzinfo=UTC),
+        job="demo.sleep",
+        args={"seconds": 1},
     )
     process = workers.start(SCHEDULER_SHUTDOWN_GRACE="20")
     wait_for(
@@ -132,8 +135,11 @@ def test_sigterm_lets_a_running_job_finish_within_the_grace(
 def test_sigterm_returns_a_job_that_outlasts_the_grace_to_the_queue(
     app: Flask, world: World, workers: Workers
 ) -> None:
-    run = add_run(
-        world.alpha.id, datetime(2026, 1, 1, tzinfo=UTC), job="demo.sleep", args={"seconds": 30}
+    run = make_run(
+        world.alpha,
+        scheduled_for=datetime(2026, 1, 1, tzinfo=UTC),
+        job="demo.sleep",
+        args={"seconds": 30},
     )
     process = workers.start(SCHEDULER_SHUTDOWN_GRACE="0.5")
     wait_for(
@@ -149,18 +155,20 @@ def test_sigterm_returns_a_job_that_outlasts_the_grace_to_the_queue(
     assert (returned.status, returned.attempt, returned.worker_id) == ("queued", 0, None)
 
 
-def add_timeout_runs(tenant_id: int, pid_file: Path) -> tuple[int, int, int]:
+def add_timeout_runs(tenant: Tenant, pid_file: Path) -> tuple[int, int, int]:
     """A job that stops at its deadline, one that ignores it, and one after them: with one slot,
     the last runs only if the slot is freed."""
     at = datetime(2026, 1, 1, tzinfo=UTC)
-    cooperative = add_run(tenant_id, at, job="sample.cooperative", args={})
-    stubborn = add_run(
-        tenant_id,
-        at + timedelta(seconds=1),
+    cooperative = make_run(tenant, scheduled_for=at, job="sample.cooperative", args={})
+    stubborn = make_run(
+        tenant,
+        scheduled_for=at + timedelta(seconds=1),
         job="sample.slow",
         args={"pid_file": str(pid_file)},
     )
-    after = add_run(tenant_id, at + timedelta(seconds=2), job="demo.echo", args={"message": "next"})
+    after = make_run(
+        tenant, scheduled_for=at + timedelta(seconds=2), job="demo.echo", args={"message": "next"}
+    )
     return cooperative.id, stubborn.id, after.id
 
 
@@ -178,7 +186,7 @@ def assert_timed_out_and_slot_freed(
 def test_the_thread_pool_fails_a_job_over_its_timeout_and_frees_its_slot(
     app: Flask, world: World, workers: Workers, tmp_path: Path
 ) -> None:
-    cooperative, stubborn, after = add_timeout_runs(world.alpha.id, tmp_path / "pid")
+    cooperative, stubborn, after = add_timeout_runs(world.alpha, tmp_path / "pid")
     process = workers.start(
         "--burst", "--concurrency", "1", SCHEDULER_JOB_MODULES="tests.sample_jobs"
     )
@@ -194,9 +202,12 @@ def test_the_process_pool_kills_a_job_over_its_timeout_and_frees_its_slot(
     app: Flask, world: World, workers: Workers, tmp_path: Path
 ) -> None:
     pid_file = tmp_path / "pid"
-    cooperative, stubborn, after = add_timeout_runs(world.alpha.id, pid_file)
-    printer = add_run(
-        world.alpha.id, datetime(2026, 1, 1, 0, 0, 3, tzinfo=UTC), job="sample.printer", args={}
+    cooperative, stubborn, after = add_timeout_runs(world.alpha, pid_file)
+    printer = make_run(
+        world.alpha,
+        scheduled_for=datetime(2026, 1, 1, 0, 0, 3, tzinfo=UTC),
+        job="sample.printer",
+        args={},
     )
     process = workers.start(
         "--burst",
@@ -219,7 +230,9 @@ def test_the_process_pool_kills_a_job_over_its_timeout_and_frees_its_slot(
 
 
 def test_what_a_job_prints_lands_in_its_output(app: Flask, world: World, workers: Workers) -> None:
-    run = add_run(world.alpha.id, datetime(2026, 1, 1, tzinfo=UTC), job="sample.printer", args={})
+    run = make_run(
+        world.alpha, scheduled_for=datetime(2026, 1, 1, tzinfo=UTC), job="sample.printer", args={}
+    )
     process = workers.start("--burst", SCHEDULER_JOB_MODULES="tests.sample_jobs")
     assert process.wait(timeout=60) == 0, workers.logs()
     db.session.rollback()
@@ -229,7 +242,7 @@ def test_what_a_job_prints_lands_in_its_output(app: Flask, world: World, workers
 
 
 def test_the_console_script_runs_a_worker(app: Flask, world: World, database_url: str) -> None:
-    run = add_run(world.alpha.id, datetime(2026, 1, 1, tzinfo=UTC))
+    run = make_run(world.alpha, scheduled_for=datetime(2026, 1, 1, tzinfo=UTC))
     script = Path(sys.executable).with_name("scheduler-worker")
     env = {
         **os.environ,
@@ -316,7 +329,7 @@ def test_a_lost_database_connection_is_retried_not_fatal(
         )
     )
     db.session.commit()
-    run = add_run(world.alpha.id, datetime(2026, 1, 1, tzinfo=UTC))
+    run = make_run(world.alpha, scheduled_for=datetime(2026, 1, 1, tzinfo=UTC))
     wait_for(
         lambda: get_run(run.id).status == "succeeded",
         30,
@@ -328,7 +341,7 @@ def test_a_lost_database_connection_is_retried_not_fatal(
 def test_a_job_process_that_cannot_start_is_logged_retried_and_its_run_handed_back(
     app: Flask, world: World, workers: Workers
 ) -> None:
-    run = add_run(world.alpha.id, datetime(2026, 1, 1, tzinfo=UTC))
+    run = make_run(world.alpha, scheduled_for=datetime(2026, 1, 1, tzinfo=UTC))
     process = workers.start(
         "--pool",
         "process",

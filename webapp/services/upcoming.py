@@ -7,6 +7,7 @@ needs of the tenant's schedules and runs.
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
@@ -134,14 +135,17 @@ UPCOMING_COLUMNS = (
 )
 
 
-def active_schedules(tenant_id: int, size: int) -> Select[*tuple[Any, ...]]:
-    """The tenant's first `size` active schedules by (next_run_at, id), as rows of
-    UPCOMING_COLUMNS (no schedule loaded as a model). A schedule without next_run_at never
-    falls due: the scheduler will not fire it."""
+def active_schedules(
+    tenant_id: int, size: int, schedule_id: int | None = None
+) -> Select[*tuple[Any, ...]]:
+    """The tenant's first `size` active schedules (or only `schedule_id`) by (next_run_at, id),
+    as rows of UPCOMING_COLUMNS (no schedule loaded as a model). A schedule without next_run_at
+    never falls due: the scheduler will not fire it."""
+    query = scope.schedules(tenant_id).with_only_columns(*UPCOMING_COLUMNS)
+    if schedule_id is not None:
+        query = query.where(Schedule.id == schedule_id)
     return (
-        scope.schedules(tenant_id)
-        .with_only_columns(*UPCOMING_COLUMNS)
-        .where(Schedule.active, Schedule.next_run_at.is_not(None))
+        query.where(Schedule.active, Schedule.next_run_at.is_not(None))
         .order_by(Schedule.next_run_at, Schedule.id)
         .limit(size)
     )
@@ -154,11 +158,15 @@ def one_off_fires(
     end: datetime,
     cursor: Cursor | None,
     limit: int,
+    schedule_id: int | None = None,
 ) -> list[Fire]:
-    """The tenant's first `limit` queued one-off runs (ONE_OFF) due in (start, end] (after
-    `cursor` in fire_order: a one-off's (time, schedule, run id)), each with its schedule
-    (still the tenant's) as a row of UPCOMING_COLUMNS, as fires of Next runs."""
+    """The tenant's first `limit` queued one-off runs (ONE_OFF; only `schedule_id`'s if given)
+    due in (start, end] (after `cursor` in fire_order: a one-off's (time, schedule, run id)),
+    each with its schedule (still the tenant's) as a row of UPCOMING_COLUMNS, as fires of Next
+    runs."""
     query = scope.runs(tenant_id).where(Run.available_at > start, Run.available_at <= end, *ONE_OFF)
+    if schedule_id is not None:
+        query = query.where(Run.schedule_id == schedule_id)
     if cursor is not None:
         query = query.where(tuple_(Run.available_at, Run.schedule_id, Run.id) > tuple_(*cursor))
     same_schedule = and_(Schedule.id == Run.schedule_id, Schedule.tenant_id == Run.tenant_id)
@@ -178,17 +186,18 @@ def upcoming_page(
     end: datetime,
     cursor: Cursor | None,
     size: int,
+    schedule_id: int | None = None,
 ) -> tuple[list[Fire], bool]:
     """`size` fires of the tenant's active schedules and queued one-off runs in (start, end]
-    (after `cursor`), and whether more exist, loading schedules by next_run_at rather than all
-    of them: a schedule fires nothing before its next_run_at, so once the page's fires (and the
-    one after) all come before the last loaded schedule's (next_run_at, id), no schedule not
-    loaded can take a place on the page. The first `size` + 1 schedules usually suffice; else
-    four times as many, and so on."""
+    (after `cursor`; only `schedule_id`'s if given), and whether more exist, loading schedules
+    by next_run_at rather than all of them: a schedule fires nothing before its next_run_at, so
+    once the page's fires (and the one after) all come before the last loaded schedule's
+    (next_run_at, id), no schedule not loaded can take a place on the page. The first `size` + 1
+    schedules usually suffice; else four times as many, and so on."""
     loaded = size + 1
-    queued = one_off_fires(session, tenant_id, start, end, cursor, size + 1)
+    queued = one_off_fires(session, tenant_id, start, end, cursor, size + 1, schedule_id)
     while True:
-        schedules = session.execute(active_schedules(tenant_id, loaded)).all()
+        schedules = session.execute(active_schedules(tenant_id, loaded, schedule_id)).all()
         fires, _ = upcoming_fires(schedules, start, end, size + 1, cursor, queued)
         if len(schedules) < loaded:
             break  # every active schedule is loaded
@@ -200,3 +209,59 @@ def upcoming_page(
             break
         loaded *= 4
     return fires[:size], len(fires) > size
+
+
+@dataclass(frozen=True)
+class Folded:
+    """The fires of a schedule that follow one shown, with no other fire between them: counted
+    under it rather than listed (a `*/7` schedule would otherwise fill the page)."""
+
+    count: int
+    shortest: timedelta  # the gaps between them, from the fire shown on
+    longest: timedelta
+    last: datetime  # UTC
+
+
+FOLD_FROM = 3  # fires of a schedule in a row from which those after the first are folded
+
+
+def folded(fires: list[Fire]) -> list[tuple[Fire, Folded | None]]:
+    """The fires as rows: of each run of FOLD_FROM or more fires of the same schedule in a row,
+    the first, with the rest as a Folded. A one-off run and a fire with a DST note are always
+    a row of their own."""
+    rows: list[tuple[Fire, Folded | None]] = []
+
+    def alone(fire: Fire) -> bool:
+        return fire.run_id is not None or fire.note is not None
+
+    for _, group in groupby(fires, key=lambda f: (f.schedule.id, id(f) if alone(f) else 0)):
+        same = list(group)
+        if len(same) < FOLD_FROM:
+            rows += [(fire, None) for fire in same]
+            continue
+        gaps = [later.at - earlier.at for earlier, later in itertools.pairwise(same)]
+        rows.append((same[0], Folded(len(same) - 1, min(gaps), max(gaps), same[-1].at)))
+    return rows
+
+
+def schedule_choices(tenant_id: int, size: int) -> Select[int, str]:
+    """The first `size` of the tenant's active schedules by name, as (id, name): the options of
+    Next runs' schedule filter."""
+    return (
+        scope.schedules(tenant_id)
+        .with_only_columns(Schedule.id, Schedule.name)
+        .where(Schedule.active)
+        .order_by(Schedule.name, Schedule.id)
+        .limit(size)
+    )
+
+
+def chosen_schedule(session: Session, tenant_id: int, schedule_id: int) -> Any:
+    """The tenant's schedule `schedule_id` as a row (id, name), or None if it is not one of the
+    tenant's: the schedule that Next runs is filtered to."""
+    statement = (
+        scope.schedules(tenant_id)
+        .with_only_columns(Schedule.id, Schedule.name)
+        .where(Schedule.id == schedule_id)
+    )
+    return session.execute(statement).first()

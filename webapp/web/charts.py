@@ -240,16 +240,42 @@ def outcome_strip(days: Sequence[DayOutcome], width: int = 640, gap: float = 2) 
 
 
 @dataclass(frozen=True)
+class PeakLabel:
+    """A bar's figure written above it: anchored at its middle, or at its start or end near
+    an edge so that it stays inside the picture."""
+
+    x: float
+    y: float
+    label: str
+    anchor: str  # SVG text-anchor: "start", "middle" or "end"
+    left: float  # the text's extent along x, as wide as PEAK_CHAR_WIDTH says
+    right: float
+
+
+@dataclass(frozen=True)
 class BarChart:
     box: Box
     path: str  # every non-empty bar in one path: 1,440 <rect>s would weigh ten times more
     bar_width: float
     y_ticks: list[Tick]
     x_ticks: list[Tick]
-    peaks: list[Marker]  # the tallest bars, labelled on the chart
+    peaks: list[PeakLabel]  # the tallest bars, labelled on the chart, no two labels overlapping
 
 
 BAR_BOX = Box(width=1440 + 70, height=280, left=60, top=28, right=10, bottom=60)
+# A peak label's character at .chart-bars' font size (18 viewBox units, semibold, in app.css):
+# generous, so that two labels estimated apart are apart whatever the font.
+PEAK_CHAR_WIDTH = 11.5
+PEAK_GAP = 16  # viewBox units at least between two peak labels
+
+
+def peak_label(x: float, y: float, label: str, box: Box) -> PeakLabel:
+    width = len(label) * PEAK_CHAR_WIDTH
+    if x - width / 2 < box.left:
+        return PeakLabel(x, y, label, "start", x, x + width)
+    if x + width / 2 > box.plot_right:
+        return PeakLabel(x, y, label, "end", x - width, x)
+    return PeakLabel(x, y, label, "middle", x - width / 2, x + width / 2)
 
 
 def bar_chart(
@@ -257,8 +283,11 @@ def bar_chart(
     x_ticks: Sequence[tuple[int, str]],
     peaks: Sequence[tuple[int, str]] = (),
     box: Box = BAR_BOX,
+    most_peaks: int = 3,
 ) -> BarChart:
-    """Bars of `values` side by side, from 0 up; `x_ticks` and `peaks` are (index, label)."""
+    """Bars of `values` side by side, from 0 up; `x_ticks` are (index, label), `peaks` the
+    candidate bars to label, (index, label) best first: the first `most_peaks` whose labels
+    overlap none of those taken before."""
     count = max(len(values), 1)
     bar = (box.plot_right - box.left) / count
     ticks = nice_ticks(max(values, default=0), whole=True)
@@ -270,17 +299,25 @@ def bar_chart(
         for i, value in enumerate(values)
         if value > 0
     )
+    labelled: list[PeakLabel] = []
+    for i, label in peaks:
+        if len(labelled) == most_peaks:
+            break
+        if not 0 <= i < len(values):
+            continue
+        peak = peak_label(round(box.left + (i + 0.5) * bar, 2), y(values[i]), label, box)
+        if all(
+            peak.right + PEAK_GAP <= other.left or other.right + PEAK_GAP <= peak.left
+            for other in labelled
+        ):
+            labelled.append(peak)
     return BarChart(
         box=box,
         path=path,
         bar_width=round(bar, 2),
         y_ticks=[Tick(y(t), number(t)) for t in ticks],
         x_ticks=[Tick(round(box.left + i * bar, 2), label) for i, label in x_ticks],
-        peaks=[
-            Marker(round(box.left + (i + 0.5) * bar, 2), y(values[i]), label)
-            for i, label in peaks
-            if 0 <= i < len(values)
-        ],
+        peaks=labelled,
     )
 
 

@@ -17,7 +17,6 @@ bp.context_processor(fleet_alarms)
 
 TOP_MINUTES = 10
 LABELLED_PEAKS = 3
-PEAK_SPACING = 90  # minutes between labelled peaks, so that their labels do not overlap
 TICK_HOURS = 3  # hours between the time axis's labels
 
 
@@ -35,21 +34,19 @@ def fires() -> str:
 
 
 def fires_chart(forecast: Forecast) -> BarChart:
-    """One bar per minute; the busiest few minutes far enough apart are labelled."""
+    """One bar per minute; the busiest few minutes whose labels do not overlap are labelled."""
     # Ticks on whole hours that are multiples of three (00:00, 03:00, ...), wherever `start` is.
     ticks = [
         (i, f"{forecast.minute(i):%H:%M}")
         for i in range(MINUTES)
         if forecast.minute(i).minute == 0 and forecast.minute(i).hour % TICK_HOURS == 0
     ]
-    peaks: list[int] = []
-    for at, _fires in forecast.top(MINUTES):
-        index = int((at - forecast.start).total_seconds()) // 60
-        if all(abs(index - other) >= PEAK_SPACING for other in peaks):
-            peaks.append(index)
-        if len(peaks) == LABELLED_PEAKS:
-            break
-    labels = [
-        (i, f"{forecast.minute(i):%H:%M} UTC: {plural(forecast.fires[i], 'fire')}") for i in peaks
+    # The busiest minutes first: bar_chart labels the first few whose labels have room.
+    peaks = [
+        (
+            int((at - forecast.start).total_seconds()) // 60,
+            f"{at:%H:%M} UTC: {plural(fires, 'fire')}",
+        )
+        for at, fires in forecast.top(MINUTES)
     ]
-    return bar_chart(forecast.fires, ticks, labels)
+    return bar_chart(forecast.fires, ticks, peaks, most_peaks=LABELLED_PEAKS)

@@ -5,16 +5,23 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from flask import Blueprint, request
+from flask import Blueprint, abort, request
 from flask_login import login_required
 from werkzeug.wrappers import Response
 
 from webapp.database import utcnow
 from webapp.extensions import db
-from webapp.services.upcoming import Cursor, by_day, upcoming_page
+from webapp.services.upcoming import (
+    Cursor,
+    by_day,
+    chosen_schedule,
+    folded,
+    schedule_choices,
+    upcoming_page,
+)
 from webapp.web import tenancy
 from webapp.web.common import page_or_partial
-from webapp.web.formatting import shown_zone
+from webapp.web.formatting import is_htmx, shown_zone
 from webapp.web.params import bad_request, id_arg, shown
 from webapp.web.schedules import job_titles
 
@@ -23,6 +30,9 @@ bp.before_request(login_required(lambda: None))
 
 UPCOMING_HOURS = 24
 UPCOMING_PAGE = 100  # fire times per page of Next runs
+# The schedule filter offers this many active schedules, by name, and the chosen one; a folded
+# row ("every 7 min, 14 more") links to its schedule's own list whatever its place by name.
+SCHEDULE_OPTIONS = 100
 
 
 def upcoming_cursor() -> Cursor | None:
@@ -50,31 +60,49 @@ def upcoming_cursor() -> Cursor | None:
 
 @bp.get("/upcoming")
 def index() -> Response:
-    """The tenant's fire times across all active schedules in the next 24 hours, by day,
-    UPCOMING_PAGE at a time ("Later fire times" continues after the last one shown)."""
+    """The tenant's fire times across all active schedules (or the one chosen) in the next 24
+    hours, by day, UPCOMING_PAGE at a time ("Later fire times" continues after the last one
+    shown). Across schedules, a schedule's fires in a row are folded under the first."""
     now = utcnow()
     cursor = upcoming_cursor()
     tenant = tenancy.current_tenant()
+    session = db.session()
+    schedule_id = id_arg("schedule")
+    chosen = None
+    if schedule_id is not None:
+        chosen = chosen_schedule(session, tenant.id, schedule_id)
+        if chosen is None:
+            abort(404)
     end = now + timedelta(hours=UPCOMING_HOURS)
-    fires, more = upcoming_page(db.session(), tenant.id, now, end, cursor, UPCOMING_PAGE)
+    fires, more = upcoming_page(session, tenant.id, now, end, cursor, UPCOMING_PAGE, schedule_id)
     zone = shown_zone(tenant.time_zone)
     today = now.astimezone(ZoneInfo(zone)).date()
-    later = None
+    later: dict[str, str] | None = None
     if more:
         last = fires[-1]
         later = {"after": last.at.isoformat(), "after_id": str(last.schedule.id)}
         if last.run_id:
             later["after_run"] = str(last.run_id)
+        if schedule_id is not None:
+            later["schedule"] = str(schedule_id)
+    days = [
+        (day, [(fire, None) for fire in group] if chosen else folded(group))
+        for day, group in by_day(fires, zone)
+    ]
     # A later page appends to the list; its first day may continue the last one shown.
     later_page = "after" in request.args
     return page_or_partial(
         "schedules/upcoming.html",
         "schedules/_upcoming_days.html" if later_page else "schedules/_upcoming.html",
-        days=by_day(fires, zone),
+        days=days,
         today=today,
         tomorrow=today + timedelta(days=1),
         continued=cursor[0].astimezone(ZoneInfo(zone)).date() if cursor else None,
         later=later,
         tenant=tenant,
         titles=job_titles(),
+        chosen=chosen,
+        schedule_options=[]
+        if is_htmx()
+        else session.execute(schedule_choices(tenant.id, SCHEDULE_OPTIONS)).all(),
     )
