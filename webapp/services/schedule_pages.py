@@ -25,7 +25,7 @@ from sqlalchemy import (
     true,
     union_all,
 )
-from sqlalchemy.orm import Session, load_only
+from sqlalchemy.orm import Session, aliased, load_only
 
 from webapp.database import UTCDateTime, contains_text, like_pattern
 from webapp.models import AuditEvent, Run, Schedule
@@ -81,6 +81,7 @@ class ListPage:
     schedules: list[ListedSchedule]  # by name, then id; at most the page's size
     last_runs: dict[int, LastRun]  # by schedule id, for those that ran
     more: bool  # a next page starts after the last schedule
+    shared_names: set[str]  # names of the page that another of the tenant's schedules has too
 
 
 def list_page(
@@ -96,8 +97,9 @@ def list_page(
 ) -> ListPage:
     """A page of the tenant's schedules by name and id (`search`: in the name, whatever the
     case; `after`: the previous page's last (name, id)), with the last run of each that has one
-    (time_has_come at `now`), in one statement: the last run's id is a subquery per listed
-    schedule (one index probe each, after the LIMIT), joined to its run. Columns, not models:
+    (time_has_come at `now`) and whether another schedule has its name, in one statement: the
+    last run's id and the other name are subqueries per listed schedule (index probes, after
+    the LIMIT), the run joined. Columns, not models:
     loading each schedule whole (its arguments decoded from JSON, its notification settings)
     and its run as objects cost more than rendering the row."""
     latest = (
@@ -108,6 +110,16 @@ def list_page(
             time_has_come(bindparam("now", type_=UTCDateTime)),
         )
         .scalar_subquery()
+    )
+    other = aliased(Schedule)
+    shares_name = (
+        select(other.id)
+        .where(
+            other.tenant_id == Schedule.tenant_id,
+            other.name == Schedule.name,
+            other.id != Schedule.id,
+        )
+        .exists()
     )
     query = scope.schedules(tenant_id)
     if search:
@@ -123,7 +135,7 @@ def list_page(
         )
     page = (
         query.with_only_columns(*(getattr(Schedule, field) for field in ListedSchedule._fields))
-        .add_columns(latest.label("last_run_id"))
+        .add_columns(latest.label("last_run_id"), shares_name.label("shares_name"))
         .order_by(Schedule.name, Schedule.id)
         .limit(size + 1)
         .subquery()
@@ -141,11 +153,12 @@ def list_page(
     return ListPage(
         schedules=[ListedSchedule._make(row[:width]) for row in rows[:size]],
         last_runs={
-            row.id: LastRun(row.last_run_id, *row[width + 1 :])
+            row.id: LastRun(row.last_run_id, *row[width + 2 :])
             for row in rows[:size]
             if row.last_run_id is not None
         },
         more=len(rows) > size,
+        shared_names={row.name for row in rows[:size] if row.shares_name},
     )
 
 

@@ -143,10 +143,9 @@ def list_context() -> dict[str, Any]:
     any_schedules = bool(page.schedules) or (
         (filtered or after is not None) and has_schedules(db.session(), tenant.id)
     )
-    names = {schedule.name for schedule in page.schedules}
     return {
         "schedules": page.schedules,
-        "shared_names": shared_names(db.session(), tenant.id, names),
+        "shared_names": page.shared_names,
         "first_page": first_page,
         "next_page": next_page,
         "later_page": after is not None,
