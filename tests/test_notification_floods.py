@@ -12,14 +12,15 @@ import pytest
 from flask import Flask
 from sqlalchemy import select
 
-from tests import smtp_support
+from tests import smtp_support, test_catalog_webhook
 from tests.api_helpers import NEW, Api, problem_fields
 from tests.conftest import WorkerFactory, World
 from tests.panel_helpers import Panel
 from tests.scheduler_helpers import add_run
 from tests.settings_support import reconfigure
 from tests.smtp_support import SmtpServer
-from tests.test_notifications import FORM, field_error, finish, outbox, watched
+from tests.test_catalog_webhook import LoopbackServer
+from tests.test_notifications import FORM, LOOPBACK, field_error, finish, outbox, watched
 from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import Notification, Schedule, Tenant
@@ -29,6 +30,7 @@ from webapp.services.audit import Actor
 from webapp.services.transfer import ImportProblems, import_schedules
 
 smtp_server = smtp_support.smtp_server
+server = test_catalog_webhook.server
 
 
 def queue_flood(tenant_id: int, count: int) -> None:
@@ -146,6 +148,30 @@ def test_the_digest_counts_what_the_limit_held_back_until_it_is_sent(
     [digest] = [row for row in outbox() if row.event == "digest"]
     assert digest.subject == "[alpha] 2 more notifications suppressed"
     assert (digest.target, digest.available_at) == ("ops@example.com", now + timedelta(minutes=30))
+
+
+def test_the_digest_goes_to_the_tenants_webhook_signed(
+    app: Flask, world: World, server: LoopbackServer, make_worker: WorkerFactory
+) -> None:
+    reconfigure(app, **LOOPBACK, SCHEDULER_NOTIFY_MAX_PER_HOUR=1)
+    tenant = db.session.get(Tenant, world.alpha.id)
+    assert tenant is not None
+    tenant.notify_webhook_url = server.url("/alerts")
+    now = datetime(2026, 3, 7, 10, 30, tzinfo=UTC)
+    events = []
+    for number in range(4):  # each to the tenant's webhook: the first fits, 3 are held back
+        schedule = watched(world, f"s{number}", notify_emails=[])
+        run = add_run(world.alpha.id, now, schedule_id=schedule.id)
+        events.append(NotifyEvent("failure", schedule.id, run.id))
+    record_events(db.session(), None, events, now)
+    db.session.commit()
+
+    send_all(make_worker().id, now + timedelta(hours=1))
+
+    documents = sorted((json.loads(request.body) for request in server.received), key=str)
+    assert [document["event"] for document in documents] == ["digest", "failure"]
+    assert (documents[0]["tenant"], documents[0]["suppressed"]) == ("alpha", 3)
+    assert all(request.headers["X-Scheduler-Signature"] for request in server.received)
 
 
 def test_too_many_recipients_are_refused_where_they_are_set(app: Flask, world: World) -> None:
