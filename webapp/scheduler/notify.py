@@ -232,8 +232,12 @@ def idempotency_key(
     about = f"run.{event.run_id}" if event.run_id is not None else f"schedule.{event.schedule_id}"
     if event.kind == "overdue":
         about += f".{overdue_since}"
-    digest = hashlib.sha256(target.encode()).hexdigest()[:24]
-    return f"{event.kind}.{about}.{channel}.{digest}"
+    return f"{event.kind}.{about}.{channel}.{hashed(target)}"
+
+
+def hashed(target: str) -> str:
+    """A recipient in an idempotency key: hashed (a URL may be 2,000 characters)."""
+    return hashlib.sha256(target.encode()).hexdigest()[:24]
 
 
 def record_events(
@@ -278,7 +282,8 @@ def record_events(
             )
         )
     }
-    notified = notified_within(session, schedule_ids, now - window_length(config))
+    window = timedelta(seconds=config.SCHEDULER_NOTIFY_WINDOW)
+    notified = notified_within(session, schedule_ids, now - window)
     hour = clock_hour(now)
     tenant_ids = sorted({row.tenant_id for row in schedules.values()})
     left = hourly_room(session, tenant_ids, hour, config.SCHEDULER_NOTIFY_MAX_PER_HOUR)
@@ -339,10 +344,6 @@ def record_events(
     for tenant_id in sorted(held):
         write_digest(session, config, held[tenant_id], hour, now)
     return written
-
-
-def window_length(config: Settings) -> timedelta:
-    return timedelta(seconds=config.SCHEDULER_NOTIFY_WINDOW)
 
 
 def window_of(kind: NotificationEvent) -> str:
@@ -420,8 +421,7 @@ def write_digest(
             "subject": digest.subject,
             "body": digest.email_text if channel == "email" else digest.webhook_json,
             "idempotency_key": (
-                f"digest.tenant.{schedule.tenant_id}.{hour:%Y%m%dT%H}.{channel}."
-                + hashlib.sha256(target.encode()).hexdigest()[:24]
+                f"digest.tenant.{schedule.tenant_id}.{hour:%Y%m%dT%H}.{channel}.{hashed(target)}"
             ),
             "status": "pending",
             "attempts": 0,
@@ -545,7 +545,7 @@ class Digest:
             f"Tenant: {slug}",
         ]
         if base_url:
-            lines.append(f"Schedules: {base_url}/schedules")
+            lines.append(f"Schedules: {base_url}/")
         document = {
             "event": "digest",
             "tenant": slug,
