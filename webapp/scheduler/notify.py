@@ -21,7 +21,9 @@ hour. An event whose messages do not fit in what is left of the hour is written 
 with the reason HELD_BACK, and the tenant's digest of the hour ("37 more notifications
 suppressed") goes out when the hour ends, to the tenant's default recipients (else to those of
 the first event held back): one row per recipient and hour, its count written again while it is
-not yet sent.
+not yet sent. The room is counted without a lock on the tenant (whose row the lock order keeps
+for edits): two workers storing outcomes of one tenant at the same moment may each use what is
+left, so the limit bounds a flood to within a batch; it is not an exact quota.
 """
 
 from __future__ import annotations
