@@ -58,7 +58,7 @@ def test_limits_out_of_bounds_are_each_named() -> None:
 )
 def test_a_user_email_follows_the_notification_recipients_rule(address: str) -> None:
     try:
-        check_notify_emails([address])
+        check_notify_emails([address], 20)
         recipient = True
     except ValueError:
         recipient = False

@@ -21,6 +21,8 @@ from pydantic import (
     model_validator,
 )
 
+from webapp.models import MAX_NOTIFY_EMAILS
+
 TRUE_WORDS = {"1", "true", "yes", "on"}
 FALSE_WORDS = {"0", "false", "no", "off", ""}
 
@@ -128,6 +130,13 @@ class Settings(BaseModel):
     # A schedule sends at most one notification per window (seconds); the others are recorded
     # as suppressed.
     SCHEDULER_NOTIFY_WINDOW: Int = 3600
+    # A tenant sends at most this many notifications (messages: one per recipient) in each UTC
+    # clock hour; the others are recorded as suppressed and counted in a digest.
+    SCHEDULER_NOTIFY_MAX_PER_HOUR: Annotated[int, from_text(int), Field(ge=1, le=100_000)] = 100
+    # Email addresses a schedule (or a tenant's defaults) may notify, besides its one webhook.
+    SCHEDULER_NOTIFY_MAX_RECIPIENTS: Annotated[
+        int, from_text(int), Field(ge=1, le=MAX_NOTIFY_EMAILS)
+    ] = 5
     SCHEDULER_SMTP_HOST: str = ""  # empty: email notifications are not sent (recorded failed)
     SCHEDULER_SMTP_PORT: Int = 25
     SCHEDULER_SMTP_USERNAME: str = ""

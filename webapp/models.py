@@ -53,9 +53,11 @@ Trigger = Literal["schedule", "manual", "catchup", "backfill"]
 # cancelled: an admin cancelled it while queued, or a running job stopped when asked to.
 RunStatus = Literal["queued", "running", "succeeded", "failed", "skipped", "cancelled"]
 # What a notification is about, how it travels, and where it is in the outbox.
-NotificationEvent = Literal["failure", "recovery", "overdue", "paused"]
+# digest: how many notifications the tenant's hourly limit held back (scheduler.notify).
+NotificationEvent = Literal["failure", "recovery", "overdue", "paused", "digest"]
 NotificationChannel = Literal["email", "webhook"]
-# suppressed: written but not sent, because the schedule was notified within the window.
+# suppressed: written but not sent: the schedule was notified within the window, or the tenant
+# reached its hourly limit.
 NotificationStatus = Literal["pending", "sent", "failed", "suppressed"]
 # What a `workers` row is: a scheduler worker with its thread or process pool (it ticks, leases
 # and runs), one that sends its runs to Celery (SCHEDULER_EXECUTOR=celery), or a Celery worker

@@ -10,9 +10,20 @@ Recipients: the schedule's own addresses and webhook URL; where it has neither, 
 defaults; with none at all, nothing is written. One row per recipient.
 
 Flapping: a schedule that was notified (a row not suppressed) within SCHEDULER_NOTIFY_WINDOW
-gets its new rows written `suppressed`: kept for the history, never sent. A `paused` event is
-never suppressed: it happens once per pause and asks someone to act, and a flapping schedule
-that pauses itself is exactly what its owners must hear of.
+gets its new rows written `suppressed`: kept for the history, never sent. Every kind of event is
+suppressed within its window: failures, recoveries and overdues share the schedule's window (a
+flapping schedule), `paused` has its own (one per window however often someone resumes a
+schedule that pauses itself again), so that a pause right after a failure is still heard of.
+
+Floods: a schedule names at most SCHEDULER_NOTIFY_MAX_RECIPIENTS addresses (checked where they
+are set), and a tenant sends at most SCHEDULER_NOTIFY_MAX_PER_HOUR messages in each UTC clock
+hour. An event whose messages do not fit in what is left of the hour is written `suppressed`
+with the reason HELD_BACK, and the tenant's digest of the hour ("37 more notifications
+suppressed") goes out when the hour ends, to the tenant's default recipients (else to those of
+the first event held back): one row per recipient and hour, its count written again while it is
+not yet sent. The room is counted without a lock on the tenant (whose row the lock order keeps
+for edits): two workers storing outcomes of one tenant at the same moment may each use what is
+left, so the limit bounds a flood to within a batch; it is not an exact quota.
 """
 
 from __future__ import annotations
@@ -25,7 +36,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -43,6 +54,9 @@ from webapp.models import (
 from webapp.scheduler.fire_ahead import withdraw_fires_ahead
 
 SUBJECT_LIMIT = 300  # the column's width
+# The error of a row suppressed because its tenant had reached SCHEDULER_NOTIFY_MAX_PER_HOUR;
+# the digest counts them.
+HELD_BACK = "held back: the tenant's hourly limit of notifications (SCHEDULER_NOTIFY_MAX_PER_HOUR)"
 
 
 @dataclass(frozen=True)
@@ -220,8 +234,12 @@ def idempotency_key(
     about = f"run.{event.run_id}" if event.run_id is not None else f"schedule.{event.schedule_id}"
     if event.kind == "overdue":
         about += f".{overdue_since}"
-    digest = hashlib.sha256(target.encode()).hexdigest()[:24]
-    return f"{event.kind}.{about}.{channel}.{digest}"
+    return f"{event.kind}.{about}.{channel}.{hashed(target)}"
+
+
+def hashed(target: str) -> str:
+    """A recipient in an idempotency key: hashed (a URL may be 2,000 characters)."""
+    return hashlib.sha256(target.encode()).hexdigest()[:24]
 
 
 def record_events(
@@ -267,17 +285,11 @@ def record_events(
         )
     }
     window = timedelta(seconds=config.SCHEDULER_NOTIFY_WINDOW)
-    notified = set(
-        session.scalars(
-            select(Notification.schedule_id)
-            .where(
-                Notification.schedule_id.in_(schedule_ids),
-                Notification.status != "suppressed",
-                Notification.created_at > now - window,
-            )
-            .distinct()
-        )
-    )
+    notified = notified_within(session, schedule_ids, now - window)
+    hour = clock_hour(now)
+    tenant_ids = sorted({row.tenant_id for row in schedules.values()})
+    left = hourly_room(session, tenant_ids, hour, config.SCHEDULER_NOTIFY_MAX_PER_HOUR)
+    held: dict[int, Any] = {}  # tenant id: the schedule of its first event held back
     base_url = config.SCHEDULER_BASE_URL.rstrip("/")
     rows: list[dict[str, Any]] = []
     needs_secret: set[int] = set()
@@ -288,8 +300,16 @@ def record_events(
         targets = recipients(schedule).targets()
         if not targets:
             continue
-        suppressed = event.kind != "paused" and event.schedule_id in notified
-        notified.add(event.schedule_id)
+        about = (event.schedule_id, window_of(event.kind))
+        suppressed, reason = about in notified, None
+        if not suppressed and len(targets) > left[schedule.tenant_id]:
+            suppressed, reason = True, HELD_BACK
+            held.setdefault(schedule.tenant_id, schedule)
+            if schedule.tenant_secret is None:  # the digest may go to the tenant's webhook
+                needs_secret.add(schedule.tenant_id)
+        elif not suppressed:
+            left[schedule.tenant_id] -= len(targets)
+            notified.add(about)
         run = runs.get(event.run_id) if event.run_id is not None else None
         message = Message.of(event, schedule, run, base_url)
         since = event.overdue_since.isoformat() if event.overdue_since else ""
@@ -311,6 +331,7 @@ def record_events(
                     "attempts": 0,
                     "available_at": now,
                     "created_at": now,
+                    "error": reason,
                 }
             )
     for tenant_id in sorted(needs_secret):
@@ -321,7 +342,106 @@ def record_events(
             .values(webhook_secret=secrets.token_hex(32))
             .execution_options(synchronize_session=False)
         )
-    return insert_notifications(session, rows)
+    written = insert_notifications(session, rows)
+    for tenant_id in sorted(held):
+        write_digest(session, config, held[tenant_id], hour, now)
+    return written
+
+
+def window_of(kind: NotificationEvent) -> str:
+    """Which window an event falls in: `paused` has its own; the others share the flapping
+    schedule's."""
+    return "paused" if kind == "paused" else "flapping"
+
+
+def notified_within(
+    session: Session, schedule_ids: list[int], since: datetime
+) -> set[tuple[int, str]]:
+    """(schedule id, window) of the schedules notified (a row not suppressed) after `since`."""
+    found = session.execute(
+        select(Notification.schedule_id, Notification.event)
+        .where(
+            Notification.schedule_id.in_(schedule_ids),
+            Notification.status != "suppressed",
+            Notification.created_at > since,
+        )
+        .distinct()
+    )
+    return {
+        (schedule_id, window_of(kind)) for schedule_id, kind in found if schedule_id is not None
+    }
+
+
+def clock_hour(now: datetime) -> datetime:
+    """The start of the UTC clock hour of `now`: the hourly limit's and the digest's hour."""
+    return now.replace(minute=0, second=0, microsecond=0)
+
+
+def hourly_room(
+    session: Session, tenant_ids: list[int], hour: datetime, limit: int
+) -> dict[int, int]:
+    """How many messages each tenant may still send in the hour that starts at `hour`: the
+    limit less its rows of the hour not suppressed (digests aside)."""
+    counted = session.execute(
+        select(Notification.tenant_id, func.count())
+        .where(
+            Notification.tenant_id.in_(tenant_ids),
+            Notification.status != "suppressed",
+            Notification.event != "digest",
+            Notification.created_at >= hour,
+        )
+        .group_by(Notification.tenant_id)
+    )
+    sent: dict[int | None, int] = {tenant_id: count for tenant_id, count in counted}
+    return {tenant_id: limit - sent.get(tenant_id, 0) for tenant_id in tenant_ids}
+
+
+def write_digest(
+    session: Session, config: Settings, schedule: Any, hour: datetime, now: datetime
+) -> None:
+    """The tenant's digest of the hour: how many messages its limit has held back so far, due
+    when the hour ends; written again (its count) while no worker has taken it."""
+    end = hour + timedelta(hours=1)
+    count = session.scalar(
+        select(func.count()).where(
+            Notification.tenant_id == schedule.tenant_id,
+            Notification.status == "suppressed",
+            Notification.error == HELD_BACK,
+            Notification.created_at >= hour,
+            Notification.created_at < end,
+        )
+    )
+    defaults = Recipients(tuple(schedule.tenant_emails or ()), schedule.tenant_webhook_url or None)
+    targets = (defaults if defaults.targets() else recipients(schedule)).targets()
+    digest = Digest.of(schedule.tenant_slug, count or 0, hour, config)
+    rows = [
+        {
+            "tenant_id": schedule.tenant_id,
+            "event": "digest",
+            "channel": channel,
+            "target": target,
+            "subject": digest.subject,
+            "body": digest.email_text if channel == "email" else digest.webhook_json,
+            "idempotency_key": (
+                f"digest.tenant.{schedule.tenant_id}.{hour:%Y%m%dT%H}.{channel}.{hashed(target)}"
+            ),
+            "status": "pending",
+            "attempts": 0,
+            "available_at": end,
+            "created_at": now,
+        }
+        for channel, target in targets
+    ]
+    insert = postgresql_insert if is_postgresql(session) else sqlite_insert
+    statement = insert(Notification)
+    session.execute(
+        statement.on_conflict_do_update(
+            index_elements=["idempotency_key"],
+            set_={"subject": statement.excluded.subject, "body": statement.excluded.body},
+            where=(Notification.status == "pending") & (Notification.attempts == 0),
+        ),
+        rows,
+    )
 
 
 def insert_notifications(session: Session, rows: list[dict[str, Any]]) -> int:
@@ -404,3 +524,40 @@ class Message:
 def one_line(text: str) -> str:
     """A subject is one line: a header cannot hold a line break."""
     return " ".join(text.split())
+
+
+@dataclass(frozen=True)
+class Digest:
+    """What a tenant's hourly limit held back: "37 more notifications suppressed"."""
+
+    subject: str
+    email_text: str
+    webhook_json: str
+
+    @classmethod
+    def of(cls, slug: str, count: int, hour: datetime, config: Settings) -> Digest:
+        end = hour + timedelta(hours=1)
+        limit = config.SCHEDULER_NOTIFY_MAX_PER_HOUR
+        more = f"{count} more notification{'' if count == 1 else 's'} suppressed"
+        base_url = config.SCHEDULER_BASE_URL.rstrip("/")
+        lines = [
+            f"{more} between {hour:%Y-%m-%d %H:%M} and {end:%H:%M} UTC: the tenant sends at most "
+            f"{limit} notifications an hour. Each schedule's page lists its notifications.",
+            "",
+            f"Tenant: {slug}",
+        ]
+        if base_url:
+            lines.append(f"Schedules: {base_url}/")
+        document = {
+            "event": "digest",
+            "tenant": slug,
+            "suppressed": count,
+            "from": hour.isoformat(),
+            "until": end.isoformat(),
+            "limit": limit,
+        }
+        return cls(
+            subject=one_line(f"[{slug}] {more}")[:SUBJECT_LIMIT],
+            email_text="\n".join(lines) + "\n",
+            webhook_json=json.dumps(document, ensure_ascii=False, separators=(",", ":")),
+        )

@@ -30,7 +30,7 @@ from email.message import EmailMessage
 from email.utils import formatdate
 from typing import Any
 
-from sqlalchemy import Integer, bindparam, or_, select, update
+from sqlalchemy import Integer, bindparam, func, or_, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session
 
@@ -77,13 +77,30 @@ def notification_due(now: Any) -> tuple[Any, ...]:
 def notification_lease_statement(skip_locked: bool) -> Any:
     """The outbox's lease: pending rows that are due and not held by a live lease get this
     worker, a lease and one more attempt; built once per dialect. A row stays `pending` while
-    it is sent, so that the lease of a worker that died runs out and another worker sends it."""
-    candidates = (
-        select(Notification.id)
-        .where(*notification_due(bindparam("now", type_=UTCDateTime)))
-        .order_by(Notification.available_at, Notification.id)
+    it is sent, so that the lease of a worker that died runs out and another worker sends it.
+
+    Tenants take turns, as the lease of runs does (lease_query): each due row's turn is its
+    rank among its tenant's due rows (oldest first), and the lease takes the lowest turns
+    (ties: oldest first). A tenant's flood of 200 messages so delays another tenant's one
+    message by no more than one row of each tenant ahead of it, never by the flood. The rows
+    are locked after they are chosen (PostgreSQL forbids a lock beside a window function):
+    one that a concurrent lease holds is skipped, and this lease takes fewer."""
+    due = notification_due(bindparam("now", type_=UTCDateTime))
+    turn = func.row_number().over(
+        partition_by=Notification.tenant_id,
+        order_by=(Notification.available_at, Notification.id),
+    )
+    ranked = (
+        select(Notification.id, Notification.available_at, turn.label("turn"))
+        .where(*due)
+        .subquery("ranked")
+    )
+    chosen = (
+        select(ranked.c.id)
+        .order_by(ranked.c.turn, ranked.c.available_at, ranked.c.id)
         .limit(bindparam("limit", type_=Integer))
     )
+    candidates = select(Notification.id).where(Notification.id.in_(chosen), *due)
     if skip_locked:
         candidates = candidates.with_for_update(skip_locked=True, key_share=True)
     secret = select(Tenant.webhook_secret).where(Tenant.id == Notification.tenant_id)

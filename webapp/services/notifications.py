@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import BindParameter, Select, select
 
+from webapp.config import settings as app_settings
 from webapp.database import write_transaction
 from webapp.extensions import db
 from webapp.models import Notification, Tenant
@@ -69,7 +70,7 @@ def update_defaults(
     secret on the first save."""
     errors: dict[str, str] = {}
     try:
-        emails = check_notify_emails(emails)
+        emails = check_notify_emails(emails, app_settings().SCHEDULER_NOTIFY_MAX_RECIPIENTS)
     except ValueError as error:
         errors["notify_emails"] = str(error)
     try:

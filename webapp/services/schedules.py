@@ -72,6 +72,7 @@ def tenant_rules(limits: Limits, now: datetime) -> ScheduleRules:
         settings=settings().job_settings(),
         now=now,
         min_interval=limits.min_interval,
+        max_recipients=settings().SCHEDULER_NOTIFY_MAX_RECIPIENTS,
     )
 
 

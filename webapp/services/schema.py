@@ -101,14 +101,15 @@ class ScheduleInput(TypedDict, total=False):
     jitter_seconds: int | None
 
 
-def check_notify_emails(addresses: list[str]) -> list[str]:
-    """The addresses, trimmed and each once, or ValueError naming the first that is not one."""
+def check_notify_emails(addresses: list[str], limit: int) -> list[str]:
+    """The addresses, trimmed and each once, or ValueError naming the first that is not one, or
+    saying there are more than `limit` (SCHEDULER_NOTIFY_MAX_RECIPIENTS)."""
     cleaned = list(dict.fromkeys(address.strip() for address in addresses if address.strip()))
     for address in cleaned:
         if not EMAIL.fullmatch(address):
             raise ValueError(f"“{address[:100]}” is not an email address")
-    if len(cleaned) > MAX_NOTIFY_EMAILS:
-        raise ValueError(f"at most {MAX_NOTIFY_EMAILS} addresses, not {len(cleaned)}")
+    if len(cleaned) > min(limit, MAX_NOTIFY_EMAILS):
+        raise ValueError(f"at most {min(limit, MAX_NOTIFY_EMAILS)} addresses, not {len(cleaned)}")
     return cleaned
 
 
@@ -143,6 +144,8 @@ class ScheduleRules:
     now: datetime
     scope: Scope = "tenant"
     min_interval: int | None = None  # seconds between fires at the least; None: no quota
+    # Email addresses a schedule may notify (SCHEDULER_NOTIFY_MAX_RECIPIENTS).
+    max_recipients: int = MAX_NOTIFY_EMAILS
 
 
 def problem(message: str) -> NoReturn:
@@ -269,9 +272,9 @@ class ScheduleIn(BaseModel):
 
     @field_validator("notify_emails")
     @classmethod
-    def check_emails(cls, addresses: list[str]) -> list[str]:
+    def check_emails(cls, addresses: list[str], info: ValidationInfo) -> list[str]:
         try:
-            return check_notify_emails(addresses)
+            return check_notify_emails(addresses, rules_of(info).max_recipients)
         except ValueError as error:
             problem(str(error))
 
