@@ -14,9 +14,8 @@ from sqlalchemy import select
 
 from tests import smtp_support, test_catalog_webhook
 from tests.api_helpers import NEW, Api, problem_fields
-from tests.conftest import WorkerFactory, World
+from tests.conftest import WorkerFactory, World, make_run
 from tests.panel_helpers import Panel
-from tests.scheduler_helpers import add_run
 from tests.settings_support import reconfigure
 from tests.smtp_support import SmtpServer
 from tests.test_catalog_webhook import LoopbackServer
@@ -114,7 +113,7 @@ def test_a_flood_sends_at_most_the_hourly_limit_and_then_one_digest(
             world, f"s{number}", notify_emails=[f"a{number}@example.com", f"b{number}@x.com"]
         )
         for _ in range(3):
-            run = add_run(world.alpha.id, now, schedule_id=schedule.id)
+            run = make_run(schedule, scheduled_for=now, trigger="manual")
             events.append(NotifyEvent("paused", schedule.id, run.id))
     record_events(db.session(), None, events, now)
     db.session.commit()
@@ -140,7 +139,7 @@ def test_the_digest_counts_what_the_limit_held_back_until_it_is_sent(
     now = datetime(2026, 3, 7, 10, 30, tzinfo=UTC)
     schedules = [watched(world, f"s{number}") for number in range(3)]
     for minutes, schedule in enumerate(schedules):
-        run = add_run(world.alpha.id, now, schedule_id=schedule.id)
+        run = make_run(schedule, scheduled_for=now, trigger="manual")
         at = now + timedelta(minutes=minutes)
         record_events(db.session(), None, [NotifyEvent("failure", schedule.id, run.id)], at)
         db.session.commit()
@@ -161,7 +160,7 @@ def test_the_digest_goes_to_the_tenants_webhook_signed(
     events = []
     for number in range(4):  # each to the tenant's webhook: the first fits, 3 are held back
         schedule = watched(world, f"s{number}", notify_emails=[])
-        run = add_run(world.alpha.id, now, schedule_id=schedule.id)
+        run = make_run(schedule, scheduled_for=now, trigger="manual")
         events.append(NotifyEvent("failure", schedule.id, run.id))
     record_events(db.session(), None, events, now)
     db.session.commit()
