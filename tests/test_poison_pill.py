@@ -10,11 +10,11 @@ from datetime import UTC, datetime, timedelta
 from flask import Flask
 from sqlalchemy import text
 
-from tests.conftest import World
+from tests.conftest import World, make_run
 from tests.worker_support import Workers, one_at_a_time
 from webapp.database import is_postgresql, write_transaction
 from webapp.extensions import db
-from webapp.models import Run
+from webapp.models import Tenant
 
 pytestmark = one_at_a_time
 
@@ -41,24 +41,13 @@ POISONS = {
 }
 
 
-def queue_echo_runs(tenant_id: int, count: int) -> list[int]:
-    with write_transaction(db.session) as session:
-        runs = [
-            Run(
-                tenant_id=tenant_id,
-                job="demo.echo",
-                args={"message": f"run {n}"},
-                trigger="manual",
-                scheduled_for=START + timedelta(seconds=n),
-                available_at=START,
-                queued_at=START,
-                idempotency_key=f"poison:{n}",
-                max_attempts=1,
-            )
-            for n in range(count)
-        ]
-        session.add_all(runs)
-    return [run.id for run in runs]
+def queue_echo_runs(tenant: Tenant, count: int) -> list[int]:
+    return [
+        make_run(
+            tenant, scheduled_for=START + timedelta(seconds=n), args={"message": f"run {n}"}
+        ).id
+        for n in range(count)
+    ]
 
 
 def test_a_run_whose_row_cannot_be_decoded_fails_alone_and_the_worker_goes_on(
@@ -66,7 +55,7 @@ def test_a_run_whose_row_cannot_be_decoded_fails_alone_and_the_worker_goes_on(
 ) -> None:
     dialect = "postgresql" if is_postgresql(db.session()) else "sqlite"
     poisons = POISONS[dialect]
-    ids = queue_echo_runs(world.alpha.id, 2 * len(poisons))
+    ids = queue_echo_runs(world.alpha, 2 * len(poisons))
     poisoned = dict(zip(ids[::2], poisons.items(), strict=True))
     with write_transaction(db.session) as session:
         for run_id, (statement, _) in poisoned.items():
