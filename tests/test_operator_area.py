@@ -214,6 +214,27 @@ def test_an_operator_views_another_tenant_read_only_and_it_is_audited(
     assert panel.get("/").headers["Location"] == "/operator"
 
 
+def test_a_cookie_copied_during_a_view_shows_nothing_once_the_view_ends(
+    app: Flask, world: World, olga: User
+) -> None:
+    """The view ends on the server: replaying the cookie it had gives the login page, not the
+    tenant's pages without an audit row."""
+    echo_schedule(world.alpha, world.alice, "Alpha nightly report", "0 2 * * *")
+    db.session.commit()
+    panel = Panel(app, olga)
+    panel.post(f"/operator/tenants/{world.alpha.id}/view", htmx=False)
+    cookie = panel.client.get_cookie("session")
+    assert cookie is not None
+    assert "Alpha nightly report" in panel.get("/").get_data(as_text=True)
+    assert panel.post("/operator/view/end", htmx=False).status_code == 303
+    assert panel.get("/operator").status_code == 200  # the operator stays logged in
+    replay = app.test_client()
+    replay.set_cookie("session", cookie.value)
+    response = replay.get("/")
+    assert response.status_code == 302 and response.headers["Location"].startswith("/login")
+    assert len(audit_rows("operator.viewed_tenant")) == 1
+
+
 def test_an_operator_view_of_an_unknown_tenant_is_404(app: Flask, world: World, olga: User) -> None:
     panel = Panel(app, olga)
     assert panel.post("/operator/tenants/999999/view").status_code == 404

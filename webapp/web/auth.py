@@ -108,6 +108,15 @@ def login() -> str | Response | tuple[str, int, dict[str, str]] | tuple[str, int
     return render_template("auth/login.html", form=form)
 
 
+def renew_login() -> None:
+    """Moves the current login to a new session on the server and ends the old one, so a copy
+    of the cookie taken before (during an operator's view of a tenant, say) stops working."""
+    with write_transaction(db.session):
+        sessions.end(current_user.get_id())
+        user = sessions.start(current_user._get_current_object(), utcnow(), lifetimes())
+    login_user(user)
+
+
 @bp.post("/logout")
 @login_required
 def logout() -> Response:
