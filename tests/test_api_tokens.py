@@ -123,6 +123,7 @@ def test_an_admin_creates_a_token_in_the_panel_and_sees_its_secret_once(
     panel = Panel(app, world.alice)
     page = panel.post("/tokens", {"name": "CI <b>", "scope": "read", "expires_in": "90"}, False)
     assert page.status_code == 201
+    assert page.headers["Cache-Control"] == "no-store"  # no cache keeps the secret
     html = page.get_data(as_text=True)
     found = SECRET.search(html)
     assert found is not None

@@ -113,6 +113,9 @@ def test_the_operator_area_is_404_for_tenant_users_get_and_post(
         "/operator/view/end",
         f"/operator/workers/{worker.id}/runs/{run.id}/release",
     ]
+    anonymous = app.test_client()  # as the README says: 404, not a redirect to the login
+    for url in gets:
+        assert anonymous.get(url).status_code == 404, url
     for user in (world.alice, world.bob, world.charlie):
         panel = Panel(app, user)
         for url in gets:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 from flask import Blueprint, abort, flash, redirect, request, url_for
-from flask_login import login_required
 from werkzeug.wrappers import Response
 
 from webapp.config import settings
@@ -17,7 +16,6 @@ from webapp.web.auth import is_own_path, renew_login
 from webapp.web.common import actor, done, page_or_partial
 
 bp = Blueprint("operator", __name__, url_prefix="/operator")
-bp.before_request(login_required(lambda: None))
 bp.before_request(tenancy.require_operator)
 
 
