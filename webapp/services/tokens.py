@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import case, select, update
 
-from webapp.database import text_problem, write_transaction
+from webapp.database import name_problem, write_transaction
 from webapp.extensions import db
 from webapp.models import TOKEN_SCOPES, ApiToken, Tenant
 from webapp.services import audit as audit_events
@@ -43,7 +43,7 @@ def check_name(name: str) -> str:
         raise TokenError({"name": "a name is required"})
     if len(name) > MAX_NAME:
         raise TokenError({"name": f"the name is longer than {MAX_NAME} characters"})
-    problem = text_problem(name)
+    problem = name_problem(name)
     if problem:
         raise TokenError({"name": f"the name {problem}"})
     return name
