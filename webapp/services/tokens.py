@@ -14,8 +14,10 @@ import secrets
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
-from sqlalchemy import case, select, update
+from sqlalchemy import case, func, select, text, update
+from sqlalchemy.orm import Session
 
+from webapp.config import settings
 from webapp.database import name_problem, write_transaction
 from webapp.extensions import db
 from webapp.models import TOKEN_SCOPES, ApiToken, Tenant
@@ -27,6 +29,10 @@ MAX_NAME = 100
 MAX_EXPIRY_DAYS = 3650
 PREFIX_BYTES = 4  # 8 hex digits: names a token, decides nothing (the secret does)
 SECRET_BYTES = 32
+# Serialises the creation of one tenant's tokens on PostgreSQL (see check_room).
+TOKENS_LOCK = text(
+    "SELECT pg_advisory_xact_lock(hashtext('api_tokens'), CAST(:tenant_id AS integer))"
+)
 
 
 class TokenError(ValueError):
@@ -88,7 +94,8 @@ def create_token(
     check_expiry(expires_in_days)
     prefix = secrets.token_hex(PREFIX_BYTES)
     secret = f"sch_{prefix}_{secrets.token_urlsafe(SECRET_BYTES)}"
-    with write_transaction(db.session):
+    with write_transaction(db.session) as session:
+        check_room(session, tenant, now)
         token = ApiToken(
             tenant_id=tenant.id,
             name=name,
@@ -104,6 +111,27 @@ def create_token(
         db.session.flush()
         audit(token, actor, "token.created", now)
     return token, secret
+
+
+def check_room(session: Session, tenant: Tenant, now: datetime) -> None:
+    """TokenError when the tenant has SCHEDULER_MAX_TOKENS active tokens already. Counted
+    under a lock of the tenant's tokens (SQLite: its write lock; PostgreSQL: an advisory lock),
+    so that parallel requests cannot all pass the same count."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(TOKENS_LOCK, {"tenant_id": tenant.id})
+    active = select(func.count()).where(
+        ApiToken.tenant_id == tenant.id,
+        ApiToken.revoked_at.is_(None),
+        (ApiToken.expires_at.is_(None)) | (ApiToken.expires_at > now),
+    )
+    limit = settings().SCHEDULER_MAX_TOKENS
+    if (session.scalar(active) or 0) >= limit:
+        raise TokenError(
+            {
+                "name": f"the tenant has {limit} active tokens, the most it may have "
+                "(SCHEDULER_MAX_TOKENS): revoke one it no longer needs first"
+            }
+        )
 
 
 def tenant_tokens(tenant: Tenant) -> list[ApiToken]:
