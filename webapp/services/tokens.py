@@ -14,7 +14,7 @@ import secrets
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
-from sqlalchemy import case, func, select, text, update
+from sqlalchemy import case, func, select, update
 from sqlalchemy.orm import Session
 
 from webapp.config import settings
@@ -23,16 +23,13 @@ from webapp.extensions import db
 from webapp.models import TOKEN_SCOPES, ApiToken, Tenant
 from webapp.services import audit as audit_events
 from webapp.services.audit import Actor
+from webapp.services.schedules import lock_tenant
 from webapp.services.sessions import token_hash
 
 MAX_NAME = 100
 MAX_EXPIRY_DAYS = 3650
 PREFIX_BYTES = 4  # 8 hex digits: names a token, decides nothing (the secret does)
 SECRET_BYTES = 32
-# Serialises the creation of one tenant's tokens on PostgreSQL (see check_room).
-TOKENS_LOCK = text(
-    "SELECT pg_advisory_xact_lock(hashtext('api_tokens'), CAST(:tenant_id AS integer))"
-)
 
 
 class TokenError(ValueError):
@@ -115,10 +112,9 @@ def create_token(
 
 def check_room(session: Session, tenant: Tenant, now: datetime) -> None:
     """TokenError when the tenant has SCHEDULER_MAX_TOKENS active tokens already. Counted
-    under a lock of the tenant's tokens (SQLite: its write lock; PostgreSQL: an advisory lock),
-    so that parallel requests cannot all pass the same count."""
-    if session.get_bind().dialect.name == "postgresql":
-        session.execute(TOKENS_LOCK, {"tenant_id": tenant.id})
+    under the tenant's row lock (lock_tenant), so that parallel requests cannot all pass the
+    same count."""
+    lock_tenant(session, tenant)
     active = select(func.count()).where(
         ApiToken.tenant_id == tenant.id,
         ApiToken.revoked_at.is_(None),
