@@ -254,9 +254,15 @@ def test_an_operator_who_is_a_member_keeps_their_role_in_their_own_tenant(
     page = panel.get("/").get_data(as_text=True)
     assert "Operator view of <strong>Beta Ltd</strong>" in page
     assert 'id="tenant-switch"' not in page
+    in_view = panel.client.get_cookie("session")
+    assert in_view is not None
     panel.post(f"/operator/tenants/{world.alpha.id}/view", htmx=False)
     page = panel.get("/").get_data(as_text=True)
     assert "Operator view" not in page and "New schedule" in page  # alice is alpha's admin
+    # Switching to her own tenant ended the view on the server too.
+    replay = app.test_client()
+    replay.set_cookie("session", in_view.value)
+    assert replay.get("/").status_code == 302
     assert len(audit_rows("operator.viewed_tenant")) == 1  # only the view of beta
 
 

@@ -12,7 +12,7 @@ from webapp.config import settings
 from webapp.extensions import db
 from webapp.services import operations
 from webapp.web import tenancy
-from webapp.web.auth import is_own_path, renew_login
+from webapp.web.auth import is_own_path
 from webapp.web.common import actor, done, page_or_partial
 
 bp = Blueprint("operator", __name__, url_prefix="/operator")
@@ -67,7 +67,6 @@ def end_view() -> Response:
     """Leave the read-only view of a tenant. It ends on the server too: the login moves to a
     new session, so a replayed copy of the cookie from the view shows nothing."""
     tenancy.end_operator_view()
-    renew_login()
     return redirect(url_for("operator.tenants"), 303)
 
 

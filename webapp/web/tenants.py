@@ -7,7 +7,7 @@ from flask_login import login_required
 from werkzeug.wrappers import Response
 
 from webapp.web import tenancy
-from webapp.web.auth import is_own_path, renew_login
+from webapp.web.auth import is_own_path
 from webapp.web.formatting import TIMES_KEY
 from webapp.web.params import bad_request, id_value
 
@@ -22,10 +22,7 @@ def switch() -> Response:
     tenant_id = id_value("tenant", request.form.get("tenant", ""))
     if tenant_id is None:
         bad_request("Choose a tenant to switch to.")
-    ends_view = tenancy.OPERATOR_VIEW_KEY in session
     tenant = tenancy.switch_tenant(tenant_id)
-    if ends_view:  # an operator's view ends on the server too, as "End operator view" does
-        renew_login()
     flash(f"Now working in {tenant.name}.", "info")
     return redirect(url_for("schedules.index"), 303)
 
