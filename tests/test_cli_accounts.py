@@ -23,6 +23,14 @@ def test_tenant_create_stores_the_tenant(cli: FlaskCliRunner) -> None:
     assert result.output == "created tenant acme (Acme, Asia/Kolkata)\n"
     tenant = db.session.scalar(select(Tenant).where(Tenant.slug == "acme"))
     assert tenant is not None and tenant.time_zone == "Asia/Kolkata"
+    created = db.session.execute(
+        select(
+            AuditEvent.action, AuditEvent.actor_label, AuditEvent.tenant_id, AuditEvent.after
+        ).where(AuditEvent.object_type == "tenant")
+    ).all()  # audited in the new tenant's own log
+    assert created == [
+        ("tenant.created", "cli", tenant.id, {"name": "Acme", "time_zone": "Asia/Kolkata"})
+    ]
 
 
 def test_tenant_create_names_the_zone_whatever_its_case_and_warns_of_a_fixed_offset(

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
-from werkzeug.security import generate_password_hash
+from werkzeug.security import check_password_hash, generate_password_hash
 
 from webapp.catalog.current import current_catalog
 from webapp.database import utcnow, write_transaction
@@ -39,6 +39,14 @@ def create_tenant(slug: str, name: str, time_zone: str = "UTC") -> Tenant:
         tenant = Tenant(slug=slug, name=name, time_zone=time_zone)
         session.add(tenant)
         session.flush()
+        audit.record_event(
+            session,
+            Actor.cli(),
+            "tenant.created",
+            ("tenant", tenant.id, tenant.slug),
+            tenant_id=tenant.id,
+            after={"name": name, "time_zone": time_zone},
+        )
         materialise_defaults(session, current_catalog(), utcnow(), [tenant])
     return tenant
 
@@ -54,7 +62,8 @@ def add_user(
 ) -> UserAdded:
     """Creates a user in a tenant, or gives an existing user a membership in another tenant.
 
-    A new user needs a password; an existing user keeps theirs unless a new one is given.
+    A new user needs a password; an existing user keeps theirs unless a new one is given (the
+    same one again changes nothing: no sessions end, no audit row).
     `operator` also makes the user an operator (audited as `set_operator` is); False leaves
     the flag as it is.
     """
@@ -71,7 +80,7 @@ def add_user(
             db.session.add(user)
             db.session.flush()
             record_user_event(user, "user.created", None)
-        elif password is not None:
+        elif password is not None and not check_password_hash(user.password_hash, password):
             user.password_hash = hash_password(password)
             ended = sessions.end_all(user.id)  # a new password logs the user out everywhere
             record_user_event(user, "user.password_changed", None, after={"sessions_ended": ended})
