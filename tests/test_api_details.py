@@ -62,6 +62,9 @@ def test_if_match_refuses_a_change_made_since_the_read(app: Flask, world: World)
     assert api.get(url).get_json()["name"] == "Mine"
     updates = select(func.count()).where(AuditEvent.action == "schedule.updated")
     assert db.session.scalar(updates) == 1
+    # If-Match compares strongly (RFC 9110): a weak tag matches nothing, even the current one.
+    weak = api.delete(url, headers={"If-Match": "W/" + changed.headers["ETag"]})
+    assert weak.status_code == 412
     assert api.delete(url, headers={"If-Match": changed.headers["ETag"]}).status_code == 204
 
 

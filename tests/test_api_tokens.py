@@ -10,11 +10,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from flask import Flask
 from flask.testing import FlaskCliRunner
-from sqlalchemy import event, select
+from sqlalchemy import event, func, select
 
 from tests.api_helpers import NEW, Api
 from tests.conftest import World, migrated_app
 from tests.panel_helpers import Panel
+from tests.settings_support import reconfigure
+from webapp.config import settings
 from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import ApiToken, AuditEvent
@@ -123,6 +125,7 @@ def test_an_admin_creates_a_token_in_the_panel_and_sees_its_secret_once(
     panel = Panel(app, world.alice)
     page = panel.post("/tokens", {"name": "CI <b>", "scope": "read", "expires_in": "90"}, False)
     assert page.status_code == 201
+    assert page.headers["Cache-Control"] == "no-store"  # no cache keeps the secret
     html = page.get_data(as_text=True)
     found = SECRET.search(html)
     assert found is not None
@@ -217,3 +220,44 @@ def test_the_pool_keeps_a_connection_for_each_request_thread(database_url: str) 
         with app.app_context():
             assert db.engine.pool.size() == size  # type: ignore[attr-defined]
             db.engine.dispose()
+
+
+def test_a_tenant_may_hold_only_so_many_active_tokens(
+    app: Flask, world: World, cli: FlaskCliRunner
+) -> None:
+    """SCHEDULER_MAX_TOKENS caps a tenant's active tokens (100 by default): the panel and the
+    command line refuse another with the reason, until one is revoked or expires."""
+    assert settings(app).SCHEDULER_MAX_TOKENS == 100
+    reconfigure(app, SCHEDULER_MAX_TOKENS=2)
+    now = utcnow()
+    tokens.create_token(world.alpha, "old", "read", None, Actor.cli(), now - timedelta(days=2))
+    expired = db.session.scalar(select(ApiToken))
+    assert expired is not None
+    expired.expires_at = now - timedelta(days=1)  # an expired token does not count
+    db.session.commit()
+    panel = Panel(app, world.alice)
+    assert (
+        panel.post("/tokens", {"name": "a", "scope": "read", "expires_in": ""}, False).status_code
+        == 201
+    )
+    assert (
+        panel.post("/tokens", {"name": "b", "scope": "read", "expires_in": ""}, False).status_code
+        == 201
+    )
+    refused = panel.post("/tokens", {"name": "c", "scope": "read", "expires_in": ""}, False)
+    assert refused.status_code == 422
+    message = "the tenant has 2 active tokens, the most it may have (SCHEDULER_MAX_TOKENS)"
+    assert message in refused.get_data(as_text=True)
+    by_cli = cli.invoke(
+        args=["token", "create", "--tenant", "alpha", "--name", "d", "--scope", "read"]
+    )
+    assert by_cli.exit_code == 1 and message in by_cli.stderr
+    other = cli.invoke(
+        args=["token", "create", "--tenant", "beta", "--name", "e", "--scope", "read"]
+    )
+    assert other.exit_code == 0  # the cap is per tenant
+    prefix = db.session.scalar(select(ApiToken.prefix).where(ApiToken.name == "a"))
+    assert cli.invoke(args=["token", "revoke", str(prefix)]).exit_code == 0
+    again = panel.post("/tokens", {"name": "c", "scope": "read", "expires_in": ""}, False)
+    assert again.status_code == 201
+    assert db.session.scalar(select(func.count()).select_from(ApiToken)) == 5

@@ -8,7 +8,7 @@ from werkzeug.security import check_password_hash
 
 from tests.conftest import World, migrated_app
 from webapp.extensions import db
-from webapp.models import Membership, Tenant, User
+from webapp.models import AuditEvent, Membership, Tenant, User
 
 
 def count(model: type) -> int:
@@ -23,6 +23,14 @@ def test_tenant_create_stores_the_tenant(cli: FlaskCliRunner) -> None:
     assert result.output == "created tenant acme (Acme, Asia/Kolkata)\n"
     tenant = db.session.scalar(select(Tenant).where(Tenant.slug == "acme"))
     assert tenant is not None and tenant.time_zone == "Asia/Kolkata"
+    created = db.session.execute(
+        select(
+            AuditEvent.action, AuditEvent.actor_label, AuditEvent.tenant_id, AuditEvent.after
+        ).where(AuditEvent.object_type == "tenant")
+    ).all()  # audited in the new tenant's own log
+    assert created == [
+        ("tenant.created", "cli", tenant.id, {"name": "Acme", "time_zone": "Asia/Kolkata"})
+    ]
 
 
 def test_tenant_create_names_the_zone_whatever_its_case_and_warns_of_a_fixed_offset(
@@ -234,3 +242,50 @@ def test_demo_seeds_a_tenant_with_schedules_and_history_once(cli: FlaskCliRunner
     operators = db.session.scalars(select(User.email).where(User.is_operator)).all()
     assert operators == ["operator@demo.example"]
     assert count(Run) > 0
+
+
+def cli_events() -> list[tuple[str, str, str | None, int | None, object, object]]:
+    rows = db.session.execute(
+        select(
+            AuditEvent.action,
+            AuditEvent.actor_label,
+            AuditEvent.object_label,
+            AuditEvent.tenant_id,
+            AuditEvent.before,
+            AuditEvent.after,
+        )
+        .where(AuditEvent.object_type == "user")
+        .order_by(AuditEvent.id)
+    )
+    return [tuple(row) for row in rows]
+
+
+def test_every_user_change_from_the_command_line_is_audited(
+    cli: FlaskCliRunner, world: World
+) -> None:
+    """user create, a new role, a new password, user remove and user revoke-sessions each write
+    an audit row naming the command line: in the tenant's log where a membership changes."""
+    alpha, beta = world.alpha.id, world.beta.id
+    create = ["user", "create", "carol@example.com", "--role"]
+    steps = [
+        ([*create, "viewer", "--tenant", "alpha", "--password-stdin"], "a long enough password\n"),
+        ([*create, "admin", "--tenant", "beta"], None),
+        ([*create, "viewer", "--tenant", "beta"], None),
+        ([*create, "viewer", "--tenant", "beta"], None),  # no change: no row
+        (["user", "remove", "carol@example.com", "--tenant", "beta"], None),
+        (["user", "revoke-sessions", "carol@example.com"], None),
+        ([*create, "viewer", "--tenant", "alpha", "--password-stdin"], "another long password\n"),
+    ]
+    for args, given in steps:
+        result = cli.invoke(args=args, input=given)
+        assert result.exit_code == 0, result.output
+    carol = "carol@example.com"
+    assert cli_events() == [
+        ("user.created", "cli", carol, None, None, None),
+        ("user.added", "cli", carol, alpha, None, {"role": "viewer"}),
+        ("user.added", "cli", carol, beta, None, {"role": "admin"}),
+        ("user.role_changed", "cli", carol, beta, {"role": "admin"}, {"role": "viewer"}),
+        ("user.removed", "cli", carol, beta, {"role": "viewer"}, {"sessions_ended": 0}),
+        ("user.sessions_revoked", "cli", carol, None, None, {"sessions_ended": 0}),
+        ("user.password_changed", "cli", carol, None, None, {"sessions_ended": 0}),
+    ]

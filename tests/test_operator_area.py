@@ -113,6 +113,9 @@ def test_the_operator_area_is_404_for_tenant_users_get_and_post(
         "/operator/view/end",
         f"/operator/workers/{worker.id}/runs/{run.id}/release",
     ]
+    anonymous = app.test_client()  # as the README says: 404, not a redirect to the login
+    for url in gets:
+        assert anonymous.get(url).status_code == 404, url
     for user in (world.alice, world.bob, world.charlie):
         panel = Panel(app, user)
         for url in gets:
@@ -214,6 +217,27 @@ def test_an_operator_views_another_tenant_read_only_and_it_is_audited(
     assert panel.get("/").headers["Location"] == "/operator"
 
 
+def test_a_cookie_copied_during_a_view_shows_nothing_once_the_view_ends(
+    app: Flask, world: World, olga: User
+) -> None:
+    """The view ends on the server: replaying the cookie it had gives the login page, not the
+    tenant's pages without an audit row."""
+    make_schedule(world.alpha, "Alpha nightly report", by=world.alice, cron="0 2 * * *")
+    db.session.commit()
+    panel = Panel(app, olga)
+    panel.post(f"/operator/tenants/{world.alpha.id}/view", htmx=False)
+    cookie = panel.client.get_cookie("session")
+    assert cookie is not None
+    assert "Alpha nightly report" in panel.get("/").get_data(as_text=True)
+    assert panel.post("/operator/view/end", htmx=False).status_code == 303
+    assert panel.get("/operator").status_code == 200  # the operator stays logged in
+    replay = app.test_client()
+    replay.set_cookie("session", cookie.value)
+    response = replay.get("/")
+    assert response.status_code == 302 and response.headers["Location"].startswith("/login")
+    assert len(audit_rows("operator.viewed_tenant")) == 1
+
+
 def test_an_operator_view_of_an_unknown_tenant_is_404(app: Flask, world: World, olga: User) -> None:
     panel = Panel(app, olga)
     assert panel.post("/operator/tenants/999999/view").status_code == 404
@@ -230,9 +254,15 @@ def test_an_operator_who_is_a_member_keeps_their_role_in_their_own_tenant(
     page = panel.get("/").get_data(as_text=True)
     assert "Operator view of <strong>Beta Ltd</strong>" in page
     assert 'id="tenant-switch"' not in page
+    in_view = panel.client.get_cookie("session")
+    assert in_view is not None
     panel.post(f"/operator/tenants/{world.alpha.id}/view", htmx=False)
     page = panel.get("/").get_data(as_text=True)
     assert "Operator view" not in page and "New schedule" in page  # alice is alpha's admin
+    # Switching to her own tenant ended the view on the server too.
+    replay = app.test_client()
+    replay.set_cookie("session", in_view.value)
+    assert replay.get("/").status_code == 302
     assert len(audit_rows("operator.viewed_tenant")) == 1  # only the view of beta
 
 

@@ -171,3 +171,63 @@ def test_an_oversized_anonymous_post_is_refused_before_it_is_read(app: Flask) ->
     assert response.status_code == 413
     assert "larger than the panel accepts" in response.get_data(as_text=True)
     assert db.session.scalar(select(func.count()).select_from(LoginAttempt)) == 0
+
+
+def lock_account_from_many_addresses(email: str) -> None:
+    """50 recent failures at `email` from 10 addresses (5 each), as the limiter records them."""
+    now = utcnow()
+    for number in range(login_limiter.MAX_FAILURES_PER_ACCOUNT):
+        address = f"198.51.100.{number % 10}"
+        subjects = login_limiter.Subjects.of(address, email)
+        db.session.add_all(
+            LoginAttempt(subject=subject, attempted_at=now - timedelta(minutes=1))
+            for subject in (subjects.pair, subjects.account, subjects.address)
+        )
+    db.session.commit()
+
+
+def test_a_known_device_logs_in_while_guessing_locks_the_account_for_unknown_ones(
+    app: Flask, world: World
+) -> None:
+    """OWASP's device cookies: the browser that logged in before gets through a lockout made by
+    guesses from elsewhere, and its own failures lock only itself."""
+    browser = app.test_client()
+    assert log_in(browser, "alice@example.com", PASSWORD).status_code == 303
+    device = browser.get_cookie("device", path="/login")
+    assert device is not None and device.http_only
+    lock_account_from_many_addresses("alice@example.com")
+    # An unknown device is refused, the right password included.
+    assert log_in(app.test_client(), "alice@example.com", PASSWORD).status_code == 429
+    # Another account's device cookie, or a forged one, makes no device known.
+    bobs = app.test_client()
+    assert log_in(bobs, "bob@example.com", PASSWORD).status_code == 303
+    bob_device = bobs.get_cookie("device", path="/login")
+    assert bob_device is not None
+    for value in (bob_device.value, device.value[:-2] + "xx"):
+        stranger = app.test_client()
+        stranger.set_cookie("device", value, path="/login")
+        assert log_in(stranger, "alice@example.com", PASSWORD).status_code == 429
+    # The known device logs in.
+    assert log_in(browser, "alice@example.com", PASSWORD).status_code == 303
+    # Its own wrong passwords lock it alone, after five.
+    for _ in range(login_limiter.MAX_FAILURES_PER_DEVICE):
+        assert log_in(browser, "alice@example.com", "wrong-password").status_code == 401
+    assert log_in(browser, "alice@example.com", PASSWORD).status_code == 429
+
+
+def test_expired_attempts_of_every_email_are_pruned(app: Flask, world: World) -> None:
+    """Guesses at emails that are never tried again (unknown ones) leave no rows behind."""
+    long_ago = utcnow() - login_limiter.WINDOW - timedelta(minutes=1)
+    stale = login_limiter.Subjects.of("203.0.113.9", "nobody-here@example.com")
+    db.session.add_all(
+        LoginAttempt(subject=subject, attempted_at=long_ago)
+        for subject in (stale.pair, stale.account, stale.address)
+    )
+    db.session.commit()
+    log_in(app.test_client(), "someone-else@example.com", "wrong-password")
+    subjects = set(db.session.scalars(select(LoginAttempt.subject)))
+    assert subjects == {
+        "email:someone-else@example.com",
+        "pair:someone-else@example.com|127.0.0.1",
+        "ip:127.0.0.1",
+    }

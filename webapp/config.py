@@ -124,6 +124,7 @@ class Settings(BaseModel):
     SCHEDULER_SESSION_IDLE_TIMEOUT: Positive = 8 * 3600
     SCHEDULER_SESSION_MAX_AGE: Positive = 7 * 86400
     SCHEDULER_API_RATE_LIMIT: Int = 600  # requests per token per minute; 0: no limit
+    SCHEDULER_MAX_TOKENS: Positive = 100  # active (not revoked, not expired) tokens per tenant
     # A schedule whose fire time passed this many seconds ago undispatched is overdue; so is a
     # queued run not started this long after it could have.
     SCHEDULER_OVERDUE_GRACE: Int = 300

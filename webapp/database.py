@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import sqlite3
+import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -73,6 +74,19 @@ def text_problem(text: str) -> str | None:
         text.encode("utf-8")
     except UnicodeEncodeError as error:
         return f"is not valid text: it holds a lone surrogate (U+{ord(text[error.start]):04X})"
+    return None
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` cannot name a tenant, a schedule or a token, or None: text_problem's rule, and
+    no control character (CR, LF, a tab...) nor line separator, which would split the name's line
+    in a log, a header or an email subject."""
+    problem = text_problem(name)
+    if problem:
+        return problem
+    bad = next((c for c in name if unicodedata.category(c) == "Cc" or c in "\u2028\u2029"), None)
+    if bad is not None:
+        return f"must not contain a control character such as a line break (U+{ord(bad):04X})"
     return None
 
 

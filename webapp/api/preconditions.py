@@ -25,9 +25,13 @@ def etag(schedule: Schedule) -> str:
     return f'"{schedule_version(schedule)}"'
 
 
-def listed_tags(header: str) -> set[str]:
-    """The entity tags of an If-Match or If-None-Match header, compared weakly (RFC 9110)."""
-    return {tag.strip().removeprefix("W/") for tag in header.split(",")}
+def listed_tags(header: str, strong: bool = False) -> set[str]:
+    """The entity tags of an If-None-Match header, compared weakly (RFC 9110 13.1.2), or with
+    `strong` those of an If-Match, compared strongly (13.1.1): a weak tag matches nothing."""
+    tags = {tag.strip() for tag in header.split(",")}
+    if strong:
+        return {tag for tag in tags if not tag.startswith("W/")}
+    return {tag.removeprefix("W/") for tag in tags}
 
 
 def not_modified(tag: str) -> bool:
@@ -45,7 +49,7 @@ def if_match() -> Callable[[Schedule], None] | None:
     header = request.headers.get("If-Match")
     if header is None:
         return None
-    wanted = listed_tags(header)
+    wanted = listed_tags(header, strong=True)
 
     def unchanged(schedule: Schedule) -> None:
         if "*" not in wanted and etag(schedule) not in wanted:

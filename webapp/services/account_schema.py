@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, ValidationErro
 
 from webapp import cron
 from webapp.config import RETENTION_DAYS_RANGE
-from webapp.database import bad_text
+from webapp.database import bad_text, name_problem
 from webapp.models import EMAIL, Role
 from webapp.scheduler.jitter import MAX_JITTER
 from webapp.services.schema import field_errors, problem
@@ -72,6 +72,9 @@ class TenantIn(Checked):
             problem("the tenant name must not be empty")
         if len(name) > MAX_TENANT_NAME:
             problem(f"the tenant name must be at most {MAX_TENANT_NAME} characters")
+        unfit = name_problem(name)
+        if unfit:
+            problem(f"the tenant name {unfit}")
         return name
 
     @field_validator("time_zone")

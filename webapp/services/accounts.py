@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import delete, select
-from werkzeug.security import generate_password_hash
+from sqlalchemy import select
+from werkzeug.security import check_password_hash, generate_password_hash
 
 from webapp.catalog.current import current_catalog
 from webapp.database import utcnow, write_transaction
@@ -38,6 +39,14 @@ def create_tenant(slug: str, name: str, time_zone: str = "UTC") -> Tenant:
         tenant = Tenant(slug=slug, name=name, time_zone=time_zone)
         session.add(tenant)
         session.flush()
+        audit.record_event(
+            session,
+            Actor.cli(),
+            "tenant.created",
+            ("tenant", tenant.id, tenant.slug),
+            tenant_id=tenant.id,
+            after={"name": name, "time_zone": time_zone},
+        )
         materialise_defaults(session, current_catalog(), utcnow(), [tenant])
     return tenant
 
@@ -53,7 +62,8 @@ def add_user(
 ) -> UserAdded:
     """Creates a user in a tenant, or gives an existing user a membership in another tenant.
 
-    A new user needs a password; an existing user keeps theirs unless a new one is given.
+    A new user needs a password; an existing user keeps theirs unless a new one is given (the
+    same one again changes nothing: no sessions end, no audit row).
     `operator` also makes the user an operator (audited as `set_operator` is); False leaves
     the flag as it is.
     """
@@ -69,9 +79,11 @@ def add_user(
             user = User(email=email, password_hash=hash_password(password))
             db.session.add(user)
             db.session.flush()
-        elif password is not None:
+            record_user_event(user, "user.created", None)
+        elif password is not None and not check_password_hash(user.password_hash, password):
             user.password_hash = hash_password(password)
-            sessions.end_all(user.id)  # a new password logs the user out everywhere
+            ended = sessions.end_all(user.id)  # a new password logs the user out everywhere
+            record_user_event(user, "user.password_changed", None, after={"sessions_ended": ended})
         membership = db.session.scalar(
             select(Membership).where(
                 Membership.user_id == user.id, Membership.tenant_id == tenant.id
@@ -79,8 +91,13 @@ def add_user(
         )
         if membership is None:
             db.session.add(Membership(user_id=user.id, tenant_id=tenant.id, role=asked.role))
-        else:
+            record_user_event(user, "user.added", tenant.id, after={"role": asked.role})
+        elif membership.role != asked.role:
+            before = {"role": membership.role}
             membership.role = asked.role
+            record_user_event(
+                user, "user.role_changed", tenant.id, before=before, after={"role": asked.role}
+            )
         if operator:
             change_operator(user, True, Actor.cli())
     return UserAdded(user=user, created=created)
@@ -119,20 +136,49 @@ def remove_member(email: str, tenant_slug: str) -> None:
     with write_transaction(db.session):
         tenant = find_tenant(tenant_slug)
         user = find_user(email)
-        removed = db.session.execute(
-            delete(Membership).where(
+        membership = db.session.scalar(
+            select(Membership).where(
                 Membership.user_id == user.id, Membership.tenant_id == tenant.id
             )
         )
-        if not removed.rowcount:  # type: ignore[attr-defined]
+        if membership is None:
             raise AccountError(f"{email} is not a member of tenant {tenant_slug!r}")
-        sessions.end_all(user.id)
+        before = {"role": membership.role}
+        db.session.delete(membership)
+        ended = sessions.end_all(user.id)
+        record_user_event(
+            user, "user.removed", tenant.id, before=before, after={"sessions_ended": ended}
+        )
 
 
 def revoke_sessions(email: str) -> int:
     """Ends every session of a user; returns how many there were."""
     with write_transaction(db.session):
-        return sessions.end_all(find_user(email_of(email)).id)
+        user = find_user(email_of(email))
+        ended = sessions.end_all(user.id)
+        record_user_event(user, "user.sessions_revoked", None, after={"sessions_ended": ended})
+        return ended
+
+
+def record_user_event(
+    user: User,
+    action: str,
+    tenant_id: int | None,
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
+) -> None:
+    """The audit row of a change to a user made from the command line, in the caller's
+    transaction: in the tenant's log when it concerns a membership, installation-wide (tenant
+    None) otherwise."""
+    audit.record_event(
+        db.session(),
+        Actor.cli(),
+        action,
+        ("user", user.id, user.email),
+        tenant_id=tenant_id,
+        before=before,
+        after=after,
+    )
 
 
 def find_user(email: str) -> User:

@@ -149,11 +149,12 @@ def name_warning(tenant: Tenant, name: str, key: str | None = None) -> str | Non
 
 
 def lock_tenant(session: Session, tenant: Tenant) -> None:
-    """Serialises the tenant's schedule changes, so that two creations cannot both pass the quota
-    or take the same key (PostgreSQL row lock; SQLite's write lock is already exclusive). FOR NO
-    KEY UPDATE: the tick and Run now, inserting runs and audit rows of the tenant meanwhile, take
-    FOR KEY SHARE on it through the foreign keys, which FOR UPDATE would make wait (a deadlock
-    with a tick that holds a schedule this change then locks)."""
+    """Serialises the tenant's schedule changes (and token creations), so that two creations
+    cannot both pass the quota or take the same key (PostgreSQL row lock; SQLite's write lock
+    is already exclusive). FOR NO KEY UPDATE: the tick and Run now, inserting runs and audit
+    rows of the tenant meanwhile, take FOR KEY SHARE on it through the foreign keys, which FOR
+    UPDATE would make wait (a deadlock with a tick that holds a schedule this change then
+    locks)."""
     tenant_row = select(Tenant.id).where(Tenant.id == tenant.id)
     session.execute(tenant_row.with_for_update(key_share=True))
 

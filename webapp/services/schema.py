@@ -37,7 +37,7 @@ from webapp.catalog.ssrf import (
     check_allowed_host,
     parse_webhook_url,
 )
-from webapp.database import bad_text
+from webapp.database import bad_text, name_problem
 from webapp.models import (
     EMAIL,
     MAX_NOTIFY_EMAILS,
@@ -218,6 +218,9 @@ class ScheduleIn(BaseModel):
             problem("a name is required")
         if len(name) > MAX_SCHEDULE_NAME:
             problem(f"the name is longer than {MAX_SCHEDULE_NAME} characters")
+        unfit = name_problem(name)
+        if unfit:
+            problem(f"the name {unfit}")
         return name
 
     @field_validator("job")

@@ -14,13 +14,16 @@ import secrets
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
-from sqlalchemy import case, select, update
+from sqlalchemy import case, func, select, update
+from sqlalchemy.orm import Session
 
-from webapp.database import text_problem, write_transaction
+from webapp.config import settings
+from webapp.database import name_problem, write_transaction
 from webapp.extensions import db
 from webapp.models import TOKEN_SCOPES, ApiToken, Tenant
 from webapp.services import audit as audit_events
 from webapp.services.audit import Actor
+from webapp.services.schedules import lock_tenant
 from webapp.services.sessions import token_hash
 
 MAX_NAME = 100
@@ -43,7 +46,7 @@ def check_name(name: str) -> str:
         raise TokenError({"name": "a name is required"})
     if len(name) > MAX_NAME:
         raise TokenError({"name": f"the name is longer than {MAX_NAME} characters"})
-    problem = text_problem(name)
+    problem = name_problem(name)
     if problem:
         raise TokenError({"name": f"the name {problem}"})
     return name
@@ -88,7 +91,8 @@ def create_token(
     check_expiry(expires_in_days)
     prefix = secrets.token_hex(PREFIX_BYTES)
     secret = f"sch_{prefix}_{secrets.token_urlsafe(SECRET_BYTES)}"
-    with write_transaction(db.session):
+    with write_transaction(db.session) as session:
+        check_room(session, tenant, now)
         token = ApiToken(
             tenant_id=tenant.id,
             name=name,
@@ -104,6 +108,26 @@ def create_token(
         db.session.flush()
         audit(token, actor, "token.created", now)
     return token, secret
+
+
+def check_room(session: Session, tenant: Tenant, now: datetime) -> None:
+    """TokenError when the tenant has SCHEDULER_MAX_TOKENS active tokens already. Counted
+    under the tenant's row lock (lock_tenant), so that parallel requests cannot all pass the
+    same count."""
+    lock_tenant(session, tenant)
+    active = select(func.count()).where(
+        ApiToken.tenant_id == tenant.id,
+        ApiToken.revoked_at.is_(None),
+        (ApiToken.expires_at.is_(None)) | (ApiToken.expires_at > now),
+    )
+    limit = settings().SCHEDULER_MAX_TOKENS
+    if (session.scalar(active) or 0) >= limit:
+        raise TokenError(
+            {
+                "name": f"the tenant has {limit} active tokens, the most it may have "
+                "(SCHEDULER_MAX_TOKENS): revoke one it no longer needs first"
+            }
+        )
 
 
 def tenant_tokens(tenant: Tenant) -> list[ApiToken]:

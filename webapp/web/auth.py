@@ -29,7 +29,7 @@ from webapp.extensions import db
 from webapp.models import User
 from webapp.services import sessions
 from webapp.services.accounts import hash_password
-from webapp.web import login_limiter
+from webapp.web import device_cookies, login_limiter
 
 bp = Blueprint("auth", __name__)
 
@@ -83,7 +83,8 @@ def login() -> str | Response | tuple[str, int, dict[str, str]] | tuple[str, int
     if form.validate_on_submit():
         email = (form.email.data or "").strip().lower()
         now = utcnow()
-        subjects = login_limiter.Subjects.of(request.remote_addr, email)
+        device_id = device_cookies.known_device(email)
+        subjects = login_limiter.Subjects.of(request.remote_addr, email, device_id)
         admission = login_limiter.admit(subjects, now)
         if admission.wait is not None:
             return too_many_attempts(form, admission.wait)
@@ -100,12 +101,23 @@ def login() -> str | Response | tuple[str, int, dict[str, str]] | tuple[str, int
             # A new session: nothing of the anonymous one (its CSRF token) outlives the login.
             session.clear()
             login_user(user)
-            return redirect(target, 303)
+            response = redirect(target, 303)
+            device_cookies.remember_device(response, email)
+            return response
         if admission.flooded_wait is not None:
             return too_many_attempts(form, admission.flooded_wait)
         flash("Wrong email or password.", "error")
         return render_template("auth/login.html", form=form), 401
     return render_template("auth/login.html", form=form)
+
+
+def renew_login() -> None:
+    """Moves the current login to a new session on the server and ends the old one, so a copy
+    of the cookie taken before (during an operator's view of a tenant, say) stops working."""
+    with write_transaction(db.session):
+        sessions.end(current_user.get_id())
+        user = sessions.start(current_user._get_current_object(), utcnow(), lifetimes())
+    login_user(user)
 
 
 @bp.post("/logout")

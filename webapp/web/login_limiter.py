@@ -12,6 +12,14 @@ Failures are rows in `login_attempts`, so the limits hold across processes and m
 - per address (`ip:`): 100, a coarse flood guard only. Behind a proxy every client shares one
   address, so past it the password is still checked: a correct password of a known account logs
   in, and only wrong ones are answered 429. Hard limits refuse before any check.
+
+A known device (a valid device cookie of the account, see device_cookies) is counted apart:
+its failures count against the device alone (`device:`, 5), not against the account, and the
+account's limits do not apply to it. So 50 guesses from many addresses lock the account for
+unknown devices only, while its owner's browser still logs in.
+
+Expired rows of every subject are deleted at each attempt, so guesses at emails that are never
+tried again (unknown ones) leave nothing behind.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ WINDOW = timedelta(minutes=15)
 MAX_FAILURES_PER_PAIR = 5
 MAX_FAILURES_PER_ACCOUNT = 50
 MAX_FAILURES_PER_ADDRESS = 100
+MAX_FAILURES_PER_DEVICE = 5
 
 
 @dataclass(frozen=True)
@@ -37,18 +46,31 @@ class Subjects:
     address: str
     account: str
     pair: str
+    device: str | None = None  # a known device of the account (its device cookie's id)
 
     @classmethod
-    def of(cls, remote_addr: str | None, email: str) -> Subjects:
+    def of(cls, remote_addr: str | None, email: str, device_id: str | None = None) -> Subjects:
         address = remote_addr or "unknown"
         account = email[:250]
         return cls(
-            address=f"ip:{address}", account=f"email:{account}", pair=f"pair:{account}|{address}"
+            address=f"ip:{address}",
+            account=f"email:{account}",
+            pair=f"pair:{account}|{address}",
+            device=f"device:{device_id}" if device_id else None,
         )
 
     def hard_limits(self) -> tuple[tuple[str, int], ...]:
-        """Limits that refuse an attempt before its password is checked."""
+        """Limits that refuse an attempt before its password is checked: a known device's own,
+        or the account's from this address and from anywhere."""
+        if self.device is not None:
+            return ((self.device, MAX_FAILURES_PER_DEVICE),)
         return ((self.pair, MAX_FAILURES_PER_PAIR), (self.account, MAX_FAILURES_PER_ACCOUNT))
+
+    def counted(self) -> tuple[str, ...]:
+        """The subjects an attempt counts against until it succeeds."""
+        if self.device is not None:
+            return (self.device, self.address)
+        return (self.pair, self.account, self.address)
 
 
 @dataclass(frozen=True)
@@ -85,20 +107,14 @@ def admit(subjects: Subjects, now: datetime) -> Admission:
                 text("SELECT pg_advisory_xact_lock(hashtext(:subject))"),
                 {"subject": subjects.account},
             )
-        session.execute(
-            delete(LoginAttempt).where(
-                LoginAttempt.subject.in_((subjects.pair, subjects.account, subjects.address)),
-                LoginAttempt.attempted_at <= now - WINDOW,
-            )
-        )
+        session.execute(delete(LoginAttempt).where(LoginAttempt.attempted_at <= now - WINDOW))
         waits = [wait_for(subject, limit, now) for subject, limit in subjects.hard_limits()]
         refused = [wait for wait in waits if wait is not None]
         if refused:
             return Admission(wait=max(refused))
         flooded_wait = wait_for(subjects.address, MAX_FAILURES_PER_ADDRESS, now)
         attempts = [
-            LoginAttempt(subject=subject, attempted_at=now)
-            for subject in (subjects.pair, subjects.account, subjects.address)
+            LoginAttempt(subject=subject, attempted_at=now) for subject in subjects.counted()
         ]
         session.add_all(attempts)
         session.flush()
@@ -111,9 +127,11 @@ def admit(subjects: Subjects, now: datetime) -> Admission:
 
 def forget_success(subjects: Subjects, admission: Admission) -> None:
     """After a successful login: this attempt was no failure, and the account may start afresh
-    from this address. Failures from other addresses stay counted. Call in a transaction."""
+    from this address (or device). Failures from other addresses stay counted. Call in a
+    transaction."""
+    afresh = (subjects.pair, subjects.device or subjects.pair)
     db.session.execute(
         delete(LoginAttempt).where(
-            (LoginAttempt.id.in_(admission.attempt_ids)) | (LoginAttempt.subject == subjects.pair)
+            (LoginAttempt.id.in_(admission.attempt_ids)) | (LoginAttempt.subject.in_(afresh))
         )
     )

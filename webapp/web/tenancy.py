@@ -18,6 +18,7 @@ from sqlalchemy import select
 from webapp.extensions import db
 from webapp.models import ApiToken, Membership, Run, Schedule, Tenant
 from webapp.services import scope
+from webapp.web.auth import renew_login
 
 SESSION_KEY = "tenant_id"
 # The tenant an operator views without being a member of it (see operator_view).
@@ -99,7 +100,10 @@ def view_as_operator(tenant: Tenant) -> bool:
 
 
 def end_operator_view() -> None:
-    session.pop(OPERATOR_VIEW_KEY, None)
+    """Leaves a read-only view, on the server too: the login moves to a new session, so a copy
+    of the cookie taken during the view (which names the tenant) is worthless afterwards."""
+    if session.pop(OPERATOR_VIEW_KEY, None) is not None:
+        renew_login()
     g.pop("membership", None)
 
 
@@ -139,7 +143,7 @@ def switch_tenant(tenant_id: int) -> Tenant:
     if membership is None:
         abort(404)
     session[SESSION_KEY] = membership.tenant_id
-    session.pop(OPERATOR_VIEW_KEY, None)  # switching to one's own tenant ends a read-only view
+    end_operator_view()  # switching to one's own tenant ends a read-only view
     g.membership = membership
     g.operator_view = False
     return membership.tenant

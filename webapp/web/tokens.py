@@ -56,7 +56,9 @@ def create() -> Response:
         )
     except tokens.TokenError as error:
         return page(422, errors=error.errors, form=form)
-    return page(201, secret=secret, created=token)
+    shown = page(201, secret=secret, created=token)
+    shown.headers["Cache-Control"] = "no-store"  # no copy of the secret in any cache
+    return shown
 
 
 @bp.post("/tokens/<id:token_id>/revoke")
