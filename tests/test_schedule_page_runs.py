@@ -89,3 +89,19 @@ def test_a_row_of_the_list_after_an_action_shows_the_same_last_run(
     row = Panel(app, world.alice).post(f"/schedules/{schedule.id}/pause", {"next": "/"})
     assert row.status_code == 200
     assert f'id="run-{done.id}-status"' in last_run_cell(row.get_data(as_text=True), schedule.id)
+
+
+def test_the_tenants_run_history_leaves_runs_for_later_to_next_runs(
+    app: Flask, world: World
+) -> None:
+    schedule, done = yearly_with_a_run(world, "failed")
+    alice = Actor.for_user(world.alice)
+    later = run_now(schedule, alice, utcnow(), utcnow() + timedelta(hours=3))
+    panel = Panel(app, world.alice)
+    for url in ("/runs", f"/runs?schedule={schedule.id}", "/runs?status=queued"):
+        page = panel.get(url).get_data(as_text=True)
+        assert f'id="run-{later.id}"' not in page, url  # before: at the top, "queued"
+        assert "One-off runs planned for later are listed on their schedule" in page
+    assert f'id="run-{done.id}"' in panel.get("/runs").get_data(as_text=True)
+    assert f"#{later.id}" in panel.get("/upcoming").get_data(as_text=True)
+    assert one_offs(panel.get(f"/schedules/{schedule.id}").get_data(as_text=True)) == [later.id]

@@ -42,6 +42,7 @@ CONDITIONS: dict[str, Callable[[Any], ColumnElement[bool]]] = {
     "trigger": lambda value: Run.trigger == bindparam("trigger", value, String),
     "since": lambda value: Run.scheduled_for >= bindparam("since", value, UTCDateTime),
     "until": lambda value: Run.scheduled_for < bindparam("until", value, UTCDateTime),
+    "due_by": lambda value: Run.scheduled_for <= bindparam("due_by", value, UTCDateTime),
     "before": lambda value: Run.id < bindparam("before", value, Integer),
 }
 
@@ -55,10 +56,12 @@ def filter_values(
     since: date | None = None,
     until: date | None = None,
     before: int | None = None,
+    due_by: datetime | None = None,
 ) -> dict[str, Any]:
     """The parameters of the filters given: one schedule, a status, a trigger, fire times from
     the local day `since` through the local day `until` (in `time_zone`), and ids below
-    `before` (the next page, newest first)."""
+    `before` (the next page, newest first), and only runs whose time has come by `due_by` (a
+    one-off planned for later is not history yet: Next runs lists it)."""
     values: dict[str, Any] = {
         "schedule_id": schedule_id,
         "status": status or None,
@@ -66,6 +69,7 @@ def filter_values(
         "since": local_midnight(since, time_zone) if since else None,
         "until": local_midnight(until + timedelta(days=1), time_zone) if until else None,
         "before": before,
+        "due_by": due_by,
     }
     return {name: value for name, value in values.items() if value is not None}
 

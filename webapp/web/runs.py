@@ -87,6 +87,7 @@ class RunFilters:
             since=self.since,
             until=self.until,
             before=self.before,
+            due_by=page_clock().now,
         )
 
     def args(self, **changes: Any) -> dict[str, Any]:
