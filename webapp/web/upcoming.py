@@ -29,7 +29,7 @@ bp = Blueprint("upcoming", __name__)
 bp.before_request(login_required(lambda: None))
 
 UPCOMING_HOURS = 24
-UPCOMING_PAGE = 100  # fire times per page of Next runs
+UPCOMING_PAGE = 50  # fire times per page of Next runs, as the history shows 50 runs
 # The schedule filter offers this many active schedules, by name, and the chosen one; a folded
 # row ("every 7 min, 14 more") links to its schedule's own list whatever its place by name.
 SCHEDULE_OPTIONS = 100
