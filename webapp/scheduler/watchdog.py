@@ -21,14 +21,8 @@ from sqlalchemy.orm import Session
 
 from webapp.config import Settings
 from webapp.database import is_postgresql, write_transaction
-from webapp.models import (
-    Run,
-    Schedule,
-    Worker,
-    overdue_runs,
-    schedule_late,
-    schedule_overdue,
-)
+from webapp.models import Run, Schedule, Worker
+from webapp.run_rules import overdue_runs, schedule_late, schedule_overdue
 from webapp.scheduler.notify import record_overdue
 
 log = logging.getLogger("webapp.scheduler")

@@ -14,15 +14,8 @@ from sqlalchemy import func, select, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from webapp.models import (
-    Run,
-    Schedule,
-    Tenant,
-    Worker,
-    overdue_runs,
-    overdue_schedule_ids,
-    schedule_late,
-)
+from webapp.models import Run, Schedule, Tenant, Worker
+from webapp.run_rules import overdue_runs, overdue_schedule_ids, schedule_late
 from webapp.services.metrics import COUNT_LIMIT, RECENT_WORKERS_LIMIT, capped_count
 
 

@@ -26,7 +26,8 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session, defer, joinedload
 
 from webapp.database import UTCDateTime, contains_text, like_pattern
-from webapp.models import AuditEvent, Run, Schedule, User, Worker, meant_to_start
+from webapp.models import AuditEvent, Run, Schedule, User, Worker
+from webapp.run_rules import meant_to_start
 from webapp.services import scope
 
 

@@ -36,10 +36,8 @@ from webapp.models import (
     Run,
     Schedule,
     Worker,
-    meant_to_start,
-    overdue_schedule_ids,
-    run_overdue,
 )
+from webapp.run_rules import meant_to_start, overdue_schedule_ids, run_overdue
 
 RECENT_WINDOW = timedelta(minutes=15)
 RECENT_RUNS_LIMIT = 10_000

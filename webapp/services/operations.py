@@ -18,7 +18,8 @@ from sqlalchemy.orm import Session
 from webapp import database
 from webapp.database import UTCDateTime, write_transaction
 from webapp.extensions import db
-from webapp.models import Run, Schedule, Tenant, Worker, run_overdue, schedule_overdue
+from webapp.models import Run, Schedule, Tenant, Worker
+from webapp.run_rules import run_overdue, schedule_overdue
 from webapp.scheduler import runs
 from webapp.services import audit
 from webapp.services.audit import Actor
