@@ -174,13 +174,14 @@ def test_kill_9_during_ticks_leaves_every_fire_recorded_exactly_once(
 def test_a_tick_longer_than_the_lock_ttl_does_not_let_its_workers_leases_expire(
     app: Flask, world: World, workers: Workers
 ) -> None:
-    """A worker leases a 6 s sleep (first in its round), then ticks 1,000 due schedules one per
-    batch (seconds) with a 1 s lock TTL, while another reaper (the test, calling the workers'
+    """A worker leases a 7 s sleep (first in its round), then ticks 1,000 due schedules one per
+    batch (over 10 s) with a 3 s lock TTL, while another reaper (the test, calling the workers'
     reap step) reaps all along: the worker renews its lease between batches, so the sleep is
-    never taken back and succeeds at its first attempt."""
-    (run,) = add_sleeps(world.alpha, 6, 1, max_attempts=1)
+    never taken back and succeeds at its first attempt. (A 1 s TTL failed once in CI: a stall
+    of two thirds of a second on a loaded machine is enough to lose a lease so short.)"""
+    (run,) = add_sleeps(world.alpha, 7, 1, max_attempts=1)
     add_minutely_backlog(world.alpha.id, count=1000, fires=2)
-    process = workers.start(SCHEDULER_BATCH_SIZE="1", SCHEDULER_LOCK_TTL="1")
+    process = workers.start(SCHEDULER_BATCH_SIZE="1", SCHEDULER_LOCK_TTL="3")
     wait_for(lambda: get_run(run).status == "running", 60, "the worker to start the sleep")
     reaped = 0
     while get_run(run).status == "running":
