@@ -1,11 +1,13 @@
 """The reads of the schedule pages: a page of the list, a schedule with its trail and runs.
 
-Each takes the tenant's id: the list builds its statement for it (webapp.services.scope); the
-schedule page runs named statements built once with the tenant as a bound parameter.
+Each takes the tenant's id and runs statements built once (the list's once per shape of its
+filters) with the tenant as a bound parameter (webapp.services.scope): a statement holding no
+value cannot hold another tenant's.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -15,6 +17,7 @@ from sqlalchemy import (
     CompoundSelect,
     Integer,
     Select,
+    String,
     and_,
     bindparam,
     func,
@@ -84,24 +87,16 @@ class ListPage:
     shared_names: set[str]  # names of the page that another of the tenant's schedules has too
 
 
-def list_page(
-    session: Session,
-    tenant_id: int,
-    size: int,
-    now: datetime,
-    *,
-    search: str = "",
-    job: str = "",
-    active: bool | None = None,
-    after: tuple[str, int] | None = None,
-) -> ListPage:
-    """A page of the tenant's schedules by name and id (`search`: in the name, whatever the
-    case; `after`: the previous page's last (name, id)), with the last run of each that has one
-    (time_has_come at `now`) and whether another schedule has its name, in one statement: the
-    last run's id and the other name are subqueries per listed schedule (index probes, after
-    the LIMIT), the run joined. Columns, not models:
-    loading each schedule whole (its arguments decoded from JSON, its notification settings)
-    and its run as objects cost more than rendering the row."""
+# The tenant of the statements built once (the list's, the schedule page's).
+TENANT_ID = bindparam("tenant_id", type_=Integer)
+
+
+@functools.cache
+def list_statement(search: bool, job: bool, active: bool | None, after: bool) -> Select[Any]:
+    """The list's statement for one shape of its filters, built once (building it cost the page
+    more than an eighth of its time: bench/README), every value a bound parameter: TENANT_ID,
+    `:now`, `:size` and, as the shape says, `:search`, `:job`, `:after_name` and `:after_id`
+    (`active` is part of the shape: three values). See list_page."""
     latest = (
         select(func.max(Run.id))
         .where(
@@ -121,15 +116,16 @@ def list_page(
         )
         .exists()
     )
-    query = scope.schedules(tenant_id)
+    query = scope.schedules(TENANT_ID)
     if search:
         query = query.where(contains_text(Schedule.name, "search"))
     if job:
-        query = query.where(Schedule.job == job)
+        query = query.where(Schedule.job == bindparam("job", type_=String))
     if active is not None:
         query = query.where(Schedule.active == active)
-    if after is not None:
-        name, schedule_id = after
+    if after:
+        name = bindparam("after_name", type_=String)
+        schedule_id = bindparam("after_id", type_=Integer)
         query = query.where(
             or_(Schedule.name > name, and_(Schedule.name == name, Schedule.id > schedule_id))
         )
@@ -137,17 +133,42 @@ def list_page(
         query.with_only_columns(*(getattr(Schedule, field) for field in ListedSchedule._fields))
         .add_columns(latest.label("last_run_id"), shares_name.label("shares_name"))
         .order_by(Schedule.name, Schedule.id)
-        .limit(size + 1)
+        .limit(bindparam("size", type_=Integer))
         .subquery()
     )
-    statement = (
+    return (
         select(page, *LAST_RUN_COLUMNS)
         .outerjoin(Run, Run.id == page.c.last_run_id)
         .order_by(page.c.name, page.c.id)
     )
-    values: dict[str, Any] = {"now": now}
+
+
+def list_page(
+    session: Session,
+    tenant_id: int,
+    size: int,
+    now: datetime,
+    *,
+    search: str = "",
+    job: str = "",
+    active: bool | None = None,
+    after: tuple[str, int] | None = None,
+) -> ListPage:
+    """A page of the tenant's schedules by name and id (`search`: in the name, whatever the
+    case; `after`: the previous page's last (name, id)), with the last run of each that has one
+    (time_has_come at `now`) and whether another schedule has its name, in one statement: the
+    last run's id and the other name are subqueries per listed schedule (index probes, after
+    the LIMIT), the run joined. Columns, not models:
+    loading each schedule whole (its arguments decoded from JSON, its notification settings)
+    and its run as objects cost more than rendering the row."""
+    values: dict[str, Any] = {"tenant_id": tenant_id, "now": now, "size": size + 1}
     if search:
         values["search"] = like_pattern(search)
+    if job:
+        values["job"] = job
+    if after is not None:
+        values["after_name"], values["after_id"] = after
+    statement = list_statement(bool(search), bool(job), active, after is not None)
     rows = session.execute(statement, values).all()
     width = len(ListedSchedule._fields)
     return ListPage(
@@ -240,7 +261,6 @@ class ScheduleTrail:
 # The schedule page's statements are named and built once, at import, with the tenant and the
 # schedule as bound parameters: building their unions cost the page more than running them
 # (bench/README), and a statement holding no value cannot hold another tenant's.
-TENANT_ID = bindparam("tenant_id", type_=Integer)
 SCHEDULE_ID = bindparam("schedule_id", type_=Integer)
 
 
