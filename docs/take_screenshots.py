@@ -101,10 +101,10 @@ def add_rollups(now: datetime) -> None:
 
 
 def add_workers(now: datetime) -> None:
-    """A live worker holding a run and a stale one whose lease has expired, for the workers
-    page."""
-    live = Worker(hostname="worker-a", pid=4121, concurrency=4, version="0.1.0")
-    stale = Worker(hostname="worker-b", pid=977, concurrency=4, version="0.1.0")
+    """A live thread worker holding a run and a stale process worker whose lease has expired, for
+    the workers page."""
+    live = Worker(hostname="worker-a", pid=4121, kind="thread", concurrency=4, version="0.1.0")
+    stale = Worker(hostname="worker-b", pid=977, kind="process", concurrency=4, version="0.1.0")
     live.started_at = stale.started_at = now - timedelta(hours=3)
     live.last_heartbeat_at = now
     stale.last_heartbeat_at = now - timedelta(minutes=9)

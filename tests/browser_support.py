@@ -56,6 +56,17 @@ def log_in(page: Any, server: LiveServer, email: str) -> None:
     page.wait_for_url(server.url + "/")
 
 
+def open_account_menu(page: Any) -> None:
+    """Opens the header's account menu (the times toggle), as a click does."""
+    page.locator("header details.account > summary").click()
+    page.get_by_role("button", name="UTC").wait_for()
+
+
+def log_out(page: Any) -> None:
+    """Log out is in the header, in sight (not in the account menu)."""
+    page.get_by_role("button", name="Log out").click()
+
+
 @contextmanager
 def live_server(sqlite_template: str, directory: str) -> Iterator[LiveServer]:
     """The app served by werkzeug in a thread, on a copy of the migrated SQLite template."""

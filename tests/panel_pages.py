@@ -22,6 +22,8 @@ DESKTOP = {"width": 1280, "height": 800}
 WIDTHS = {"phone": PHONE, "desktop": DESKTOP}
 ADMIN = "admin@demo.example"
 NO_TENANT = "newcomer@demo.example"  # a user in no tenant: the "No tenant yet" page
+# A realistic long address (40 characters), in both tenants and an operator: the fullest header.
+LONG_EMAIL = "jacqueline.fitzgerald@ops.acmeco.example"
 
 
 @dataclass
@@ -79,6 +81,8 @@ def seed_demo_pages(server: LiveServer) -> DemoPages:
         # A second tenant, so that the header shows the switcher ("Demo" sorts first: current).
         create_tenant("other", "Zenith Holdings, a Tenant With A Long Name", "UTC")
         add_user(ADMIN, "other", "viewer", None)
+        add_user(LONG_EMAIL, "demo", "admin", PASSWORD, operator=True)
+        add_user(LONG_EMAIL, "other", "viewer", None)
         admin = db.session.scalar(select(User).where(User.email == ADMIN))
         assert admin is not None
         add_user(NO_TENANT, "demo", "viewer", PASSWORD)

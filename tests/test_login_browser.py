@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from tests.browser_support import LiveServer, PageErrors
+from tests.browser_support import LiveServer, PageErrors, log_out
 from tests.conftest import PASSWORD
 from webapp.database import utcnow
 from webapp.extensions import db
@@ -29,7 +29,7 @@ def test_the_browser_that_logged_in_before_gets_through_a_lockout(
     page.wait_for_url(live_panel.url + "/")
     (device,) = [c for c in page.context.cookies() if c["name"] == "device"]
     assert (device["path"], device["httpOnly"], device["sameSite"]) == ("/login", True, "Lax")
-    page.get_by_role("button", name="Log out").click()
+    log_out(page)
     page.wait_for_url(live_panel.url + "/login")
     with live_panel.app.app_context():  # 50 guesses at alice from other addresses
         now = utcnow() - timedelta(minutes=1)

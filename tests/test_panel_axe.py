@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser_support import log_in
+from tests.browser_support import log_in, log_out, open_account_menu
 from tests.panel_pages import ADMIN, NO_TENANT, WIDTHS, DemoPages, demo_pages
 
 # One test process for the file (pytest -n): its module fixtures are set up once.
@@ -79,14 +79,16 @@ def test_no_page_has_a_serious_or_critical_violation(
     log_in(page, demo.server, NO_TENANT)
     page.get_by_text("No tenant yet").wait_for()
     found += describe("no tenant", severe_violations(page))
-    page.get_by_role("button", name="Log out").click()
+    log_out(page)
     log_in(page, demo.server, ADMIN)
     for name, path in demo.logged_in().items():
         page.goto(demo.server.url + path)
         found += describe(name, severe_violations(page))
     # The states that htmx swaps in: the resume question in a list row, the live preview and
-    # the form's errors.
+    # the form's errors; and the header's account menu, open.
     page.goto(demo.server.url + "/")
+    open_account_menu(page)
+    found += describe("account menu", severe_violations(page))
     page.locator(f"#schedule-{demo.paused}").get_by_role("link", name="Resume").click()
     page.get_by_role("button", name="Resume, skip missed").wait_for()
     found += describe("resume in the list", severe_violations(page))

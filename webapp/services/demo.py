@@ -174,7 +174,7 @@ class FakeClockWorker:
         self.run_now_at = overlapped - lag(f"run now {overlapped}", 0.6, 1.4)
         self.lost = stories.id, fires[len(fires) // 4]
         with write_transaction(db.session) as session:
-            worker = Worker(hostname="demo", pid=0, concurrency=CONCURRENCY)
+            worker = Worker(hostname="demo", pid=0, kind="thread", concurrency=CONCURRENCY)
             worker.started_at = worker.last_heartbeat_at = self.now
             session.add(worker)
             session.flush()
