@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 import pytest
@@ -21,6 +21,7 @@ from flask_migrate import upgrade
 from sqlalchemy.engine import make_url
 from werkzeug.test import TestResponse
 
+from tests.pg_bouncer import PgBouncer, PgBouncerUnavailable, pooler_settings, start_pgbouncer
 from tests.pg_cluster import Cluster, ClusterUnavailable, start_cluster
 from tests.worker_support import Workers
 from webapp import create_app
@@ -34,6 +35,7 @@ from webapp.services.schedules import ScheduleInput, create_schedule
 if TYPE_CHECKING:  # browser_support imports this module
     from tests.browser_support import LiveServer, PageErrors
 
+T = TypeVar("T")
 IN_CI = os.environ.get("CI", "").lower() == "true"
 PASSWORD = "correct-horse-battery"
 
@@ -136,12 +138,34 @@ def postgres_server() -> Iterator[PostgresServer | str]:
         cluster.stop()
 
 
-def require_postgres(server: PostgresServer | str) -> PostgresServer:
-    if isinstance(server, str):
+def required(found: T | str, what: str) -> T:
+    """`found`, unless it is the reason there is none: then the test skips (fails with
+    CI=true, where every test must run)."""
+    if isinstance(found, str):
         if IN_CI:
-            pytest.fail(f"CI=true needs PostgreSQL, but: {server}")
-        pytest.skip(f"PostgreSQL unavailable: {server}")
-    return server
+            pytest.fail(f"CI=true needs {what}, but: {found}")
+        pytest.skip(f"{what} unavailable: {found}")
+    return found
+
+
+def require_postgres(server: PostgresServer | str) -> PostgresServer:
+    return required(server, "PostgreSQL")
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(postgres_server: PostgresServer | str) -> Iterator[PgBouncer | str]:
+    """A PgBouncer in transaction mode in front of the session's PostgreSQL server, or the
+    reason there is none (a string)."""
+    server = require_postgres(postgres_server)
+    try:
+        bouncer = start_pgbouncer(server.admin_url)
+    except PgBouncerUnavailable as reason:
+        yield str(reason)
+        return
+    try:
+        yield bouncer
+    finally:
+        bouncer.stop()
 
 
 @pytest.fixture(scope="session")
@@ -157,16 +181,21 @@ def database_url(
     tmp_path: os.PathLike[str],
     sqlite_template: str,
 ) -> Iterator[str]:
-    """A fresh database at `upgrade head`, on each dialect in turn."""
+    """A fresh database at `upgrade head`, on each dialect in turn; "pgbouncer" (only where a
+    test asks for it) is PostgreSQL's through PgBouncer in transaction mode (a PooledUrl)."""
     if request.param == "sqlite":
         path = os.path.join(tmp_path, "test.db")
         shutil.copyfile(sqlite_template, path)
         yield f"sqlite:///{path}"
         return
     server = require_postgres(request.getfixturevalue("postgres_server"))
+    bouncer = None
+    if request.param == "pgbouncer":
+        bouncer = required(request.getfixturevalue("pgbouncer"), "PgBouncer")
     name = server.create_database()
     try:
-        yield server.sqlalchemy_url(name)
+        url = server.sqlalchemy_url(name)
+        yield bouncer.url(url) if bouncer else url
     finally:
         server.drop_database(name)
 
@@ -187,7 +216,7 @@ class RequestIsolatedClient(FlaskClient):
 
 @pytest.fixture
 def app(database_url: str) -> Iterator[Flask]:
-    application = migrated_app(database_url)
+    application = migrated_app(database_url, **pooler_settings(database_url))
     application.test_client_class = RequestIsolatedClient
     with application.app_context():
         yield application

@@ -40,7 +40,11 @@ class ProbeParams(BaseModel):
 
 @cache
 def database() -> Engine:
-    return create_engine(os.environ["DATABASE_URL"])
+    # Behind PgBouncer (tests/pg_bouncer.py), as the worker's engine: no prepared statements.
+    pooled = os.environ.get("SCHEDULER_DATABASE_POOLER", "none") != "none"
+    return create_engine(
+        os.environ["DATABASE_URL"], connect_args={"prepare_threshold": None} if pooled else {}
+    )
 
 
 def owns(run_id: int, attempt: int) -> tuple[bool, bool]:

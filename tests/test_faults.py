@@ -18,7 +18,13 @@ from sqlalchemy.engine import make_url
 
 from tests.conftest import World, make_run
 from tests.scheduler_helpers import all_runs, get_run
-from tests.worker_support import Workers, one_at_a_time, postgresql_only, wait_for
+from tests.worker_support import (
+    Workers,
+    also_pgbouncer,
+    one_at_a_time,
+    postgresql_only,
+    wait_for,
+)
 from webapp.database import database_now
 from webapp.extensions import db
 from webapp.models import Run, Schedule, Tenant, Worker
@@ -119,6 +125,7 @@ def fired_lines(log: Path) -> int:
     return log.read_text(errors="replace").count("action=schedule_fired")
 
 
+@also_pgbouncer
 def test_kill_9_during_ticks_leaves_every_fire_recorded_exactly_once(
     app: Flask, world: World, workers: Workers, tmp_path: Path
 ) -> None:

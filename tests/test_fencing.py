@@ -26,7 +26,13 @@ from tests.conftest import World, migrated_app, require_postgres, run_migrations
 from tests.pg_cluster import Cluster, ClusterUnavailable, start_cluster
 from tests.probe_jobs import concurrent_copies, executions
 from tests.scheduler_helpers import get_run
-from tests.worker_support import Workers, one_at_a_time, postgresql_only, wait_for
+from tests.worker_support import (
+    Workers,
+    also_pgbouncer,
+    one_at_a_time,
+    postgresql_and_pgbouncer,
+    wait_for,
+)
 from webapp.database import write_transaction
 from webapp.extensions import db
 from webapp.models import Run, Tenant
@@ -142,6 +148,7 @@ def no_write_in_progress(database_url: str) -> Iterator[None]:
         connection.close()
 
 
+@also_pgbouncer
 def test_a_worker_frozen_past_its_lease_starts_nothing_it_no_longer_owns(
     app: Flask, world: World, workers: Workers, tmp_path: Path, database_url: str
 ) -> None:
@@ -328,7 +335,7 @@ def test_runs_a_killed_worker_leased_and_never_started_come_back_without_spendin
     assert_short_runs_ran_once_elsewhere(workers, probes, a_id, long_run, short_runs)
 
 
-@postgresql_only
+@postgresql_and_pgbouncer
 def test_runs_a_frozen_worker_leased_and_never_started_go_to_another_worker_unspent(
     app: Flask, world: World, workers: Workers, tmp_path: Path
 ) -> None:

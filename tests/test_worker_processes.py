@@ -18,15 +18,25 @@ from sqlalchemy import func, select
 
 from tests.conftest import World, make_run
 from tests.scheduler_helpers import get_run
-from tests.worker_support import Workers, one_at_a_time, postgresql_only, wait_for
+from tests.worker_support import (
+    Workers,
+    also_pgbouncer,
+    one_at_a_time,
+    postgresql_and_pgbouncer,
+    postgresql_only,
+    wait_for,
+    warnings_in,
+)
 from webapp.extensions import db
 from webapp.models import Run, Schedule, Tenant, Worker
 from webapp.services.audit import Actor
+from webapp.services.schedules import ScheduleInput, create_schedule, run_now
 from webapp.services.transfer import import_schedules
 
 pytestmark = [pytest.mark.slow, one_at_a_time]
 
 
+@also_pgbouncer
 def test_workers_in_burst_fire_every_due_schedule_exactly_once(
     app: Flask, world: World, workers: Workers, database_url: str
 ) -> None:
@@ -63,6 +73,7 @@ def test_workers_in_burst_fire_every_due_schedule_exactly_once(
     assert db.session.scalar(due) == 0
     stopped = db.session.scalars(select(Worker.stopped_at)).all()
     assert len(stopped) == count and all(stopped)
+    assert warnings_in(workers.logs()) == []
 
 
 def test_a_run_of_a_killed_worker_is_finished_by_another(
@@ -293,14 +304,9 @@ def test_scheduler_tick_prints_what_it_fired(app: Flask, world: World) -> None:
     )
 
 
-# LISTEN/NOTIFY and terminating a backend are PostgreSQL features.
-@postgresql_only
-def test_run_now_wakes_an_idle_worker_at_once_on_postgresql(
-    app: Flask, world: World, workers: Workers, database_url: str
-) -> None:
-    from webapp.services.schedules import ScheduleInput, create_schedule, run_now
-
-    schedule = create_schedule(
+def yearly_echo(world: World) -> Schedule:
+    """A schedule of alpha's that fires next year: a Run now is all that runs."""
+    return create_schedule(
         world.alpha,
         ScheduleInput(
             name="Yearly",
@@ -312,6 +318,14 @@ def test_run_now_wakes_an_idle_worker_at_once_on_postgresql(
         Actor.cli(),
         datetime(2026, 6, 1, tzinfo=UTC),
     )
+
+
+# LISTEN/NOTIFY and terminating a backend are PostgreSQL features.
+@postgresql_and_pgbouncer
+def test_run_now_wakes_an_idle_worker_at_once_on_postgresql(
+    app: Flask, world: World, workers: Workers, database_url: str
+) -> None:
+    schedule = yearly_echo(world)
     workers.start(SCHEDULER_POLL_INTERVAL="30")
     wait_for(lambda: db.session.scalar(select(Worker.id)), 30, "the worker to register")
     time.sleep(1.0)  # asleep in its 30 s poll, listening
@@ -323,6 +337,22 @@ def test_run_now_wakes_an_idle_worker_at_once_on_postgresql(
         "the notified worker to run it",
     )
     assert time.monotonic() - started < 5
+    assert warnings_in(workers.logs()) == []
+
+
+@pytest.mark.parametrize("database_url", ["pgbouncer"], indirect=True)
+def test_behind_pgbouncer_without_a_listen_url_a_worker_polls_for_run_now(
+    app: Flask, world: World, workers: Workers
+) -> None:
+    """Only the pooled URL: the worker says it polls (no LISTEN through the pooler, which
+    would hear nothing) and takes a Run now at its next poll."""
+    schedule = yearly_echo(world)
+    workers.start(SCHEDULER_LISTEN_DATABASE_URL="", SCHEDULER_POLL_INTERVAL="1")
+    wait_for(lambda: db.session.scalar(select(Worker.id)), 30, "the worker to register")
+    assert "action=wakeups_by_polling" in workers.logs()
+    run = run_now(schedule, Actor.cli(), datetime.now(UTC))
+    wait_for(lambda: get_run(run.id).status == "succeeded", 15, "the polling worker to run it")
+    assert warnings_in(workers.logs()) == []
 
 
 @postgresql_only

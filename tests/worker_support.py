@@ -12,11 +12,20 @@ from typing import IO
 
 import pytest
 
+from tests.pg_bouncer import pooler_settings
 from webapp.extensions import db
 
 PROJECT = Path(__file__).resolve().parent.parent
 # For what only PostgreSQL has: LISTEN/NOTIFY, terminating a backend, stopping the server.
 postgresql_only = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+# Once more through a real PgBouncer in transaction mode (README, "Behind PgBouncer"): the
+# workers' DATABASE_URL is the pooled one, their SCHEDULER_LISTEN_DATABASE_URL the direct one.
+also_pgbouncer = pytest.mark.parametrize(
+    "database_url", ["sqlite", "postgresql", "pgbouncer"], indirect=True
+)
+postgresql_and_pgbouncer = pytest.mark.parametrize(
+    "database_url", ["postgresql", "pgbouncer"], indirect=True
+)
 # Tests whose worker processes race leases of a few seconds (kill -9, SIGSTOP, a wake-up within a
 # bound): under `make test` (pytest -n, --dist loadgroup) the files marked so run on one test
 # process, one test at a time, so that two of them never starve each other's workers of the CPU.
@@ -40,6 +49,7 @@ class Workers:
             "SECRET_KEY": "test",
             "SCHEDULER_DEMO_JOBS": "1",
             "SCHEDULER_POLL_INTERVAL": "0.2",
+            **pooler_settings(self.database_url),
             **settings,
         }
         log = open(self.log_dir / f"worker-{len(self.processes)}.log", "wb")
@@ -64,6 +74,12 @@ class Workers:
                 process.wait(10)
         for log in self.log_files:
             log.close()
+
+
+def warnings_in(logs: str) -> list[str]:
+    """The WARNING and ERROR lines of workers' logs: a statement that failed (behind PgBouncer,
+    "prepared statement ... does not exist"), a database away, a round that failed."""
+    return [line for line in logs.splitlines() if " WARNING " in line or " ERROR " in line]
 
 
 def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None:

@@ -20,6 +20,7 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
+from sqlalchemy.engine import make_url
 
 from webapp.models import MAX_NOTIFY_EMAILS
 
@@ -83,6 +84,12 @@ class Settings(BaseModel):
     model_config = ConfigDict(strict=True, frozen=True)
 
     DATABASE_URL: str = ""  # empty: a SQLite file in the instance folder
+    # "pgbouncer": DATABASE_URL goes through PgBouncer in transaction pooling mode (README,
+    # Behind PgBouncer): no prepared statements, and no LISTEN on it.
+    SCHEDULER_DATABASE_POOLER: Literal["none", "pgbouncer"] = "none"
+    # PostgreSQL: where workers LISTEN for wake-ups, straight to the server ("": DATABASE_URL,
+    # unless that is pooled: then workers poll).
+    SCHEDULER_LISTEN_DATABASE_URL: str = ""
     SECRET_KEY: str | bytes = ""
     # None: on, except in debug and tests. Plain-http loopback set-ups (`make run`) turn it off.
     SESSION_COOKIE_SECURE: OptionalFlag = None
@@ -161,6 +168,16 @@ class Settings(BaseModel):
     SCHEDULER_CELERY_MAX_IN_FLIGHT: Positive = 1000
 
     @model_validator(mode="after")
+    def listen_on_postgresql(self) -> Self:
+        url = self.SCHEDULER_LISTEN_DATABASE_URL
+        if url and not normalise_database_url(url).startswith("postgresql+psycopg://"):
+            raise ValueError(
+                "SCHEDULER_LISTEN_DATABASE_URL must be a PostgreSQL URL "
+                "(postgresql://user:pass@host/db), straight to the server"
+            )
+        return self
+
+    @model_validator(mode="after")
     def celery_needs_its_broker(self) -> Self:
         if self.SCHEDULER_EXECUTOR == "celery" and not self.SCHEDULER_CELERY_BROKER_URL:
             raise ValueError(
@@ -196,13 +213,36 @@ class Settings(BaseModel):
         else of the app's."""
         return MappingProxyType({name: getattr(self, name) for name in JOB_SETTINGS})
 
+    @property
+    def pooled(self) -> bool:
+        """Whether DATABASE_URL goes through a transaction pooler (SCHEDULER_DATABASE_POOLER)."""
+        return self.SCHEDULER_DATABASE_POOLER != "none"
+
+    def listen_url(self, database_url: str) -> str | None:
+        """The libpq URL a PostgreSQL worker LISTENs on: SCHEDULER_LISTEN_DATABASE_URL, else
+        the engine's `database_url` unless it is pooled (a transaction pooler hands each
+        statement to any server connection, so a LISTEN through it hears nothing): None, the
+        worker polls every SCHEDULER_POLL_INTERVAL."""
+        if not self.SCHEDULER_LISTEN_DATABASE_URL and self.pooled:
+            return None
+        url = make_url(normalise_database_url(self.SCHEDULER_LISTEN_DATABASE_URL or database_url))
+        return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
     def engine_options(self, url: str) -> dict[str, Any]:
         """SQLAlchemy's engine for `url`: a connection is checked before use (a restarted
         server); on PostgreSQL the pool keeps one for each of the process's request threads (a
-        request takes one), or SQLAlchemy's 5 if more. SQLite's pools are Flask-SQLAlchemy's."""
+        request takes one), or SQLAlchemy's 5 if more, and behind a transaction pooler psycopg
+        prepares no statement (a prepared statement lives on one server connection, and the
+        pooler hands the next transaction to any). SQLite's pools are Flask-SQLAlchemy's."""
         if url.startswith("sqlite"):
             return {"pool_pre_ping": True}
-        return {"pool_pre_ping": True, "pool_size": max(5, self.SCHEDULER_WEB_THREADS)}
+        options: dict[str, Any] = {
+            "pool_pre_ping": True,
+            "pool_size": max(5, self.SCHEDULER_WEB_THREADS),
+        }
+        if self.pooled:
+            options["connect_args"] = {"prepare_threshold": None}
+        return options
 
     def flask_config(self, instance_path: str) -> dict[str, Any]:
         """What Flask itself reads: the database URL for SQLAlchemy, the secret key and the

@@ -54,6 +54,7 @@ class ChildSetup:
     job_modules: tuple[str, ...]
     settings: dict[str, Any]  # the job settings
     database_url: str  # for system jobs' sessions; never shown to a job
+    engine_options: dict[str, Any]  # the worker's (Settings.engine_options)
 
 
 def child_main(connection: Connection, setup: ChildSetup) -> None:
@@ -69,7 +70,7 @@ def child_main(connection: Connection, setup: ChildSetup) -> None:
         while (message := connection.recv()) is not None:
             run, timeout = message
             if engine is None:
-                engine = create_engine(setup.database_url, pool_pre_ping=True)
+                engine = create_engine(setup.database_url, **setup.engine_options)
                 install_engine_hooks(engine)
             with Session(engine) as session:
                 result = run_job(run, catalog, setup.settings, session, time.monotonic() + timeout)
@@ -84,11 +85,13 @@ class ProcessJobPool(JobPool):
 
     def setup(self) -> ChildSetup:
         chosen = settings(self.app)
+        url = db.engine.url.render_as_string(hide_password=False)
         return ChildSetup(
             demo_jobs=chosen.SCHEDULER_DEMO_JOBS,
             job_modules=tuple(chosen.SCHEDULER_JOB_MODULES),
             settings=dict(self.settings),
-            database_url=db.engine.url.render_as_string(hide_password=False),
+            database_url=url,
+            engine_options=chosen.engine_options(url),
         )
 
     def start(self) -> None:

@@ -177,10 +177,21 @@ class WorkerProcess:
             self.wake.set()
 
     def start_listening(self) -> None:
-        """The wake-up thread of this database: LISTEN on PostgreSQL, a socket on SQLite."""
+        """The wake-up thread of this database: LISTEN on PostgreSQL (none behind a pooler
+        without SCHEDULER_LISTEN_DATABASE_URL: the loop polls), a socket on SQLite."""
         url = db.engine.url
         if db.engine.dialect.name == "postgresql":
-            conninfo = url.set(drivername="postgresql").render_as_string(hide_password=False)
+            conninfo = self.config.listen_url(url.render_as_string(hide_password=False))
+            if conninfo is None:
+                log.info(
+                    "wakeups_by_polling",
+                    extra={
+                        "action": "wakeups_by_polling",
+                        "reason": "SCHEDULER_DATABASE_POOLER without SCHEDULER_LISTEN_DATABASE_URL",
+                        "poll_interval": self.poll_interval,
+                    },
+                )
+                return
             threading.Thread(
                 target=self.listen_for_notifications, args=(conninfo,), daemon=True
             ).start()
