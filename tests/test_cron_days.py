@@ -8,7 +8,7 @@ from datetime import datetime
 import pytest
 
 from tests.cron_helpers import utc
-from webapp.cron import CronError, validate
+from webapp.cron import CronError, describe, validate
 
 
 def days_fired(expr: str, start: datetime, count: int, tz: str = "UTC") -> list[str]:
@@ -207,3 +207,47 @@ def test_a_misused_rule_is_refused_with_what_to_write(expr: str, message: str) -
 @pytest.mark.parametrize("expr", ["0 0 * jul *", "0 0 * * wed", "0 0 * JUL WED"])
 def test_names_with_an_l_or_a_w_are_still_names(expr: str) -> None:
     validate(expr, "UTC")
+
+
+@pytest.mark.parametrize(
+    ("expr", "text"),
+    [
+        ("0 0 L * *", "At 00:00, on the last day of the month"),
+        ("0 18 LW * *", "At 18:00, on the last weekday of the month"),
+        ("0 8 * * MON#1", "At 08:00, on the first Monday of the month"),
+        ("0 8 * * 1#1", "At 08:00, on the first Monday of the month"),
+        ("30 17 * * FRI#L", "At 17:30, on the last Friday of the month"),
+        ("30 17 * * 5L", "At 17:30, on the last Friday of the month"),
+        ("0 0 * 2 MON#5", "At 00:00, on the fifth Monday of the month, only in February"),
+        ("0 0 1,L * *", "At 00:00, on day 1 and the last day of the month"),
+        (
+            "0 0 1,10-12,L,LW * *",
+            "At 00:00, on day 1, days 10 to 12, the last day and the last weekday of the month",
+        ),
+        ("0 9 * * MON#1,FRI#L", "At 09:00, on the first Monday and the last Friday of the month"),
+        ("0 9 * * TUE,5L", "At 09:00, on every Tuesday and the last Friday of the month"),
+        # Both day fields restricted: either.
+        ("0 0 L * MON", "At 00:00, on the last day of the month, or on Monday"),
+        ("0 0 L * 1-5", "At 00:00, on the last day of the month, or Monday through Friday"),
+        (
+            "0 0 15 * MON#2",
+            "At 00:00, on day 15 of the month, or on the second Monday of the month",
+        ),
+        # One day field starting with '*': both.
+        ("0 0 */2 * MON#1", "At 00:00, every 2 days, only on the first Monday of the month"),
+        (
+            "*/15 9-17 LW 1-6 *",
+            "Every 15 minutes, between 09:00 and 17:59, on the last weekday of the month, "
+            "January through June",
+        ),
+        # The last day and the 1st are two days in a row: the gap across midnight shows.
+        (
+            "0 */5 1,L * *",
+            "Every 5 hours, on day 1 and the last day of the month (from 00:00 each day; the "
+            "gap across midnight is 4 hours)",
+        ),
+        ("0 */5 L * *", "Every 5 hours, on the last day of the month"),
+    ],
+)
+def test_a_rule_is_described_in_words(expr: str, text: str) -> None:
+    assert describe(validate(expr, "UTC")) == text
