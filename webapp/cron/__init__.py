@@ -19,7 +19,9 @@ Typical use: ``spec = validate(expr, tz)`` once (cached per expression and zone)
 
 The modules: ``fields`` parses and compiles the five fields; ``fires`` holds CronSpec, its fire
 times and the DST rules; ``zones`` the zone list and offsets; ``clock_changes`` and ``describe``
-the words of the preview; ``words`` the phrasing they share; ``errors`` CronError.
+the words of the preview; ``words`` the phrasing they share; ``errors`` CronError;
+``phrases`` (with ``phrase_plan``) plain-English input: ``parse_phrase("every weekday at 9:30")``
+is ``"30 9 * * 1-5"``, ``cron_from_input`` reads a cron field's input as cron or as a phrase.
 """
 
 from .clock_changes import ClockChange, clock_changes, no_clock_changes
@@ -27,6 +29,8 @@ from .describe import describe, step_notes
 from .errors import CronError
 from .fields import ALIASES, MAX_EXPRESSION_LENGTH, MAX_GAP_DAYS
 from .fires import CronSpec, validate
+from .phrase_plan import PhraseError
+from .phrases import cron_from_input, looks_like_cron, parse_phrase
 from .zones import (
     FIRST_DAY,
     FIRST_YEAR,
@@ -53,14 +57,18 @@ __all__ = [
     "ClockChange",
     "CronError",
     "CronSpec",
+    "PhraseError",
     "check_time_zone",
     "clock_changes",
+    "cron_from_input",
     "describe",
     "known_time_zones",
     "load_zone",
     "local_time_to_utc",
+    "looks_like_cron",
     "no_clock_changes",
     "parse_local_time",
+    "parse_phrase",
     "parse_typed_time",
     "step_notes",
     "validate",

@@ -9,6 +9,7 @@ from functools import lru_cache
 from cron_descriptor import ExpressionDescriptor, FormatError, Options
 
 from .fields import FIELD_KINDS, CronFields
+from .words import consecutive_runs
 
 
 def describe(spec: CronFields) -> str:
@@ -118,12 +119,7 @@ def _plain_fields(spec: CronFields) -> tuple[str, ...]:
 
 
 def _ranges(values: list[int]) -> str:
-    runs: list[list[int]] = []
-    for value in values:
-        if runs and value == runs[-1][-1] + 1:
-            runs[-1].append(value)
-        else:
-            runs.append([value])
+    runs = consecutive_runs(values)
     return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
