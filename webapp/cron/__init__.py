@@ -30,7 +30,7 @@ from .errors import CronError
 from .fields import ALIASES, MAX_EXPRESSION_LENGTH, MAX_GAP_DAYS
 from .fires import CronSpec, validate
 from .phrase_plan import PhraseError
-from .phrases import cron_from_input, looks_like_cron, parse_phrase
+from .phrases import MAX_PHRASE_LENGTH, cron_from_input, looks_like_cron, parse_phrase
 from .zones import (
     FIRST_DAY,
     FIRST_YEAR,
@@ -54,6 +54,7 @@ __all__ = [
     "LAST_YEAR",
     "MAX_EXPRESSION_LENGTH",
     "MAX_GAP_DAYS",
+    "MAX_PHRASE_LENGTH",
     "ClockChange",
     "CronError",
     "CronSpec",

@@ -64,6 +64,8 @@ WORKDAYS = {"weekday", "weekdays", "workday", "workdays"}
 WORKDAY_FIRST_WORDS = {"business", "working", "week", "work"}  # "business days", "week days"
 WEEKEND = {"weekend", "weekends"}
 RANGE_WORDS = ("to", "through", "thru", "till", "until")
+# Longer input is refused before it is read (a form field, a query parameter).
+MAX_PHRASE_LENGTH = 200
 FILLERS = {"and", "on", "the", "every", "each", "only", "run", "runs", "of", "in", "from"}
 
 
@@ -498,6 +500,8 @@ RULES: tuple[Callable[[_Reader, Plan], bool], ...] = (
 def parse_phrase(text: str) -> str:
     """The cron expression of a plain-English schedule, e.g. "30 9 * * 1-5" for "every weekday
     at 9:30"; PhraseError (a CronError) saying which part it did not understand."""
+    if len(text) > MAX_PHRASE_LENGTH:
+        raise PhraseError(f"a phrase is at most {MAX_PHRASE_LENGTH} characters")
     words = _words(text)
     if not words:
         raise PhraseError("describe when the schedule should run")
