@@ -45,6 +45,12 @@ SYSTEM_SCOPE = (
 BAD_INPUTS = [
     ({"cron": "61 * * * *"}, "cron", "minute 61 is out of range 0-59"),
     ({"cron": "1," * 100 + "2 * * * *"}, "cron", "cron expression is longer than 200 characters"),
+    (
+        {"cron": "0 9 * * MON#6"},
+        "cron",
+        "day-of-week 'MON#6': the number after # must be 1 to 5 (a month has at most five of "
+        "each weekday), or L for the last",
+    ),
     ({"time_zone": "Mars/Olympus"}, "time_zone", "unknown time zone 'Mars/Olympus'"),
     (
         {"misfire_policy": "sometimes"},
@@ -60,7 +66,17 @@ BAD_INPUTS = [
     ({"job": "os.system", "args": {}}, "job", "job 'os.system' is not in the catalog"),
     ({"job": "maintenance.prune_runs", "args": {}}, "job", SYSTEM_SCOPE),
 ]
-CASE_IDS = ["bad-cron", "long-cron", "zone", "misfire", "overlap", "args-type", "job", "scope"]
+CASE_IDS = [
+    "bad-cron",
+    "long-cron",
+    "nth-weekday",
+    "zone",
+    "misfire",
+    "overlap",
+    "args-type",
+    "job",
+    "scope",
+]
 
 
 def posted(changes: dict[str, object]) -> dict[str, str]:

@@ -1,17 +1,22 @@
 """The five fields of a cron expression: parsed, checked and compiled into the value sets that
-fire-time searches match against. No time zone here: the same fields serve every zone."""
+fire-time searches match against. No time zone here: the same fields serve every zone.
+
+Besides Debian's syntax, the day fields accept the extended day rules (see ``days``):
+day-of-month ``L`` and ``LW``; day-of-week ``D#N`` (N 1-5), ``D#L`` and Quartz's ``DL``, with D a
+number 0-7 or a day name. They may be listed with ordinary values (``1,L``, ``MON#1,FRI#L``),
+never put in a range or step."""
 
 from __future__ import annotations
 
 import calendar
 import re
-from bisect import bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from functools import lru_cache
 from itertools import pairwise
 
+from .days import month_day_table
 from .errors import CronError
 from .words import join_words
 
@@ -35,6 +40,8 @@ MONTH_NAMES = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "o
 DAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 ONE_MINUTE = timedelta(minutes=1)
 _NUMBER = re.compile(r"[0-9]{1,9}")
+_MAY_BE_RULE = re.compile(r"[#lLwW]")
+_LAST_OFFSET = re.compile(r"l-[0-9]*")  # Quartz's L-3, the third day before the last
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,9 @@ class CronFields:
     days: frozenset[int] = field(compare=False, repr=False)
     months: frozenset[int] = field(compare=False, repr=False)
     weekdays: frozenset[int] = field(compare=False, repr=False)  # 0 = Sunday; 7 folded into 0
+    # The extended day rules, canonical: "L", "LW" in day-of-month; "1#1", "5#L" in day-of-week.
+    day_rules: frozenset[str] = field(compare=False, repr=False)
+    weekday_rules: frozenset[str] = field(compare=False, repr=False)
     # Vixie cron: when day-of-month or day-of-week starts with '*', a day must match both.
     days_and: bool = field(compare=False, repr=False)
     # Debian cron: a job whose minute or hour field starts with '*' is a wildcard job, which
@@ -78,6 +88,11 @@ class CronFields:
     day_minutes: tuple[int, ...] = field(compare=False, repr=False)
     # Matching days of a month, indexed by [weekday of the 1st (0 = Sunday)][length - 28].
     month_days: tuple[tuple[tuple[int, ...], ...], ...] = field(compare=False, repr=False)
+
+    @property
+    def extended(self) -> bool:
+        """Whether the expression uses the extended day rules (L, LW, #)."""
+        return bool(self.day_rules or self.weekday_rules)
 
     def matches_date(self, day: date) -> bool:
         """Whether the job runs on this local calendar day (months and both day fields)."""
@@ -124,14 +139,14 @@ def parse_fields(expression: str) -> CronFields:
                 f"too many fields: expected 5 ({FIELDS_HINT}), got {len(fields)}; "
                 "seconds, years and commands are not supported"
             )
-    minutes, hours, days, months, weekdays = (
+    (minutes, _), (hours, _), (days, day_rules), (months, _), (weekdays, weekday_rules) = (
         _parse_field(text, kind) for text, kind in zip(fields, FIELD_KINDS, strict=True)
     )
     if 7 in weekdays:  # day-of-week 7 is Sunday too
         weekdays = (weekdays - {7}) | {0}
     days_and = fields[2].startswith("*") or fields[4].startswith("*")
-    month_days = _month_day_table(days, weekdays, days_and)
-    _check_fires_often_enough(days, months, month_days)
+    month_days = month_day_table(days, weekdays, days_and, day_rules, weekday_rules)
+    _check_fires_often_enough(days, months, month_days, bool(day_rules or weekday_rules))
     return CronFields(
         expression=expression,
         fields=tuple(fields),
@@ -140,6 +155,8 @@ def parse_fields(expression: str) -> CronFields:
         days=days,
         months=months,
         weekdays=weekdays,
+        day_rules=day_rules,
+        weekday_rules=weekday_rules,
         days_and=days_and,
         wildcard=fields[0].startswith("*") or fields[1].startswith("*"),
         day_minutes=tuple(h * 60 + m for h in sorted(hours) for m in sorted(minutes)),
@@ -160,12 +177,18 @@ def _expand_alias(parts: list[str]) -> list[str]:
     return ALIASES[alias].split(" ")
 
 
-def _parse_field(text: str, kind: FieldKind) -> frozenset[int]:
-    """The set of values one field selects, Vixie-style; raises CronError on any defect."""
+def _parse_field(text: str, kind: FieldKind) -> tuple[frozenset[int], frozenset[str]]:
+    """The set of values one field selects, Vixie-style, and its extended day rules (canonical,
+    as in ``days``); raises CronError on any defect."""
     values: set[int] = set()
+    rules: set[str] = set()
     for item in text.split(","):
         if not item:
             raise CronError(f"{kind.name} field '{text}' has an empty list item")
+        rule = _day_rule(item, kind)
+        if rule is not None:
+            rules.add(rule)
+            continue
         base, slash, step_text = item.partition("/")
         step = 1
         if slash:
@@ -190,7 +213,89 @@ def _parse_field(text: str, kind: FieldKind) -> frozenset[int]:
             # 'N/step' means 'N-max/step', as in cronie, croniter and crondst.
             high = kind.high if slash else low
         values.update(range(low, high + 1, step))
-    return frozenset(values)
+    return frozenset(values), frozenset(rules)
+
+
+def _day_rule(item: str, kind: FieldKind) -> str | None:
+    """The extended day rule a list item names, canonical ("L", "LW", "1#1", "5#L"), or None
+    for an ordinary item; CronError where L, W or # is misused."""
+    if not _MAY_BE_RULE.search(item):
+        return None  # digits, '*', '-' and '/' only (most items): no need to look closer
+    lower = item.lower()
+    bare = lower
+    for name in kind.names:  # "jul" and "wed" are names, not L or W
+        bare = bare.replace(name, "")
+    uses_last, uses_nth = "l" in bare, "#" in bare
+    uses_w = "w" in bare and kind.name == "day-of-month"
+    if not (uses_last or uses_nth or uses_w):
+        return None
+    if uses_nth and kind.name != "day-of-week":
+        raise CronError(
+            f"{kind.name} '{item}': # (the n-th weekday of the month, as in MON#1) belongs in "
+            "the day-of-week field"
+        )
+    if kind.name == "day-of-month":
+        return _month_day_rule(item, lower)
+    if kind.name == "day-of-week":
+        return _weekday_rule(item, lower, kind)
+    raise CronError(
+        f"{kind.name} '{item}': L (the last) belongs in the day-of-month field (L, LW) or the "
+        "day-of-week field (FRI#L, 5L)"
+    )
+
+
+def _month_day_rule(item: str, lower: str) -> str:
+    if lower in ("l", "lw"):
+        return lower.upper()
+    if _LAST_OFFSET.fullmatch(lower):
+        raise CronError(
+            f"day-of-month '{item}': offsets from the last day are not supported; use L (the "
+            "last day) or LW (the last weekday)"
+        )
+    if "w" in lower:
+        raise CronError(
+            f"day-of-month '{item}': W (the nearest weekday) is supported only as LW, the last "
+            "weekday of the month"
+        )
+    _refuse_range_or_step(item, "day-of-month", "L", "1,15,L")
+    raise CronError(
+        f"day-of-month '{item}' is not a number, L (the last day) or LW (the last weekday)"
+    )
+
+
+def _weekday_rule(item: str, lower: str, kind: FieldKind) -> str:
+    if "lw" in lower:
+        raise CronError(
+            f"day-of-week '{item}': LW (the last weekday of the month) belongs in the "
+            "day-of-month field"
+        )
+    _refuse_range_or_step(item, kind.name, "#" if "#" in lower else "L", "MON#1,FRI#L")
+    if lower == "l":
+        raise CronError(
+            "day-of-week 'L' needs a day before it, as in FRI#L or 5L (the last Friday); L "
+            "alone, the last day of the month, belongs in the day-of-month field"
+        )
+    day, nth = (item[:-1], "L") if "#" not in lower else item.split("#", 1)
+    if not day:
+        raise CronError(
+            f"day-of-week '{item}' needs a day before {'#' if '#' in lower else 'L'}, as in "
+            "MON#1 (the first Monday) or FRI#L (the last Friday)"
+        )
+    nth = nth.upper()
+    if nth != "L" and not (nth.isdigit() and 1 <= int(nth) <= 5):
+        raise CronError(
+            f"day-of-week '{item}': the number after # must be 1 to 5 (a month has at most "
+            "five of each weekday), or L for the last"
+        )
+    return f"{_value(day, kind) % 7}#{nth}"
+
+
+def _refuse_range_or_step(item: str, field_name: str, symbol: str, example: str) -> None:
+    if "-" in item or "/" in item:
+        raise CronError(
+            f"{field_name} '{item}': {symbol} cannot be part of a range or step; list the days "
+            f"instead, as in {example}"
+        )
 
 
 def _value(text: str, kind: FieldKind) -> int:
@@ -206,47 +311,11 @@ def _value(text: str, kind: FieldKind) -> int:
     raise CronError(f"{kind.name} '{text}' is not a number")
 
 
-@lru_cache(maxsize=1024)
-def _month_day_table(
-    days: frozenset[int], weekdays: frozenset[int], days_and: bool
-) -> tuple[tuple[tuple[int, ...], ...], ...]:
-    """Matching days of a month for each (weekday of the 1st, month length) combination.
-
-    Cached: many expressions share their day fields (a tick may meet thousands of distinct
-    expressions, and compiles each).
-    """
-    table = []
-    for first_weekday in range(7):
-        on_weekday: set[int] = set()
-        for weekday in weekdays:
-            on_weekday |= _DAYS_ON_WEEKDAY[first_weekday][weekday]
-        # Vixie cron: if either day field starts with '*' both must match, else either.
-        full = tuple(sorted(days & on_weekday if days_and else days | on_weekday))
-        table.append(
-            (
-                full[: bisect_right(full, 28)],
-                full[: bisect_right(full, 29)],
-                full[: bisect_right(full, 30)],
-                full,
-            )
-        )
-    return tuple(table)
-
-
-# The days 1-31 of a month whose 1st is on weekday `first` (0 = Sunday) that fall on `weekday`.
-_DAYS_ON_WEEKDAY = tuple(
-    tuple(
-        frozenset(day for day in range(1, 32) if (first + day - 1) % 7 == weekday)
-        for weekday in range(7)
-    )
-    for first in range(7)
-)
-
-
 def _check_fires_often_enough(
     days: frozenset[int],
     months: frozenset[int],
     month_days: tuple[tuple[tuple[int, ...], ...], ...],
+    extended: bool,
 ) -> None:
     """Reject schedules that never fire, or that can go more than five years without firing.
 
@@ -255,6 +324,10 @@ def _check_fires_often_enough(
     longest gap between fire days, the wrap-around included. The check is thus the same on
     every day, and "fires within the next five years" holds from any date up to 2099 (Feb 29
     skips 2100: `0 0 29 2 *` then waits eight years, which we accept).
+
+    An ``extended`` expression (L, LW, #) names its rare days on purpose (`0 0 * 2 MON#5`, a
+    fifth Monday of February, fires once in 28 years: 2016, 2044), so it is refused only when
+    it never fires in the cycle.
     """
     if all(all(by_length) for by_length in month_days):
         # Every possible month (each weekday of the 1st, each length) has a matching day, so
@@ -267,14 +340,21 @@ def _check_fires_often_enough(
         if month in months
         for day in month_days[first_weekday][length - 28]
     ]
+    month_names = join_words([calendar.month_name[m] for m in sorted(months)], "and")
+    if not fire_days and extended:
+        # Only possible when one day field starts with '*', so that a day must match both.
+        raise CronError(
+            f"no day of {month_names} matches both day fields: this schedule would never fire"
+        )
     if not fire_days:
         # Only possible when every day-of-month exceeds every chosen month's length.
-        month_names = join_words([calendar.month_name[m] for m in sorted(months)], "and")
         verb = "has" if len(months) == 1 else "have"
         day_numbers = join_words([str(d) for d in sorted(days)], "or")
         raise CronError(
             f"{month_names} never {verb} {day_numbers} days: this schedule would never fire"
         )
+    if extended:
+        return
     cycle = _CYCLE_END - _CYCLE_START
     gaps = [later - earlier for earlier, later in pairwise(fire_days)]
     gaps.append(fire_days[0] + cycle - fire_days[-1])
