@@ -243,6 +243,9 @@ def test_cron_parse_answers_a_phrase_as_cron_and_words(app: Flask, world: World)
         "cron": "30 9 * * 1-5",
         "description": "At 09:30, Monday through Friday",
     }
+    first = api.get("/api/v1/cron/parse", query_string={"text": "the first Monday at 8:00"})
+    assert first.get_json()["cron"] == "0 8 * * 1#1"
+    assert first.get_json()["description"] == "At 08:00, on the first Monday of the month"
     cron_text = api.get("/api/v1/cron/parse", query_string={"text": "*/5 * * * *"}).get_json()
     assert cron_text["cron"] == "*/5 * * * *" and cron_text["description"] == "Every 5 minutes"
 

@@ -189,6 +189,9 @@ def test_parse_prints_the_cron_of_a_phrase_alone() -> None:
     result = CliRunner().invoke(cron_cli, ["parse", "twice", "a", "day", "at", "9", "and", "17"])
     assert result.stdout == "0 9,17 * * *\n"
     assert CliRunner().invoke(cron_cli, ["parse", "*/5 * * * *"]).stdout == "*/5 * * * *\n"
+    # The extended day syntax, checked as cron.
+    last = CliRunner().invoke(cron_cli, ["parse", "the last day of the month at 23:00"])
+    assert (last.exit_code, last.stdout) == (0, "0 23 L * *\n")
 
 
 @pytest.mark.parametrize(

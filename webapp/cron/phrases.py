@@ -66,7 +66,7 @@ WEEKEND = {"weekend", "weekends"}
 RANGE_WORDS = ("to", "through", "thru", "till", "until")
 # Longer input is refused before it is read (a form field, a query parameter).
 MAX_PHRASE_LENGTH = 200
-FILLERS = {"and", "on", "the", "every", "each", "only", "run", "runs", "of", "in", "from"}
+FILLERS = {"and", "or", "on", "the", "every", "each", "only", "run", "runs", "of", "in", "from"}
 
 
 def _words(text: str) -> list[str]:
