@@ -4,7 +4,6 @@ saved, live with JavaScript and by "Show cron" without; saving stores the cron."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,21 +13,6 @@ from webapp.extensions import db
 from webapp.models import Schedule
 
 pytestmark = pytest.mark.browser
-
-
-@pytest.fixture(params=[True, False], ids=["js", "no-js"])
-def js(request: pytest.FixtureRequest) -> bool:
-    return bool(request.param)
-
-
-@pytest.fixture
-def page(chromium: Any, errors: PageErrors, js: bool) -> Iterator[Any]:
-    context = chromium.new_context(java_script_enabled=js)
-    page = context.new_page()
-    page.set_default_timeout(10_000)
-    errors.watch(page)
-    yield page
-    context.close()
 
 
 def stored_cron(live_panel: LiveServer, name: str) -> str | None:
