@@ -107,9 +107,10 @@ class Plan:
                 return False
             return start <= moment <= end if start <= end else moment >= start or moment <= end
 
-        hours = [h for h in range(24) if all(inside(h * 60 + m) for m in minutes)]
-        wanted = [(h, m) for h in range(24) for m in minutes if inside(h * 60 + m)]
-        if not hours or len(wanted) != len(hours) * len(minutes):
+        # An hour's fires span its first to its last minute: inside, outside, or cut (refused).
+        spans = [(inside(h * 60 + minutes[0]), inside(h * 60 + minutes[-1])) for h in range(24)]
+        hours = [hour for hour, (first, last) in enumerate(spans) if first and last]
+        if not hours or any(first != last for first, last in spans):
             raise PhraseError(
                 "cron can only repeat within whole hours: start and end the stretch on the hour",
                 REPEAT_EXAMPLES,
