@@ -45,6 +45,10 @@ def test_a_described_schedule_previews_its_cron_and_words_and_saves_the_cron(
     # The cron field now holds it (filled live, or by the round trip).
     page.locator("#cron[value='30 9 * * 1-5']").wait_for()
     assert stored_cron(live_panel, "Standup") is None  # nothing saved yet
+    if js:  # emptied, the box leaves the preview to the cron field it filled
+        described.fill("")
+        preview.get_by_text("Cron expression:").wait_for(state="detached")
+        preview.get_by_text("At 09:30, Monday through Friday").wait_for()
     page.get_by_role("button", name="Save").click()
     page.get_by_text("Schedule “Standup” created.").wait_for()
     assert stored_cron(live_panel, "Standup") == "30 9 * * 1-5"
