@@ -113,6 +113,56 @@ def random_expression(rng: random.Random) -> str:
     )
 
 
+DAY_NAMES = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
+
+
+def random_extended_expression(rng: random.Random) -> str:
+    """A random expression using the extended day rules (L, LW, D#N, D#L, DL) in one day field
+    or both, alone or listed with ordinary values, beside a standard field or '*'; biased, as
+    random_expression is, to fire on the days and hours clocks change."""
+
+    def day_of_month() -> str:
+        picks = ("L", "L", "LW", "LW", "1", "5", "15", "26", "27", "28", "29", "30", "31")
+        return ",".join(rng.choice(picks) for _ in range(rng.choice((1, 1, 1, 2, 3))))
+
+    def day_of_week() -> str:
+        def item() -> str:
+            # Sundays often: the clocks of New York, Berlin and Sydney change on a Sunday.
+            day = rng.choice((0, 7)) if rng.random() < 0.4 else rng.randint(0, 7)
+            spelt = str(day) if rng.random() < 0.5 else DAY_NAMES[day % 7]
+            kind = rng.random()
+            if kind < 0.45:
+                return f"{spelt}#{rng.randint(1, 5)}"
+            if kind < 0.6:
+                return f"{spelt}#L"
+            if kind < 0.75:
+                return f"{spelt}L"
+            return spelt
+
+        return ",".join(item() for _ in range(rng.choice((1, 1, 1, 2, 3))))
+
+    kind = rng.random()
+    if kind < 0.35:
+        days = (day_of_month(), "*")
+    elif kind < 0.7:
+        days = ("*", day_of_week())
+    elif kind < 0.8:
+        days = (day_of_month(), day_of_week())
+    elif kind < 0.9:
+        days = (day_of_month(), random_field(rng, 0, 7, (0, 1, 5, 6, 7)))
+    else:
+        days = (random_field(rng, 1, 31, (1, 13, 15, 29, 30, 31)), day_of_week())
+    return " ".join(
+        (
+            random_field(rng, 0, 59, MINUTE_PICKS),
+            random_field(rng, 0, 23, (0, 1, 1, 2, 2, 2, 3, 3, 23)),
+            days[0],
+            rng.choice(("*", "*", "*", "2", "1-12", "3,4,9,10,11", "*/2", "mar-apr", "oct,nov")),
+            days[1],
+        )
+    )
+
+
 def oracle_fires(spec: CronSpec, start: datetime, end: datetime) -> list[datetime]:
     """Fire times in (start, end] by scanning every UTC minute and applying Debian's rules.
 

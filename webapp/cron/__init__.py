@@ -17,11 +17,15 @@ Typical use: ``spec = validate(expr, tz)`` once (cached per expression and zone)
 ``spec.next_fire_after(after_utc)``, ``spec.fire_times_between(start, end)``,
 ``spec.dst_note(fire)``, ``describe(spec)`` or ``clock_changes(spec, now)`` as often as needed.
 
-The modules: ``fields`` parses and compiles the five fields; ``fires`` holds CronSpec, its fire
-times and the DST rules; ``zones`` the zone list and offsets; ``clock_changes`` and ``describe``
-the words of the preview; ``words`` the phrasing they share; ``errors`` CronError;
-``phrases`` (with ``phrase_plan``) plain-English input: ``parse_phrase("every weekday at 9:30")``
-is ``"30 9 * * 1-5"``, ``cron_from_input`` reads a cron field's input as cron or as a phrase.
+The day fields also take the extended day rules (``L``, ``LW``, ``D#N``, ``D#L``, ``DL``): see
+``days``; they only decide which days match, and the DST rules above apply to them unchanged.
+
+The modules: ``fields`` parses and compiles the five fields; ``days`` the days of a month they
+pick; ``fires`` holds CronSpec, its fire times and the DST rules; ``zones`` the zone list and
+offsets; ``clock_changes`` and ``describe`` the words of the preview; ``words`` the phrasing
+they share; ``errors`` CronError; ``phrases`` (with ``phrase_plan``) plain-English input:
+``parse_phrase("every weekday at 9:30")`` is ``"30 9 * * 1-5"``, ``cron_from_input`` reads a
+cron field's input as cron or as a phrase.
 """
 
 from .clock_changes import ClockChange, clock_changes, no_clock_changes
