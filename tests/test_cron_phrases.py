@@ -4,6 +4,7 @@ description, and a specific message with three examples for what the grammar can
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings, strategies
 
 from webapp.cron import (
     CronError,
@@ -213,3 +214,29 @@ def test_a_cron_field_keeps_cron_as_typed_and_turns_a_phrase_into_cron() -> None
     assert cron_from_input("every weekday at 9:30") == "30 9 * * 1-5"
     with pytest.raises(PhraseError):
         cron_from_input("every blue moon")
+
+
+WORDS = (
+    "every each 15 2 0 60 90 24 minutes minute hours hour day days week month months quarter "
+    "year at on the between and from to , - 9 17 9:30 09:30 9.30am 9am pm am noon midnight "
+    "17:30 :15 past half of first last third fifth 1st 15th 31st 6th weekday weekdays weekend "
+    "monday mon fri sunday january dec march except twice once times a daily hourly weekly "
+    "monthly quarterly other business o'clock 99 25:00 13pm 9:5 through until"
+).split()
+
+
+@settings(max_examples=1000, derandomize=True, database=None, deadline=None)
+@given(strategies.lists(strategies.sampled_from(WORDS), min_size=1, max_size=8))
+def test_any_jumble_of_schedule_words_gives_cron_or_a_phrase_error(words: list[str]) -> None:
+    """Never a crash: cron with five fields (valid, or refused by cron's own check with a
+    message), or PhraseError."""
+    try:
+        expression = parse_phrase(" ".join(words))
+    except PhraseError as error:
+        assert error.problem and len(error.examples) == 3
+        return
+    assert len(expression.split(" ")) == 5
+    try:
+        validate(expression, "UTC")
+    except CronError as error:
+        assert str(error)
