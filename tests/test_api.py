@@ -254,16 +254,14 @@ def test_cron_parse_answers_a_phrase_not_understood_with_a_problem_and_examples(
     app: Flask, world: World
 ) -> None:
     api = Api(app, world.alpha, world.alice)
-    wrong = api.get("/api/v1/cron/parse", query_string={"text": "every fortnight at 9"})
+    wrong = api.get("/api/v1/cron/parse", query_string={"text": "every blue moon at 9"})
     assert wrong.status_code == 400
     assert wrong.content_type == "application/problem+json"
     problem = wrong.get_json()
     assert problem["type"] == "/api/docs#problem-phrase-not-understood"
     assert problem["title"] == "Phrase not understood"
-    assert problem["detail"].startswith("did not understand “fortnight” in “every fortnight at 9”")
-    assert problem_fields(wrong) == {
-        "text": "did not understand “fortnight” in “every fortnight at 9”"
-    }
+    assert problem["detail"].startswith("did not understand “blue” in “every blue moon at 9”")
+    assert problem_fields(wrong) == {"text": "did not understand “blue” in “every blue moon at 9”"}
     assert problem["examples"] == [
         "every weekday at 9:30",
         "every 15 minutes",

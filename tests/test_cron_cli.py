@@ -197,7 +197,7 @@ def test_parse_prints_the_cron_of_a_phrase_alone() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("every fortnight", "did not understand “fortnight” in “every fortnight”; try e.g. “"),
+        ("every blue moon", "did not understand “blue” in “every blue moon”; try e.g. “"),
         ("on February 30th", "February never has 30 days"),
         ("0 9 * *", "too few fields"),
     ],

@@ -81,6 +81,8 @@ PHRASES = {
     "every year on December 25 at 9": "0 9 25 12 *",
     "on the 1st of January at 00:05": "5 0 1 1 *",
     "25 Dec at 7am": "0 7 25 12 *",
+    "at the end of the month at 22:00": "0 22 L * *",
+    "end of every month": "0 0 L * *",
     "in January and July on the 1st at 3": "0 3 1 1,7 *",
     # Case, spaces, commas and "and" are tolerated.
     "  EVERY   Weekday ,  at 9:30 ": "30 9 * * 1-5",
@@ -149,7 +151,9 @@ def test_the_description_of_a_cron_parses_back_to_it(expression: str) -> None:
 @pytest.mark.parametrize(
     ("phrase", "part"),
     [
-        ("every fortnight at 9", "did not understand “fortnight”"),
+        ("every fortnight at 9", "“every fortnight” is not a cron schedule: cron cannot count"),
+        ("fortnightly", "cron cannot count weeks"),
+        ("every blue moon", "did not understand “blue”"),
         ("every 90 minutes", "“every 90 minutes” is not a cron schedule"),
         ("every 2 weeks", "cron cannot count weeks"),
         ("every 30 seconds", "cron counts whole minutes"),

@@ -54,10 +54,10 @@ ORDINAL_WORDS: dict[str, int | str] = {
     "last": "L",
 }
 ORDINAL_ENDINGS = ("st", "nd", "rd", "th")
-UNITS = {"min": "minute", "hr": "hour", "quarter": "quarter"}
+UNITS = {"min": "minute", "hr": "hour", "quarter": "quarter", "fortnight": "fortnight"}
 UNITS |= {unit: unit for unit in ("minute", "hour", "day", "week", "month", "year")}
 ADVERBS = {"hourly": (1, "hour"), "daily": (1, "day"), "nightly": (1, "day"), "weekly": (1, "week")}
-ADVERBS |= {"monthly": (1, "month"), "quarterly": (3, "month")}
+ADVERBS |= {"fortnightly": (1, "fortnight"), "monthly": (1, "month"), "quarterly": (3, "month")}
 ADVERBS |= {"yearly": (1, "year"), "annually": (1, "year")}
 TIMES_A_DAY = {"once": 1, "twice": 2, "thrice": 3}
 WORKDAYS = {"weekday", "weekdays", "workday", "workdays"}
@@ -216,8 +216,8 @@ def _repeat(plan: Plan, amount: int, unit: str, words: str) -> None:
         amount, unit = amount // 60, "hour"
     if unit == "hour" and amount == 24:
         amount, unit = 1, "day"
-    if unit == "quarter":
-        amount, unit = amount * 3, "month"
+    if unit in ("quarter", "fortnight"):
+        amount, unit = (amount * 3, "month") if unit == "quarter" else (amount * 2, "week")
     limits = {"minute": 59, "hour": 23, "day": 31, "week": 1, "month": 12, "year": 1}
     if not 1 <= amount <= limits[unit]:
         why = {
@@ -471,6 +471,20 @@ def _months(r: _Reader, plan: Plan) -> bool:
     return True
 
 
+def _month_end(r: _Reader, plan: Plan) -> bool:
+    """(at the) end of the month: its last day."""
+    start = r.at
+    r.take("at")
+    r.take("the")
+    if r.take("end") and r.take("of"):
+        r.take("the", "each", "every", "a")
+        if r.take("month"):
+            plan.last_days.append("L")
+            return True
+    r.at = start
+    return False
+
+
 def _of_the_month(r: _Reader, _plan: Plan) -> bool:
     """of the month, of every month, in each month: words that add nothing."""
     start = r.at
@@ -483,6 +497,7 @@ def _of_the_month(r: _Reader, _plan: Plan) -> bool:
 
 
 RULES: tuple[Callable[[_Reader, Plan], bool], ...] = (
+    _month_end,
     _of_the_month,
     _every,
     _adverb,
