@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-from bench.common import PROJECT_ROOT, RESULTS_DIR
+from bench.common import PROJECT_ROOT, RESULTS_DIR, median
 
 BENCHMARKS = (
     "fire",
@@ -26,6 +26,7 @@ BENCHMARKS = (
     "prune",
     "herd",
     "fairness",
+    "phrases",
 )
 README = os.path.join(PROJECT_ROOT, "bench", "README.md")
 BEGIN, END = "<!-- figures:begin -->", "<!-- figures:end -->"
@@ -210,6 +211,17 @@ def figures_table() -> str:
                 f"10,000 of one | {row['fair_ms']:.2f} ms | unfair (previous) lease "
                 f"{row['unfair_ms']:.2f} ms | {row['fair_ms'] / row['unfair_ms']:.2f}x | (none) |"
             )
+    rows = latest("phrases")
+    if rows:
+        info, dates = info or rows[0]["machine"], [*dates, rows[0]["date"]]
+        slowest = max(rows, key=lambda row: row["phrase_us"])
+        lines.append(
+            f"| Plain-English phrase -> cron, {len(rows)} phrases | median "
+            f"{median([row['phrase_us'] for row in rows]):.0f} µs, slowest "
+            f"{slowest['phrase_us']:.0f} µs (“{slowest['phrase']}”) | the cron module's parse "
+            f"of its cron {slowest['cron_fields_us']:.0f} µs | {slowest['ratio']:.2f}x | "
+            "<= 1 ms per phrase |"
+        )
     machine = (
         f"{info.get('nproc', '?')} CPUs ({info.get('cpu', '?')}), PostgreSQL "
         f"{info.get('postgresql', '?')}, Python {info.get('python', '?')}"

@@ -400,6 +400,24 @@ def new_page(chromium: Any, errors: PageErrors) -> Iterator[Any]:
     context.close()
 
 
+@pytest.fixture(params=[True, False], ids=["js", "no-js"])
+def js(request: pytest.FixtureRequest) -> bool:
+    """Each browser test that takes `page` runs twice: with JavaScript, and without."""
+    return bool(request.param)
+
+
+@pytest.fixture
+def page(chromium: Any, errors: PageErrors, js: bool) -> Iterator[Any]:
+    """As `new_page`, with JavaScript on or off (`js`)."""
+    context = chromium.new_context(java_script_enabled=js)
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    errors.watch(page)
+    page.on("dialog", lambda dialog: dialog.accept())  # hx-confirm of Delete
+    yield page
+    context.close()
+
+
 @pytest.fixture
 def job_context(caplog: pytest.LogCaptureFixture) -> Callable[..., JobContext]:
     """A job's context (run 7 of schedule 3) whose lines go to caplog, as a worker's run logger

@@ -158,3 +158,19 @@ def counted_statements() -> Iterator[list[str]]:
         yield statements
     finally:
         event.remove(db.engine, "before_cursor_execute", count)
+
+
+def schedule_form(**changes: str) -> dict[str, str]:
+    """The schedule form as posted, with `changes` (None leaves a field out)."""
+    values = {
+        "name": "Every seven",
+        "job": "demo.echo",
+        "args.message": "hello <world>",
+        "cron": "*/7 * * * *",
+        "time_zone": "Europe/Berlin",
+        "misfire_policy": "fire_once",
+        "overlap_policy": "allow",
+        "active": "on",
+    }
+    values.update(changes)
+    return {key: value for key, value in values.items() if value is not None}

@@ -234,6 +234,47 @@ def test_fires_catalog_and_cron_preview(app: Flask, world: World) -> None:
     assert wrong.status_code == 400 and "expression" in problem_fields(wrong)
 
 
+def test_cron_parse_answers_a_phrase_as_cron_and_words(app: Flask, world: World) -> None:
+    api = Api(app, world.alpha, world.alice, scope="read")
+    parsed = api.get("/api/v1/cron/parse", query_string={"text": "every weekday at 9:30"})
+    assert parsed.status_code == 200
+    assert parsed.get_json() == {
+        "text": "every weekday at 9:30",
+        "cron": "30 9 * * 1-5",
+        "description": "At 09:30, Monday through Friday",
+    }
+    first = api.get("/api/v1/cron/parse", query_string={"text": "the first Monday at 8:00"})
+    assert first.get_json()["cron"] == "0 8 * * 1#1"
+    assert first.get_json()["description"] == "At 08:00, on the first Monday of the month"
+    cron_text = api.get("/api/v1/cron/parse", query_string={"text": "*/5 * * * *"}).get_json()
+    assert cron_text["cron"] == "*/5 * * * *" and cron_text["description"] == "Every 5 minutes"
+
+
+def test_cron_parse_answers_a_phrase_not_understood_with_a_problem_and_examples(
+    app: Flask, world: World
+) -> None:
+    api = Api(app, world.alpha, world.alice)
+    wrong = api.get("/api/v1/cron/parse", query_string={"text": "every blue moon at 9"})
+    assert wrong.status_code == 400
+    assert wrong.content_type == "application/problem+json"
+    problem = wrong.get_json()
+    assert problem["type"] == "/api/docs#problem-phrase-not-understood"
+    assert problem["title"] == "Phrase not understood"
+    assert problem["detail"].startswith("did not understand “blue” in “every blue moon at 9”")
+    assert problem_fields(wrong) == {"text": "did not understand “blue” in “every blue moon at 9”"}
+    assert problem["examples"] == [
+        "every weekday at 9:30",
+        "every 15 minutes",
+        "the last day of the month at 23:00",
+    ]
+    never = api.get("/api/v1/cron/parse", query_string={"text": "on February 30th"})
+    assert never.status_code == 400
+    assert "February never has 30 days" in problem_fields(never)["text"]
+    assert api.get("/api/v1/cron/parse").status_code == 400  # no text
+    too_long = api.get("/api/v1/cron/parse", query_string={"text": "every day " * 30})
+    assert too_long.status_code == 400 and "text" in problem_fields(too_long)
+
+
 @pytest.mark.parametrize(
     ("method", "url", "status"),
     [("get", "/api/v1/nothing", 404), ("put", "/api/v1/schedules", 405)],

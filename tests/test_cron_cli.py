@@ -180,3 +180,33 @@ def test_preview_names_the_zone_whatever_its_case_and_warns_of_a_fixed_offset() 
     fixed = preview("0 9 * * *", "--tz", "EST", "--after", "2026-07-01T00:00")
     assert "2026-07-01T14:00:00Z  2026-07-01 09:00 EST (-05:00)" in fixed.stdout
     assert fixed.stderr.startswith("warning: EST is a legacy fixed offset, UTC-05:00 all year")
+
+
+def test_parse_prints_the_cron_of_a_phrase_alone() -> None:
+    result = CliRunner().invoke(cron_cli, ["parse", "every weekday at 9:30"])
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "30 9 * * 1-5\n", "")
+    # Unquoted words are one phrase; cron passes through.
+    result = CliRunner().invoke(cron_cli, ["parse", "twice", "a", "day", "at", "9", "and", "17"])
+    assert result.stdout == "0 9,17 * * *\n"
+    assert CliRunner().invoke(cron_cli, ["parse", "*/5 * * * *"]).stdout == "*/5 * * * *\n"
+    # The extended day syntax, checked as cron.
+    last = CliRunner().invoke(cron_cli, ["parse", "the last day of the month at 23:00"])
+    assert (last.exit_code, last.stdout) == (0, "0 23 L * *\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("every blue moon", "did not understand “blue” in “every blue moon”; try e.g. “"),
+        ("on February 30th", "February never has 30 days"),
+        ("0 9 * *", "too few fields"),
+    ],
+)
+def test_parse_answers_what_it_cannot_read_with_one_line_and_exit_1(
+    text: str, message: str
+) -> None:
+    result = CliRunner().invoke(cron_cli, ["parse", text])
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1
+    assert message in result.stderr

@@ -5,7 +5,6 @@ heads its history and updates itself; "Load older runs" rows line up with the ta
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -23,22 +22,6 @@ from webapp.services.audit import Actor
 from webapp.services.schedules import run_now
 
 pytestmark = pytest.mark.browser
-
-
-@pytest.fixture(params=[True, False], ids=["js", "no-js"])
-def js(request: pytest.FixtureRequest) -> bool:
-    return bool(request.param)
-
-
-@pytest.fixture
-def page(chromium: Any, errors: PageErrors, js: bool) -> Iterator[Any]:
-    context = chromium.new_context(java_script_enabled=js)
-    page = context.new_page()
-    page.set_default_timeout(10_000)
-    errors.watch(page)
-    page.on("dialog", lambda dialog: dialog.accept())  # hx-confirm of Delete
-    yield page
-    context.close()
 
 
 def miss_fire_times(live_panel: LiveServer, schedule_id: int) -> None:

@@ -9,15 +9,11 @@ from urllib.request import Request, urlopen
 
 import pytest
 
-from tests import test_panel_actions_browser as actions_browser
 from tests.browser_support import LiveServer, PageErrors, log_in
 
 pytestmark = pytest.mark.browser
 
-
-# With JavaScript and without, dialogs (hx-confirm of Revoke) accepted.
-js = actions_browser.js
-page = actions_browser.page
+# `page` (tests/conftest.py): with JavaScript and without, dialogs (hx-confirm of Revoke) accepted.
 
 
 def api_status(live_panel: LiveServer, secret: str) -> int:

@@ -13,7 +13,7 @@ from flask import Flask
 from sqlalchemy import func, select, update
 
 from tests.conftest import World, make_run, make_schedule
-from tests.panel_helpers import ALPHA_SECRETS, Panel, Seeded, seed
+from tests.panel_helpers import ALPHA_SECRETS, Panel, Seeded, schedule_form, seed
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule
 from webapp.services.upcoming import Fire, Folded, by_day, folded
@@ -173,21 +173,6 @@ def test_a_write_without_the_csrf_token_is_refused(
     assert db.session.get(Schedule, data.report.id) is not None
 
 
-def form_data(**changes: str) -> dict[str, str]:
-    values = {
-        "name": "Every seven",
-        "job": "demo.echo",
-        "args.message": "hello <world>",
-        "cron": "*/7 * * * *",
-        "time_zone": "Europe/Berlin",
-        "misfire_policy": "fire_once",
-        "overlap_policy": "allow",
-        "active": "on",
-    }
-    values.update(changes)
-    return {key: value for key, value in values.items() if value is not None}
-
-
 def test_the_new_schedule_form_is_generated_from_the_catalog(app: Flask, world: World) -> None:
     page = Panel(app, world.alice).get("/schedules/new").get_data(as_text=True)
     for label in ("Name", "Job", "Message", "Cron expression", "Time zone"):
@@ -279,7 +264,7 @@ def test_the_form_sends_its_preview_date_with_every_preview_request(
 
 
 def test_saving_creates_through_the_service_with_an_audit_event(app: Flask, world: World) -> None:
-    response = Panel(app, world.alice).post("/schedules/new", form_data())
+    response = Panel(app, world.alice).post("/schedules/new", schedule_form())
     assert response.status_code == 200
     schedule = db.session.scalar(select(Schedule).where(Schedule.name == "Every seven"))
     assert schedule is not None and schedule.tenant_id == world.alpha.id
@@ -290,7 +275,7 @@ def test_saving_creates_through_the_service_with_an_audit_event(app: Flask, worl
 
 
 def test_a_plain_form_post_redirects_with_303(app: Flask, world: World) -> None:
-    response = Panel(app, world.alice).post("/schedules/new", form_data(), htmx=False)
+    response = Panel(app, world.alice).post("/schedules/new", schedule_form(), htmx=False)
     assert response.status_code == 303
     assert response.headers["Location"].startswith("/schedules/")
 
@@ -302,7 +287,7 @@ def test_errors_are_shown_next_to_their_fields_with_422_and_values_kept(
     for htmx in (True, False):
         response = alice.post(
             "/schedules/new",
-            form_data(name="Kept <name>", cron="0 0 30 2 *", **{"args.message": ""}),
+            schedule_form(name="Kept <name>", cron="0 0 30 2 *", **{"args.message": ""}),
             htmx=htmx,
         )
         assert response.status_code == 422
@@ -322,7 +307,9 @@ def test_an_argument_over_its_size_limit_is_refused_next_to_its_field_and_kept(
     assert 'maxlength="4096"' in form and "At most 4096 bytes (UTF-8)." in form
     too_long = "é" * 2049  # fits the input's maxlength (characters), not the limit (bytes)
     for htmx in (True, False):
-        response = alice.post("/schedules/new", form_data(**{"args.message": too_long}), htmx=htmx)
+        response = alice.post(
+            "/schedules/new", schedule_form(**{"args.message": too_long}), htmx=htmx
+        )
         assert response.status_code == 422
         page = response.get_data(as_text=True)
         assert 'id="args-message-error"' in page
@@ -347,7 +334,7 @@ def test_run_now_refuses_stored_arguments_over_the_limit(
 
 def test_a_typed_parameter_refuses_text(app: Flask, world: World) -> None:
     response = Panel(app, world.alice).post(
-        "/schedules/new", form_data(job="demo.sleep", **{"args.seconds": "soon"})
+        "/schedules/new", schedule_form(job="demo.sleep", **{"args.seconds": "soon"})
     )
     assert response.status_code == 422
     assert 'id="args-seconds-error"' in response.get_data(as_text=True)
@@ -361,7 +348,7 @@ def test_editing_keeps_the_schedule_and_audits_the_change(
     assert 'value="alpha-secret-message"' in page and 'value="0 2 * * *"' in page
     response = alice.post(
         f"/schedules/{data.report.id}/edit",
-        form_data(name="Alpha nightly report", cron="0 3 * * *"),
+        schedule_form(name="Alpha nightly report", cron="0 3 * * *"),
     )
     assert response.status_code == 200
     assert db.session.get_one(Schedule, data.report.id).cron == "0 3 * * *"
@@ -393,7 +380,7 @@ def test_the_audit_log_uses_the_form_labels_and_values(
     alice = Panel(app, world.alice)
     response = alice.post(
         f"/schedules/{data.report.id}/edit",
-        form_data(
+        schedule_form(
             name="Alpha nightly report",
             cron="*/7 * * * *",
             misfire_policy="skip",
@@ -429,7 +416,7 @@ def test_the_audit_log_uses_the_form_labels_and_values(
     assert run == ("Run", NOTHING, f"#{run_id}") and at[:2] == ("Run at", NOTHING)
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d CES?T just now", at[2])
     # A creation has nothing before; every field of the form, parameters by their titles.
-    alice.post("/schedules/new", form_data())
+    alice.post("/schedules/new", schedule_form())
     created = change_rows(alice.get("/audit").get_data(as_text=True))
     assert [row[0] for row in created] == [
         "Name",
@@ -525,7 +512,7 @@ def test_a_schedule_created_after_deleting_the_newest_gets_a_new_id_and_a_clean_
     app: Flask, world: World
 ) -> None:
     alice = Panel(app, world.alice)
-    created = alice.post("/schedules/new", form_data(name="Newest"))
+    created = alice.post("/schedules/new", schedule_form(name="Newest"))
     old_id = int(created.headers["HX-Redirect"].rsplit("/", 1)[1])
     alice.post(f"/schedules/{old_id}/run")
     assert alice.post(f"/schedules/{old_id}/delete").status_code == 200
@@ -537,7 +524,7 @@ def test_a_schedule_created_after_deleting_the_newest_gets_a_new_id_and_a_clean_
         "schedule.run_now",
         "schedule.deleted",
     ]
-    again = alice.post("/schedules/new", form_data(name="Created after"))
+    again = alice.post("/schedules/new", schedule_form(name="Created after"))
     new_id = int(again.headers["HX-Redirect"].rsplit("/", 1)[1])
     assert new_id != old_id
     page = alice.get(f"/schedules/{new_id}").get_data(as_text=True)

@@ -123,6 +123,15 @@ OPERATIONS: dict[str, Operation] = {
     ),
     "api.catalog": Operation("catalog", {200: schemas.CatalogOut}),
     "api.cron_preview": Operation("catalog", {200: schemas.FiresOut}, query=schemas.PreviewQuery),
+    "api.cron_parse": Operation(
+        "catalog",
+        {200: schemas.ParseOut},
+        query=schemas.ParseQuery,
+        errors={
+            400: "The phrase is not understood (`detail` says which part; `examples` lists "
+            "three phrases that are), or its cron never fires; or a malformed query"
+        },
+    ),
 }
 # Errors every operation may answer (problem details), and what they mean.
 ERRORS = {

@@ -27,6 +27,7 @@ TYPES = {
     "idempotency-conflict": "Idempotency key reused",
     "rate-limited": "Too many requests",
     "not-cancellable": "Already finished",
+    "phrase-not-understood": "Phrase not understood",
 }
 
 
@@ -40,6 +41,7 @@ class Problem(Exception):
         detail: str = "",
         errors: Mapping[str, str] | None = None,
         headers: Mapping[str, str] | None = None,
+        examples: list[str] | None = None,
     ) -> None:
         super().__init__(detail)
         self.status = status
@@ -47,6 +49,7 @@ class Problem(Exception):
         self.detail = detail
         self.errors = dict(errors or {})
         self.headers = dict(headers or {})
+        self.examples = examples
 
     @classmethod
     def invalid(cls, errors: Mapping[str, str], status: int = 422) -> Problem:
@@ -65,6 +68,8 @@ class Problem(Exception):
         }
         if self.errors:
             body["errors"] = [{"field": f, "message": m} for f, m in self.errors.items()]
+        if self.examples:
+            body["examples"] = self.examples
         response = Response(json.dumps(body), self.status, mimetype=MEDIA_TYPE)
         response.headers.update(self.headers)
         return response

@@ -210,6 +210,12 @@ class FiresOut(BaseModel):
         )
 
 
+class ParseOut(BaseModel):
+    text: str = Field(description="As sent")
+    cron: str = Field(description="The five-field cron expression it means")
+    description: str = Field(description="The cron expression in words, as the panel shows it")
+
+
 class BackfillOut(BaseModel):
     """A backfill's preview (`dry_run`) or result: the fire times of the window, in UTC and in
     the schedule's zone."""
@@ -303,6 +309,9 @@ class ProblemOut(BaseModel):
     status: int
     detail: str
     errors: list[FieldProblem] = Field(default_factory=list)
+    examples: list[str] | None = Field(
+        None, description="A phrase not understood (`/api/v1/cron/parse`): three that are"
+    )
 
 
 # --- Input ----------------------------------------------------------------------------------
@@ -382,6 +391,14 @@ class RunQuery(Strict):
 
 class FiresQuery(Strict):
     count: int = Field(5, ge=1, le=MAX_FIRES)
+
+
+class ParseQuery(Strict):
+    text: str = Field(
+        max_length=cron.MAX_PHRASE_LENGTH,
+        description="A schedule in plain English, e.g. `every weekday at 9:30` (cron passes "
+        "through)",
+    )
 
 
 class PreviewQuery(Strict):

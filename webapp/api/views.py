@@ -28,6 +28,8 @@ from webapp.api.schemas import (
     FiresOut,
     FiresQuery,
     JobOut,
+    ParseOut,
+    ParseQuery,
     PreviewQuery,
     ResumeIn,
     RunDetail,
@@ -385,6 +387,27 @@ def cron_preview() -> Response:
         errors = {renamed.get(field, field): message for field, message in error.errors.items()}
         raise Problem.invalid(errors, status=400) from None
     return answer(FiresOut.of(preview.description, preview.fires, preview.time_zone))
+
+
+@bp.get("/v1/cron/parse")
+def cron_parse() -> Response:
+    """A schedule in plain English as a cron expression and its description, or what part of
+    it was not understood (with three phrases that are)."""
+    asked = query(ParseQuery)
+    try:
+        expression = cron.cron_from_input(asked.text)
+        description = cron.describe(cron.validate(expression, "UTC"))
+    except cron.PhraseError as error:
+        raise Problem(
+            400,
+            "phrase-not-understood",
+            str(error),
+            {"text": error.problem},
+            examples=list(error.examples),
+        ) from None
+    except cron.CronError as error:
+        raise Problem.invalid({"text": str(error)}, status=400) from None
+    return answer(ParseOut(text=asked.text, cron=expression, description=description))
 
 
 # --- The description ------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""`cron preview`: an expression's description and next fire times, DST rules marked.
+"""`cron preview`: an expression's description and next fire times, DST rules marked;
+`cron parse`: a plain-English schedule as cron.
 
 A plain click group (no app context needed); the app registers it as `flask cron`.
 """
@@ -69,6 +70,22 @@ def preview(
     click.echo(describe(spec))
     for line in lines:
         click.echo(line)
+
+
+@cron_cli.command("parse")
+@click.argument("text", nargs=-1, required=True)
+def parse(text: tuple[str, ...]) -> None:
+    """Print the cron expression of a plain-English TEXT, e.g. "every weekday at 9:30".
+
+    The expression alone on stdout; exit 1 and one line on stderr when TEXT is not understood
+    (what was not, and three phrases that are). Cron passes through, checked.
+    """
+    try:
+        expression = cron.cron_from_input(" ".join(text))
+        validate(expression, "UTC")
+    except CronError as error:
+        raise click.ClickException(str(error)) from None
+    click.echo(expression)
 
 
 def _parse_after(text: str) -> datetime:

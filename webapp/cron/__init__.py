@@ -23,7 +23,9 @@ The day fields also take the extended day rules (``L``, ``LW``, ``D#N``, ``D#L``
 The modules: ``fields`` parses and compiles the five fields; ``days`` the days of a month they
 pick; ``fires`` holds CronSpec, its fire times and the DST rules; ``zones`` the zone list and
 offsets; ``clock_changes`` and ``describe`` the words of the preview; ``words`` the phrasing
-they share; ``errors`` CronError.
+they share; ``errors`` CronError; ``phrases`` (with ``phrase_plan``) plain-English input:
+``parse_phrase("every weekday at 9:30")`` is ``"30 9 * * 1-5"``, ``cron_from_input`` reads a
+cron field's input as cron or as a phrase.
 """
 
 from .clock_changes import ClockChange, clock_changes, no_clock_changes
@@ -31,6 +33,8 @@ from .describe import describe, step_notes
 from .errors import CronError
 from .fields import ALIASES, MAX_EXPRESSION_LENGTH, MAX_GAP_DAYS
 from .fires import CronSpec, validate
+from .phrase_plan import PhraseError
+from .phrases import MAX_PHRASE_LENGTH, cron_from_input, looks_like_cron, parse_phrase
 from .zones import (
     FIRST_DAY,
     FIRST_YEAR,
@@ -54,17 +58,22 @@ __all__ = [
     "LAST_YEAR",
     "MAX_EXPRESSION_LENGTH",
     "MAX_GAP_DAYS",
+    "MAX_PHRASE_LENGTH",
     "ClockChange",
     "CronError",
     "CronSpec",
+    "PhraseError",
     "check_time_zone",
     "clock_changes",
+    "cron_from_input",
     "describe",
     "known_time_zones",
     "load_zone",
     "local_time_to_utc",
+    "looks_like_cron",
     "no_clock_changes",
     "parse_local_time",
+    "parse_phrase",
     "parse_typed_time",
     "step_notes",
     "validate",

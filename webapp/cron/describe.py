@@ -12,7 +12,7 @@ from cron_descriptor import ExpressionDescriptor, FormatError, Options
 
 from .days import LAST_DAY, LAST_WEEKDAY
 from .fields import FIELD_KINDS, CronFields
-from .words import join_words
+from .words import consecutive_runs, join_words
 
 _OPTIONS = Options(locale_code="en_US", use_24hour_time_format=True)
 _DESCRIPTOR_ERRORS = (FormatError, ValueError, IndexError, KeyError)
@@ -134,12 +134,7 @@ def _plain_fields(spec: CronFields) -> tuple[str, ...]:
 
 
 def _ranges(values: list[int]) -> str:
-    runs: list[list[int]] = []
-    for value in values:
-        if runs and value == runs[-1][-1] + 1:
-            runs[-1].append(value)
-        else:
-            runs.append([value])
+    runs = consecutive_runs(values)
     return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 

@@ -1,4 +1,5 @@
-"""English phrasing shared by the cron module's messages: lists and runs of wall times."""
+"""English phrasing shared by the cron module's messages: lists and runs of wall times, and
+the runs of consecutive values that cron writes as ranges."""
 
 from __future__ import annotations
 
@@ -22,3 +23,14 @@ def wall_times_phrase(times: list[datetime], verb: str) -> str:
     if len(times) <= 3:
         return f"{join_words([f'{t:%H:%M}' for t in times], 'and')} {plural}"
     return f"{times[0]:%H:%M}-{times[-1]:%H:%M} {singular}"
+
+
+def consecutive_runs(values: list[int]) -> list[list[int]]:
+    """Sorted values cut into runs of consecutive ones: [1, 2, 3, 6] -> [[1, 2, 3], [6]]."""
+    runs: list[list[int]] = []
+    for value in values:
+        if runs and value == runs[-1][-1] + 1:
+            runs[-1].append(value)
+        else:
+            runs.append([value])
+    return runs

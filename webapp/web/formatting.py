@@ -219,6 +219,7 @@ def install(app: Flask) -> None:
     app.add_template_global(times_in_utc)
     app.add_template_global(shown_zone)
     app.jinja_env.globals["MAX_SCHEDULE_NAME"] = MAX_SCHEDULE_NAME
+    app.jinja_env.globals["MAX_PHRASE_LENGTH"] = cron.MAX_PHRASE_LENGTH
     app.jinja_env.globals["trigger_labels"] = TRIGGER_LABELS
     app.jinja_env.globals["unfinished_statuses"] = UNFINISHED_STATUSES
     app.add_template_filter(local_time, "local_time")

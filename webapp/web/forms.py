@@ -14,6 +14,7 @@ from typing import Any
 
 from werkzeug.datastructures import MultiDict
 
+from webapp import cron
 from webapp.catalog import Catalog, FormField, JobSpec, UnknownJobError
 from webapp.models import MISFIRE_POLICIES, OVERLAP_POLICIES, Schedule, Tenant
 
@@ -23,6 +24,7 @@ FIELD_LABELS = {
     "key": "Key",
     "job": "Job",
     "args": "Job parameters",
+    "phrase": "Describe it",
     "cron": "Cron expression",
     "time_zone": "Time zone",
     "misfire_policy": "After downtime (missed fire times)",
@@ -77,6 +79,8 @@ class ScheduleForm:
     notify_webhook_url: str = ""
     pause_after_failures: str = ""
     jitter_seconds: str = ""  # blank: the tenant's default
+    phrase: str = ""  # "Describe it": plain English for the cron field
+    cron_as_shown: str = ""  # the cron field as the form showed it, to tell a hand edit
     args: dict[str, str] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
 
@@ -125,12 +129,38 @@ class ScheduleForm:
             notify_webhook_url=data.get("notify_webhook_url", ""),
             pause_after_failures=data.get("pause_after_failures", ""),
             jitter_seconds=data.get("jitter_seconds", ""),
+            phrase=data.get("phrase", ""),
+            cron_as_shown=data.get("cron_as_shown", ""),
             args={
                 key.removeprefix("args."): value
                 for key, value in data.items()
                 if key.startswith("args.")
             },
         )
+
+    def resolve_cron(self, phrase_wins: bool = False) -> dict[str, str]:
+        """Puts in `cron` the expression the form means, or returns the errors by field.
+
+        A "Describe it" phrase gives the cron unless the cron field was edited by hand to
+        something else (then the two disagree: an error, unless `phrase_wins`, as when "Show
+        cron" is pressed); without one, the cron field is read as cron or as a phrase.
+        """
+        phrase = self.phrase.strip()
+        try:
+            if not phrase:
+                self.cron = cron.cron_from_input(self.cron.strip())
+                return {}
+            described = cron.parse_phrase(phrase)
+        except cron.PhraseError as error:
+            return {"phrase" if phrase else "cron": str(error)}
+        typed = " ".join(self.cron.split())
+        if phrase_wins or typed in ("", described, " ".join(self.cron_as_shown.split())):
+            self.cron = described
+            return {}
+        return {
+            "phrase": f"it says {described} but the cron expression is {typed}: press “Show "
+            "cron” to use the description, or empty this box to keep the expression"
+        }
 
     def general_errors(self) -> list[str]:
         return [self.errors[name] for name in GENERAL_ERRORS if name in self.errors]

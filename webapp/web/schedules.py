@@ -193,7 +193,7 @@ def form_context(form: ScheduleForm, schedule: Schedule | None) -> dict[str, Any
         "time_zones": time_zone_names(),
         "tenant_jitter": tenancy.current_tenant().jitter_seconds,
         "preview": cron_preview(
-            form.cron, form.time_zone, jitter=form.jitter_seconds, in_form=True
+            form.cron, form.time_zone, jitter=form.jitter_seconds, in_form=True, phrase=form.phrase
         ),
         "warnings": schedule_warnings(
             tenancy.current_tenant(), form.name, form.time_zone, schedule.key if schedule else None
@@ -208,11 +208,19 @@ def cron_preview(
     start: date | None = None,
     jitter: str | int | None = None,
     in_form: bool = False,
+    phrase: str = "",
 ) -> dict[str, Any]:
     """The preview's context; `jitter` as typed in the form (blank: the tenant's default);
-    `in_form`: with the refusal a save would meet for firing more often than the tenant allows."""
-    if not expression.strip():
+    `in_form`: with the refusal a save would meet for firing more often than the tenant allows;
+    a `phrase` ("Describe it"), or a cron field that holds one, previews its cron (`cron`)."""
+    typed = phrase.strip() or expression.strip()
+    if not typed:
         return {"empty": True}
+    try:
+        expression = cron.parse_phrase(typed) if phrase.strip() else cron.cron_from_input(typed)
+    except cron.PhraseError as error:
+        return {"errors": {"phrase" if phrase.strip() else "cron": str(error)}}
+    from_phrase = expression if expression != typed else None
     asked = optional_number(jitter) if isinstance(jitter, str) else jitter
     if isinstance(asked, str):
         return {
@@ -233,8 +241,8 @@ def cron_preview(
             min_interval=tenant_limits(tenant).min_interval if in_form else None,
         )
     except ScheduleError as error:
-        return {"errors": error.errors}
-    return {"result": result}
+        return {"errors": error.errors, "cron": from_phrase}
+    return {"result": result, "cron": from_phrase}
 
 
 def saved(schedule: Schedule, verb: str) -> Response:
@@ -257,6 +265,21 @@ def save_failed(form: ScheduleForm, schedule: Schedule | None, error: ScheduleEr
     )
 
 
+def form_ready(form: ScheduleForm, schedule: Schedule | None) -> Response | None:
+    """Before a save: the cron the form means (a phrase's), or ScheduleError. "Show cron" (the
+    round trip without JavaScript) answers the form again, with the phrase's cron and its
+    preview, and saves nothing."""
+    show_cron = "show_cron" in request.form
+    errors = form.resolve_cron(phrase_wins=show_cron)
+    if errors:
+        raise ScheduleError(errors)
+    if not show_cron:
+        return None
+    return page_or_partial(
+        "schedules/form.html", "schedules/_form.html", **form_context(form, schedule)
+    )
+
+
 @bp.route("/schedules/new", methods=["GET", "POST"])
 def new() -> Response:
     """The form for a new schedule; saving goes through the service layer."""
@@ -268,6 +291,9 @@ def new() -> Response:
         )
     form = ScheduleForm.from_post(request.form)
     try:
+        ready = form_ready(form, None)
+        if ready is not None:
+            return ready
         schedule = create_schedule(tenant, form.to_data(current_catalog()), actor(), utcnow())
     except ScheduleError as error:
         return save_failed(form, None, error)
@@ -285,6 +311,9 @@ def edit(schedule_id: int) -> Response:
         )
     form = ScheduleForm.from_post(request.form)
     try:
+        ready = form_ready(form, schedule)
+        if ready is not None:
+            return ready
         update_schedule(schedule, form.to_data(current_catalog()), actor(), utcnow())
     except ScheduleError as error:
         db.session.rollback()
@@ -320,9 +349,11 @@ def name_check() -> Response:
 
 @bp.get("/schedules/form/preview")
 def preview() -> Response:
-    """The description and next fire times of the cron expression being typed."""
+    """The description and next fire times of the cron expression (or phrase) being typed."""
     form = ScheduleForm(
-        cron=request.args.get("cron", ""), time_zone=request.args.get("time_zone", "").strip()
+        cron=request.args.get("cron", ""),
+        time_zone=request.args.get("time_zone", "").strip(),
+        phrase=request.args.get("phrase", ""),
     )
     try:
         start = date_arg("preview_from")  # "Preview from": the start of that local day
@@ -335,18 +366,24 @@ def preview() -> Response:
             preview={"errors": {"preview_from": error.description}},
             form=form,
         )
+    preview = cron_preview(
+        form.cron,
+        form.time_zone,
+        start=start,
+        jitter=request.args.get("jitter_seconds", ""),
+        in_form=True,
+        phrase=form.phrase,
+    )
+    if preview.get("cron"):
+        form.cron = preview["cron"]
     return page_or_partial(
         "schedules/preview.html",
         "schedules/_preview.html",
-        preview=cron_preview(
-            form.cron,
-            form.time_zone,
-            start=start,
-            jitter=request.args.get("jitter_seconds", ""),
-            in_form=True,
-        ),
+        preview=preview,
         form=form,
         start=start,
+        # The phrase being typed fills the cron field, out of band.
+        fill_cron=is_htmx() and bool(form.phrase.strip() and preview.get("cron")),
     )
 
 
