@@ -45,7 +45,7 @@ run: $(VENV)/.runtime instance/config.py
 TEST_PROCESSES ?= 4
 
 test: $(VENV)/.dev
-	$(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadgroup
+	$(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadgroup --durations=30
 
 bench: $(VENV)/.dev
 	$(BIN)/python -m bench.all

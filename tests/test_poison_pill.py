@@ -11,12 +11,10 @@ from flask import Flask
 from sqlalchemy import text
 
 from tests.conftest import World, make_run
-from tests.worker_support import Workers, one_at_a_time
+from tests.worker_support import Workers
 from webapp.database import is_postgresql, write_transaction
 from webapp.extensions import db
 from webapp.models import Tenant
-
-pytestmark = one_at_a_time
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -33,9 +33,13 @@ from webapp.services.audit import Actor
 from webapp.services.schedules import ScheduleInput, create_schedule, run_now
 from webapp.services.transfer import import_schedules
 
-pytestmark = [pytest.mark.slow, one_at_a_time]
+# The tests whose workers race a bound (a lease, a grace, a timeout, a wake-up) run one at a time
+# (one_at_a_time); the burst, console-script and start-failure tests only wait for an outcome and
+# run beside the rest of the suite.
+pytestmark = pytest.mark.slow
 
 
+@one_at_a_time
 @also_pgbouncer
 def test_workers_in_burst_fire_every_due_schedule_exactly_once(
     app: Flask, world: World, workers: Workers, database_url: str
@@ -76,6 +80,7 @@ def test_workers_in_burst_fire_every_due_schedule_exactly_once(
     assert warnings_in(workers.logs()) == []
 
 
+@one_at_a_time
 def test_a_run_of_a_killed_worker_is_finished_by_another(
     app: Flask, world: World, workers: Workers
 ) -> None:
@@ -111,6 +116,7 @@ def test_a_run_of_a_killed_worker_is_finished_by_another(
     assert second.wait(15) == 0
 
 
+@one_at_a_time
 def test_sigterm_stops_an_idle_worker_at_once(app: Flask, world: World, workers: Workers) -> None:
     process = workers.start(SCHEDULER_POLL_INTERVAL="30")
     wait_for(lambda: db.session.scalar(select(Worker.id)), 30, "the worker to register")
@@ -123,6 +129,7 @@ def test_sigterm_stops_an_idle_worker_at_once(app: Flask, world: World, workers:
     assert db.session.scalar(select(Worker.stopped_at)) is not None
 
 
+@one_at_a_time
 def test_sigterm_lets_a_running_job_finish_within_the_grace(
     app: Flask, world: World, workers: Workers
 ) -> None:
@@ -144,6 +151,7 @@ def test_sigterm_lets_a_running_job_finish_within_the_grace(
     assert get_run(run.id).status == "succeeded"
 
 
+@one_at_a_time
 def test_sigterm_returns_a_job_that_outlasts_the_grace_to_the_queue(
     app: Flask, world: World, workers: Workers
 ) -> None:
@@ -195,6 +203,7 @@ def assert_timed_out_and_slot_freed(
     assert get_run(after).status == "succeeded"
 
 
+@one_at_a_time
 def test_the_thread_pool_fails_a_job_over_its_timeout_and_frees_its_slot(
     app: Flask, world: World, workers: Workers, tmp_path: Path
 ) -> None:
@@ -210,6 +219,7 @@ def test_the_thread_pool_fails_a_job_over_its_timeout_and_frees_its_slot(
     assert f"run_id={stubborn} " in abandoned[0] and "abandoned_threads=1" in abandoned[0]
 
 
+@one_at_a_time
 def test_the_process_pool_kills_a_job_over_its_timeout_and_frees_its_slot(
     app: Flask, world: World, workers: Workers, tmp_path: Path
 ) -> None:
@@ -321,6 +331,7 @@ def yearly_echo(world: World) -> Schedule:
 
 
 # LISTEN/NOTIFY and terminating a backend are PostgreSQL features.
+@one_at_a_time
 @postgresql_and_pgbouncer
 def test_run_now_wakes_an_idle_worker_at_once_on_postgresql(
     app: Flask, world: World, workers: Workers, database_url: str
@@ -340,6 +351,7 @@ def test_run_now_wakes_an_idle_worker_at_once_on_postgresql(
     assert warnings_in(workers.logs()) == []
 
 
+@one_at_a_time
 @pytest.mark.parametrize("database_url", ["pgbouncer"], indirect=True)
 def test_behind_pgbouncer_without_a_listen_url_a_worker_polls_for_run_now(
     app: Flask, world: World, workers: Workers
@@ -355,6 +367,7 @@ def test_behind_pgbouncer_without_a_listen_url_a_worker_polls_for_run_now(
     assert warnings_in(workers.logs()) == []
 
 
+@one_at_a_time
 @postgresql_only
 def test_a_lost_database_connection_is_retried_not_fatal(
     app: Flask, world: World, workers: Workers, database_url: str

@@ -27,8 +27,10 @@ postgresql_and_pgbouncer = pytest.mark.parametrize(
     "database_url", ["postgresql", "pgbouncer"], indirect=True
 )
 # Tests whose worker processes race leases of a few seconds (kill -9, SIGSTOP, a wake-up within a
-# bound): under `make test` (pytest -n, --dist loadgroup) the files marked so run on one test
-# process, one test at a time, so that two of them never starve each other's workers of the CPU.
+# bound), and the few that load the machine for long (the minute of lock-order races, a burst of
+# workers): under `make test` (pytest -n, --dist loadgroup) the tests marked so run on one test
+# process, one at a time, so that two of them never starve each other's workers of the CPU. A
+# worker test that only waits for an outcome (a --burst worker, a start failure) is not marked.
 one_at_a_time = pytest.mark.xdist_group("real-workers")
 
 
