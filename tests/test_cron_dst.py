@@ -52,6 +52,15 @@ def test_fixed_time_job_in_spring_gap_fires_at_first_instant_after() -> None:
     )
 
 
+def test_a_fire_moved_out_of_a_skipped_day_says_so() -> None:
+    """Pacific/Apia skipped all of 2011-12-30: its 01:00 runs at the first instant after, 00:00
+    of an ordinary day, and the note says why (it said nothing: the day looked ordinary)."""
+    spec = validate("0 1 * * *", "Pacific/Apia")
+    fire = spec.next_fire_after(utc(2011, 12, 30, 9, 53))
+    assert fire == utc(2011, 12, 30, 10)
+    assert spec.dst_note(fire) == "01:00 does not exist on this day: runs at 00:00"
+
+
 def test_wildcard_job_in_spring_gap_does_not_fire_that_day() -> None:
     check(NY, "*/15 2 * * *", utc(2026, 3, 7, 12), ["03-09T06:00Z 02:00 EDT"])
 

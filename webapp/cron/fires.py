@@ -118,8 +118,13 @@ class CronSpec(CronFields):
         """
         fire = as_utc(fire_utc, "fire_utc")
         local = fire.astimezone(self.zone)
-        if day_offset(self.tz, local.date()) is not None:
-            return None  # an ordinary day: no wall time repeats, none is skipped
+        if (
+            day_offset(self.tz, local.date()) is not None
+            and utc_offset(self.zone, fire - ONE_SECOND) == local.utcoffset()
+        ):
+            # An ordinary day, not entered by a jump at this instant (Apia skipped all of
+            # 2011-12-30: the fire moved from it is the first instant of an ordinary day).
+            return None
         wall = local.replace(tzinfo=None, fold=0)
         offset_first, offset_second = wall_offsets(self.zone, wall)
         if offset_first > offset_second:
