@@ -27,6 +27,7 @@ TYPES = {
     "idempotency-conflict": "Idempotency key reused",
     "rate-limited": "Too many requests",
     "not-cancellable": "Already finished",
+    "calendar-in-use": "Calendar in use",
 }
 
 
