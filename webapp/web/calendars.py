@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, request, url_for
+from flask import Blueprint, make_response, render_template, request, url_for
 from flask_login import login_required
 from pydantic import ValidationError
 from werkzeug.wrappers import Response
@@ -25,6 +25,7 @@ from webapp.services.calendar_schema import (
 from webapp.services.schema import field_errors
 from webapp.web import tenancy
 from webapp.web.common import actor, done, htmx_redirect, page_or_partial
+from webapp.web.formatting import is_htmx
 
 bp = Blueprint("calendars", __name__)
 bp.before_request(login_required(lambda: None))
@@ -87,7 +88,9 @@ def create() -> Response:
     return htmx_redirect(f"Calendar {calendar.key} created.", target)
 
 
-def calendar_page(calendar: Calendar, status: int = 200, **context: Any) -> Response:
+def calendar_page(
+    calendar: Calendar, status: int = 200, year_only: bool = False, **context: Any
+) -> Response:
     tenant = tenancy.current_tenant()
     year = request.args.get("year", "")
     shown = int(year) if year.isdigit() and FIRST_YEAR <= int(year) <= LAST_YEAR else None
@@ -96,21 +99,27 @@ def calendar_page(calendar: Calendar, status: int = 200, **context: Any) -> Resp
         **calendar_document(calendar),
         "closed_weekdays": calendar.closed_weekdays.split(","),
     }
-    return page_or_partial(
-        "calendars/detail.html",
-        "calendars/_year.html",
+    # The year alone for the year links' htmx requests; the whole page for a form's answer.
+    template = "calendars/_year.html" if year_only else "calendars/detail.html"
+    response = make_response(
+        render_template(
+            template,
+            calendar=calendar,
+            view=view,
+            entry_text=service.entry_text,
+            settings_fields=(*SETTINGS, "closed_weekdays"),
+            **common(**{"form": defaults, **context}),
+        ),
         status,
-        calendar=calendar,
-        view=view,
-        entry_text=service.entry_text,
-        **common(**{"form": defaults, **context}),
     )
+    response.headers.add("Vary", "HX-Request")
+    return response
 
 
 @bp.get("/calendars/<id:calendar_id>")
 def show(calendar_id: int) -> Response:
     """A calendar: its settings, entries and a year's closed days (htmx: the year alone)."""
-    return calendar_page(tenancy.get_calendar_or_404(calendar_id))
+    return calendar_page(tenancy.get_calendar_or_404(calendar_id), year_only=is_htmx())
 
 
 def back_to(calendar: Calendar) -> str:
@@ -160,12 +169,13 @@ def add_entry(
         added = service.add_entries(calendar, [entry], actor(), utcnow())
     except ValidationError as error:
         errors = {f"{prefix}_{k}": m for k, m in entry_errors(error, model).items()}
-        return calendar_page(calendar, 422, errors=errors, **{f"{prefix}_form": form})
     except CalendarProblems as error:
         errors = {f"{prefix}_from": message for message in error.errors.values()}
-        return calendar_page(calendar, 422, errors=errors, **{f"{prefix}_form": form})
-    message = f"{what} added." if added else f"The calendar has this {what.lower()} already."
-    return done(message, back_to(calendar))
+    else:
+        message = f"{what} added." if added else f"The calendar has this {what.lower()} already."
+        return done(message, back_to(calendar))
+    forms: dict[str, Any] = {f"{prefix}_form": form}
+    return calendar_page(calendar, 422, errors=errors, **forms)
 
 
 @bp.post("/calendars/<id:calendar_id>/days")
@@ -195,7 +205,10 @@ def import_ics(calendar_id: int) -> Response:
     upload = request.files.get("file")
     if upload is None or not upload.filename:
         return calendar_page(calendar, 422, errors={"file": "choose an .ics file"})
-    data = upload.stream.read(UPLOAD_BYTES + 1)
+    try:
+        data = upload.stream.read(UPLOAD_BYTES + 1)
+    finally:
+        upload.close()  # a large upload is spooled to a temporary file
     try:
         added = calendar_files.import_ics(calendar, data, actor(), utcnow())
     except CalendarProblems as error:
