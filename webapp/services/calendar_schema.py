@@ -16,6 +16,7 @@ from pydantic import (
     Field,
     StrictStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -158,14 +159,10 @@ class CalendarIn(BaseModel):
             asked = cls.model_validate(data)
         except ValidationError as error:
             raise CalendarProblems(field_errors(error, cls)) from None
-        try:
-            country, subdivision = check_region(asked.country, asked.subdivision)
-        except CalendarError as error:
-            raise CalendarProblems({error.field: str(error)}) from None
         entries = len(asked.days_off) + len(asked.windows)
         if entries > MAX_ENTRIES:
             raise CalendarProblems({"days_off": too_many(entries)})
-        return asked.model_copy(update={"country": country, "subdivision": subdivision})
+        return asked
 
     # A calendar's key and name follow a schedule's rules (a schedule names a calendar by key).
     @field_validator("key")
@@ -177,6 +174,24 @@ class CalendarIn(BaseModel):
     @classmethod
     def check_name(cls, name: str) -> str:
         return ScheduleIn.check_name(name)
+
+    @field_validator("country")
+    @classmethod
+    def check_country(cls, country: str | None) -> str | None:
+        try:
+            return check_region(country, None)[0]
+        except CalendarError as error:
+            problem(str(error))
+
+    @field_validator("subdivision")
+    @classmethod
+    def check_subdivision(cls, subdivision: str | None, info: ValidationInfo) -> str | None:
+        if "country" not in info.data:
+            return subdivision  # the country is wrong: that is what to fix first
+        try:
+            return check_region(info.data["country"], subdivision)[1]
+        except CalendarError as error:
+            problem(str(error))
 
     @field_validator("closed_weekdays")
     @classmethod
