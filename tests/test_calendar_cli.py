@@ -135,3 +135,40 @@ def test_delete(cli: FlaskCliRunner, world: World) -> None:
     invoke(cli, *CREATE)
     assert invoke(cli, "calendar", "delete", "us-business", "--tenant", "alpha")[0] == 0
     assert counts() == (0, 0)
+
+
+def test_a_schedule_file_carries_the_calendars_all_or_nothing(
+    cli: FlaskCliRunner, world: World, tmp_path: Path
+) -> None:
+    invoke(cli, *CREATE)
+    schedule = {
+        "key": "nightly",
+        "name": "Nightly",
+        "job": "demo.echo",
+        "cron": "0 2 * * *",
+        "args": {"message": "hi"},
+    }
+    listed = tmp_path / "schedules.json"
+    listed.write_text(json.dumps([schedule]), encoding="utf-8")
+    assert invoke(cli, "schedule", "import", str(listed), "--tenant", "alpha")[0] == 0
+    code, out, _ = invoke(cli, "schedule", "export", "--tenant", "alpha", "--with-calendars")
+    document = json.loads(out)
+    assert code == 0 and list(document) == ["calendars", "schedules"]
+    assert [c["key"] for c in document["calendars"]] == ["us-business"]
+    assert [s["key"] for s in document["schedules"]] == ["nightly"]
+    assert isinstance(json.loads(invoke(cli, "schedule", "export", "--tenant", "alpha")[1]), list)
+    both = tmp_path / "both.json"
+    document["calendars"].append({"key": "bad", "name": "Bad", "country": "XX"})
+    both.write_text(json.dumps(document), encoding="utf-8")
+    code, _, err = invoke(cli, "schedule", "import", str(both), "--tenant", "beta")
+    assert code == 1 and "calendars: item 1 (key 'bad'): country: 'XX' is not a country" in err
+    assert counts() == (1, 0)
+    del document["calendars"][1]
+    both.write_text(json.dumps(document), encoding="utf-8")
+    imported = invoke(cli, "schedule", "import", str(both), "--tenant", "beta")
+    assert imported[:2] == (
+        0,
+        "imported into beta: 1 created, 0 updated, 0 unchanged\n"
+        "calendars: 1 created, 0 updated, 0 unchanged\n",
+    )
+    assert counts() == (2, 0)

@@ -17,6 +17,7 @@ from typing import Any
 
 import icalendar
 from pydantic import ValidationError
+from sqlalchemy.orm import Session
 
 from webapp.calendar_models import MAX_LABEL, Calendar
 from webapp.cron import load_zone
@@ -123,21 +124,21 @@ class CalendarImport:
     unchanged: int
 
 
-def export_calendars(tenant: Tenant) -> str:
-    """The tenant's calendars as the import reads them, by key: export then import changes
-    nothing."""
+def calendar_documents(tenant: Tenant) -> list[dict[str, Any]]:
+    """The tenant's calendars as the import reads them, by key."""
     calendars = db.session.scalars(scope.calendars(tenant.id).order_by(Calendar.key))
-    items = [calendar_document(calendar) for calendar in calendars]
-    return json.dumps(items, indent=2, ensure_ascii=False) + "\n"
+    return [calendar_document(calendar) for calendar in calendars]
 
 
-def check_items(text: str) -> list[CalendarIn]:
-    try:
-        document = load_user_json(text)
-    except ValueError as error:
-        raise CalendarProblems({"file": f"malformed JSON: {error}"}) from None
+def export_calendars(tenant: Tenant) -> str:
+    """The tenant's calendars as JSON: export then import changes nothing."""
+    return json.dumps(calendar_documents(tenant), indent=2, ensure_ascii=False) + "\n"
+
+
+def check_items(document: object) -> list[CalendarIn]:
+    """A JSON list of calendars checked whole: CalendarProblems by item and field."""
     if not isinstance(document, list):
-        raise CalendarProblems({"file": "the file must hold a JSON list of calendar objects"})
+        raise CalendarProblems({"file": "the calendars must be a JSON list of calendar objects"})
     problems: dict[str, str] = {}
     checked: list[CalendarIn] = []
     first: dict[str, int] = {}
@@ -160,16 +161,28 @@ def check_items(text: str) -> list[CalendarIn]:
 @retry_lost_race
 def import_calendars(tenant: Tenant, text: str, actor: Actor, now: datetime) -> CalendarImport:
     """Creates or replaces (by key) every calendar of a JSON list, or nothing at all."""
-    checked = check_items(text)
-    created = updated = 0
+    try:
+        document = load_user_json(text)
+    except ValueError as error:
+        raise CalendarProblems({"file": f"malformed JSON: {error}"}) from None
+    checked = check_items(document)
     with write_transaction(db.session) as session:
         lock_tenant(session, tenant)
-        existing = {c.key: c for c in session.scalars(scope.calendars(tenant.id))}
-        for asked in checked:
-            calendar = existing.get(asked.key)
-            if calendar is None:
-                calendar = Calendar(tenant_id=tenant.id, created_at=now)
-                created += save_calendar(session, calendar, asked, actor, now)
-            else:
-                updated += save_calendar(session, calendar, asked, actor, now)
+        return write_calendars(session, tenant, checked, actor, now)
+
+
+def write_calendars(
+    session: Session, tenant: Tenant, checked: list[CalendarIn], actor: Actor, now: datetime
+) -> CalendarImport:
+    """Creates or replaces the checked calendars by key, in the caller's transaction, under
+    the tenant's lock (a calendar file's import, or a schedule file's calendars)."""
+    created = updated = 0
+    existing = {c.key: c for c in session.scalars(scope.calendars(tenant.id))}
+    for asked in checked:
+        calendar = existing.get(asked.key)
+        if calendar is None:
+            calendar = Calendar(tenant_id=tenant.id, created_at=now)
+            created += save_calendar(session, calendar, asked, actor, now)
+        else:
+            updated += save_calendar(session, calendar, asked, actor, now)
     return CalendarImport(created, updated, len(checked) - created - updated)
