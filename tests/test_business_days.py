@@ -142,3 +142,12 @@ def test_an_unknown_subdivision_lists_the_countrys() -> None:
 def test_a_subdivision_needs_a_country() -> None:
     with pytest.raises(CalendarError, match="choose a country first"):
         check_region(None, "CA")
+
+
+def test_a_calendar_hashes_once_whatever_its_entries() -> None:
+    offs = tuple(DayOff(date(2027, 1, 1), date(2027, 1, 1), f"day {n}") for n in range(1000))
+    big = BusinessCalendar("big", days_off=offs)
+    same = BusinessCalendar("big", days_off=offs)
+    assert hash(big) == hash(same) and big == same
+    assert "_hash" in big.__dict__  # kept: the next question does not walk the entries again
+    assert hash(BusinessCalendar("big", days_off=offs[:-1])) != hash(big)

@@ -148,6 +148,15 @@ class BusinessCalendar:
     days_off: tuple[DayOff, ...] = ()
     windows: tuple[Window, ...] = ()
 
+    def __hash__(self) -> int:
+        # Computed once: a calendar holds up to 1,000 entries, and every question hashes it
+        # (the per-year cache's key).
+        if "_hash" not in self.__dict__:
+            fields = (self.key, self.country, self.subdivision, self.closed_weekdays)
+            object.__setattr__(self, "_hash", hash((*fields, self.days_off, self.windows)))
+        value: int = self.__dict__["_hash"]
+        return value
+
     def closed_days(self, year: int) -> Mapping[date, tuple[str, ...]]:
         """The year's closed days in date order, each with its reasons (the most specific
         first: a holiday, the tenant's own label, the weekday)."""
