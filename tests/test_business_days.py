@@ -151,3 +151,18 @@ def test_a_calendar_hashes_once_whatever_its_entries() -> None:
     assert hash(big) == hash(same) and big == same
     assert "_hash" in big.__dict__  # kept: the next question does not walk the entries again
     assert hash(BusinessCalendar("big", days_off=offs[:-1])) != hash(big)
+
+
+def test_a_closed_fire_shifts_to_the_same_time_on_the_nearest_open_day() -> None:
+    friday_christmas_eve = datetime(2027, 12, 24, 9, 30)  # the winter break starts
+    assert ACME.shift(friday_christmas_eve) == datetime(2028, 1, 3, 9, 30)
+    assert ACME.shift(friday_christmas_eve, forward=False) == datetime(2027, 12, 23, 9, 30)
+    assert ACME.shift(datetime(2027, 12, 23, 9, 30)) == datetime(2027, 12, 23, 9, 30)
+
+
+def test_a_fire_in_a_maintenance_window_moves_to_its_end() -> None:
+    assert ACME.shift(datetime(2027, 1, 12, 2, 0)) == datetime(2027, 1, 12, 5, 0)
+    # A window that ends on a closed day: then on to the next open day, at the window's end.
+    late = Window(datetime(2027, 1, 15, 22, 0), datetime(2027, 1, 16, 1, 0), "Friday night")
+    calendar = BusinessCalendar("late", closed_weekdays=weekday_numbers("sat,sun"), windows=(late,))
+    assert calendar.shift(datetime(2027, 1, 15, 23, 0)) == datetime(2027, 1, 18, 1, 0)

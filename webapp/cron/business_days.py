@@ -6,8 +6,9 @@ closed days or ranges (their label), a closed weekday ("Saturday"). A maintenanc
 local wall-clock times, not days ("Database upgrade, 2027-01-10 01:00 to 05:00").
 
 What the scheduler asks (the next slice's tick, preview and Next runs): `closure_at(local)`
-(is this local date and time closed, why, and until when for a window), `next_open_day(day)`
-and `previous_open_day(day)`. A year's closed days are computed once per calendar and year and
+(is this local date and time closed, why, and until when for a window), `shift(local,
+forward)` (where a closed fire goes under next_business_day or previous_business_day),
+`next_open_day(day)` and `previous_open_day(day)`. A year's closed days are computed once per calendar and year and
 cached (`BusinessCalendar` is a frozen value: a changed calendar is another key), as are a
 country's holidays per year. Nothing here reads the clock or the database.
 """
@@ -184,6 +185,24 @@ class BusinessCalendar:
         if window is not None:
             return Closure(window.describe(), until=window.end)
         return None
+
+    def shift(self, local: datetime, forward: bool = True) -> datetime:
+        """Where a fire at a closed local time goes: the same local time on the next open day
+        (`forward`, the policy next_business_day) or the previous one (previous_business_day);
+        out of a maintenance window to the window's end. An open time stays where it is."""
+        for _ in range(MAX_SEARCH_DAYS):
+            closure = self.closure_at(local)
+            if closure is None:
+                return local
+            if closure.until is not None:
+                local = closure.until
+                continue
+            step = 1 if forward else -1
+            day = self.open_day(local.date() + timedelta(days=step), step)
+            local = datetime.combine(day, local.time())
+        raise CalendarError(
+            "calendar", f"calendar {self.key!r} has no open time within {MAX_SEARCH_DAYS} steps"
+        )
 
     def next_open_day(self, day: date) -> date:
         """The first open day on or after `day`."""
