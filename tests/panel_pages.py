@@ -12,9 +12,12 @@ from sqlalchemy import delete, select
 
 from tests.browser_support import LiveServer, live_server
 from tests.conftest import PASSWORD, make_run, make_schedule
+from webapp.api.openapi import EXAMPLE_CALENDAR
 from webapp.extensions import db
 from webapp.models import Membership, Schedule, User
 from webapp.services.accounts import add_user, create_tenant
+from webapp.services.audit import Actor
+from webapp.services.calendars import create_calendar
 from webapp.services.demo import seed_demo_schedules
 
 PHONE = {"width": 390, "height": 844}
@@ -34,6 +37,7 @@ class DemoPages:
     schedule: int  # active, with runs and an audit trail
     paused: int
     failed_run: int
+    calendar: int  # holidays, closed days, a window
 
     def logged_in(self) -> dict[str, str]:
         """Name -> path of the pages an admin sees."""
@@ -51,6 +55,8 @@ class DemoPages:
             "run": f"/runs/{self.failed_run}",
             "audit log": "/audit",
             "api tokens": "/tokens",
+            "calendars": "/calendars",
+            "calendar": f"/calendars/{self.calendar}?year=2027",
             "api reference": "/api/docs",
             # The pages behind htmx's fragments, for a browser without JavaScript.
             "run status": f"/runs/{self.failed_run}/status",
@@ -117,6 +123,7 @@ def seed_demo_pages(server: LiveServer) -> DemoPages:
             output="a long line of output " * 30,
         )
         db.session.commit()
-        pages = DemoPages(server, active.id, paused.id, failed.id)
+        calendar = create_calendar(tenant, EXAMPLE_CALENDAR, Actor.for_user(admin), now)
+        pages = DemoPages(server, active.id, paused.id, failed.id, calendar.id)
         db.session.remove()
     return pages

@@ -13,13 +13,14 @@ from typing import Any
 from flask import Flask, request
 from werkzeug.exceptions import HTTPException
 
-from webapp.api import views
+from webapp.api import calendars, views
 from webapp.api.problems import from_http_exception
 from webapp.extensions import csrf
 
 
 def install(app: Flask) -> None:
     bp = views.bp
+    assert calendars.bp is bp  # the calendar endpoints are on the API's blueprint
     csrf.exempt(bp)
     app.register_blueprint(bp)
     # No rule matched (404, 405), or the app's request guard refused the request before a

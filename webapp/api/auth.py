@@ -12,6 +12,7 @@ from flask import g, request
 from sqlalchemy import Select
 
 from webapp.api.problems import Problem
+from webapp.calendar_models import Calendar
 from webapp.config import settings
 from webapp.database import utcnow
 from webapp.extensions import db
@@ -68,6 +69,10 @@ def require_write() -> None:
 def schedules() -> Select[Schedule]:
     """The token's tenant's schedules (tenant scope only: system schedules are the operator's)."""
     return scope.schedules(current_token().tenant_id)
+
+
+def calendars() -> Select[Calendar]:
+    return scope.calendars(current_token().tenant_id)
 
 
 def runs() -> Select[Run]:

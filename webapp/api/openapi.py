@@ -13,9 +13,10 @@ from flask import current_app, render_template
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from webapp.api import schemas
+from webapp.api import calendar_schemas, schemas
 from webapp.api.problems import MEDIA_TYPE, TYPES
 from webapp.api.schemas import MAX_ID
+from webapp.services.calendar_schema import CalendarIn
 from webapp.services.schema import ScheduleIn
 
 VERSION = "1.0.0"
@@ -58,6 +59,15 @@ SCHEDULE_LINKS = {
         "operationId": "list_runs",
         "parameters": {"schedule_id": "$response.body#/id"},
     },
+}
+EXAMPLE_CALENDAR = {
+    "key": "us-business",
+    "name": "US business days",
+    "country": "US",
+    "subdivision": "CA",
+    "closed_weekdays": ["sat", "sun"],
+    "days_off": [{"from": "2027-12-24", "to": "2027-12-31", "label": "Winter break"}],
+    "windows": [{"from": "2027-01-10T01:00", "to": "2027-01-10T05:00", "label": "DB upgrade"}],
 }
 # Endpoint -> its operation. A test checks that every API route is here.
 OPERATIONS: dict[str, Operation] = {
@@ -132,6 +142,46 @@ OPERATIONS: dict[str, Operation] = {
             "three phrases that are), or its cron never fires; or a malformed query"
         },
     ),
+    "api.list_calendars": Operation(
+        "calendars", {200: calendar_schemas.CalendarPage}, query=calendar_schemas.CalendarQuery
+    ),
+    "api.create_calendar": Operation(
+        "calendars",
+        {201: calendar_schemas.CalendarOut},
+        body=CalendarIn,
+        example=EXAMPLE_CALENDAR,
+        writes=True,
+    ),
+    "api.get_calendar": Operation(
+        "calendars", {200: calendar_schemas.CalendarOut, 304: None}, conditional=True
+    ),
+    "api.update_calendar": Operation(
+        "calendars",
+        {200: calendar_schemas.CalendarOut},
+        body=calendar_schemas.CalendarPatch,
+        example={"country": "DE", "subdivision": "BY"},
+        writes=True,
+    ),
+    "api.delete_calendar": Operation(
+        "calendars",
+        {204: None},
+        writes=True,
+        errors={409: "Schedules use the calendar (`detail` names them)"},
+    ),
+    "api.closed_days": Operation(
+        "calendars", {200: calendar_schemas.ClosedDaysOut}, query=calendar_schemas.YearQuery
+    ),
+    "api.import_ics": Operation(
+        "calendars",
+        {200: calendar_schemas.IcsImportOut},
+        writes=True,
+        errors={
+            413: "The file is larger than the server accepts (an .ics may have at most 1 MiB)",
+            415: "The body is not an .ics file (send Content-Type: text/calendar)",
+            422: "The file is not iCalendar, holds a recurring event (RRULE), or would take "
+            "the calendar past 1,000 entries",
+        },
+    ),
 }
 # Errors every operation may answer (problem details), and what they mean.
 ERRORS = {
@@ -164,7 +214,7 @@ HEADERS = {
         "name": "If-Match",
         "in": "header",
         "required": False,
-        "description": "The ETag of the schedule as read: 412 if it changed since",
+        "description": "The ETag of the schedule (or calendar) as read: 412 if it changed since",
         "schema": {"type": "string"},
     },
 }
@@ -173,12 +223,13 @@ IF_NONE_MATCH = {
     "name": "If-None-Match",
     "in": "header",
     "required": False,
-    "description": "The ETag of the schedule as read: 304 without a body if it is unchanged",
+    "description": "The ETag of the schedule (or calendar) as read: 304 without a body if it "
+    "is unchanged",
     "schema": {"type": "string"},
 }
 RESPONSE_WORDS = {200: "OK", 201: "Created", 204: "Done; no content", 304: "Not modified"}
 ETAG = {
-    "description": "The schedule's version, for If-Match and If-None-Match",
+    "description": "The object's version, for If-Match and If-None-Match",
     "schema": {"type": "string"},
 }
 
@@ -282,7 +333,7 @@ def document() -> dict[str, Any]:
             if status == 201:
                 location = {"description": "The new object's URL", "schema": {"type": "string"}}
                 headers["Location"] = location
-            if model is schemas.ScheduleOut or status == 304:
+            if model in (schemas.ScheduleOut, calendar_schemas.CalendarOut) or status == 304:
                 headers["ETag"] = ETAG
             if headers:
                 response["headers"] = headers
@@ -302,15 +353,21 @@ def document() -> dict[str, Any]:
             "title": "Scheduler API",
             "version": VERSION,
             "description": (
-                "The tenant's schedules and runs over HTTP. Send `Authorization: Bearer "
-                "<token>` (an API token of the tenant, `read` or `write`). Times are RFC 3339 "
+                "The tenant's schedules, runs and business calendars over HTTP. Send "
+                "`Authorization: Bearer <token>` (an API token of the tenant, `read` or "
+                "`write`). Times are RFC 3339 "
                 "in UTC, with the zone they are meant in alongside. Errors are RFC 9457 problem "
                 "details with a per-field `errors` list."
             ),
         },
         "servers": [{"url": "/"}],
         "security": [{"bearer": []}],
-        "tags": [{"name": "schedules"}, {"name": "runs"}, {"name": "catalog"}],
+        "tags": [
+            {"name": "schedules"},
+            {"name": "runs"},
+            {"name": "catalog"},
+            {"name": "calendars"},
+        ],
         "paths": dict(sorted(paths.items())),
         "components": {
             "schemas": components["$defs"],

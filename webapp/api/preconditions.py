@@ -22,7 +22,12 @@ MAX_KEY = 200
 
 
 def etag(schedule: Schedule) -> str:
-    return f'"{schedule_version(schedule)}"'
+    return quoted(schedule_version(schedule))
+
+
+def quoted(version: str) -> str:
+    """A version digest as an entity tag."""
+    return f'"{version}"'
 
 
 def listed_tags(header: str, strong: bool = False) -> set[str]:
@@ -43,20 +48,23 @@ def not_modified(tag: str) -> bool:
     return "*" in wanted or tag in wanted
 
 
-def if_match() -> Callable[[Schedule], None] | None:
+def if_match(
+    tag_of: Callable[[Any], str] = etag, what: str = "schedule"
+) -> Callable[[Any], None] | None:
     """The request's If-Match as a precondition of the change (None without the header):
-    412 when the schedule changed since the client read it."""
+    412 when the object (a schedule; a calendar with its `tag_of`) changed since the client
+    read it."""
     header = request.headers.get("If-Match")
     if header is None:
         return None
     wanted = listed_tags(header, strong=True)
 
-    def unchanged(schedule: Schedule) -> None:
-        if "*" not in wanted and etag(schedule) not in wanted:
+    def unchanged(changing: Any) -> None:
+        if "*" not in wanted and tag_of(changing) not in wanted:
             raise Problem(
                 412,
                 "precondition-failed",
-                "the schedule changed since it was read: GET it again (a new ETag) and retry",
+                f"the {what} changed since it was read: GET it again (a new ETag) and retry",
             )
 
     return unchanged

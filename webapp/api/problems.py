@@ -28,6 +28,7 @@ TYPES = {
     "rate-limited": "Too many requests",
     "not-cancellable": "Already finished",
     "phrase-not-understood": "Phrase not understood",
+    "calendar-in-use": "Calendar in use",
 }
 
 

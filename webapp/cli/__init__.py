@@ -33,6 +33,7 @@ def reports_errors(command: F) -> F:
 
 def register_commands(app: Flask) -> None:
     from webapp.cli.accounts import tenant_cli, user_cli
+    from webapp.cli.calendars import calendar_cli
     from webapp.cli.catalog import catalog_cli
     from webapp.cli.cron import cron_cli
     from webapp.cli.demo import demo_command
@@ -52,3 +53,4 @@ def register_commands(app: Flask) -> None:
     app.cli.add_command(catalog_cli)
     app.cli.add_command(cron_cli)
     app.cli.add_command(token_cli)
+    app.cli.add_command(calendar_cli)

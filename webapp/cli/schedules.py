@@ -40,16 +40,27 @@ def import_command(file: IO[str], tenant_slug: str) -> None:
         f"imported into {tenant.slug}: {result.created} created, {result.updated} updated, "
         f"{result.unchanged} unchanged"
     )
+    if result.calendars is not None:
+        click.echo(
+            f"calendars: {result.calendars.created} created, {result.calendars.updated} "
+            f"updated, {result.calendars.unchanged} unchanged"
+        )
     for line in result.warnings:
         click.echo(f"warning: {line}", err=True)
 
 
 @schedule_cli.command("export")
 @click.option("--tenant", "tenant_slug", required=True)
+@click.option(
+    "--with-calendars",
+    is_flag=True,
+    help='An object {"calendars": [...], "schedules": [...]}: the business calendars too.',
+)
 @reports_errors
-def export_command(tenant_slug: str) -> None:
+def export_command(tenant_slug: str, with_calendars: bool) -> None:
     """Write the tenant's schedules as JSON to stdout (the import format)."""
-    click.echo(export_schedules(accounts.find_tenant(tenant_slug)), nl=False)
+    tenant = accounts.find_tenant(tenant_slug)
+    click.echo(export_schedules(tenant, with_calendars), nl=False)
 
 
 @schedule_cli.command("run")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from sqlalchemy import BindParameter, Select, func, select
 
+from webapp.calendar_models import Calendar
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule
 
@@ -24,6 +25,15 @@ def runs(tenant_id: int | BindParameter[int]) -> Select[Run]:
 
 def audit_events(tenant_id: int | BindParameter[int]) -> Select[AuditEvent]:
     return select(AuditEvent).where(AuditEvent.tenant_id == tenant_id)
+
+
+def calendars(tenant_id: int | BindParameter[int]) -> Select[Calendar]:
+    """The tenant's business calendars (their entries are read through them)."""
+    return select(Calendar).where(Calendar.tenant_id == tenant_id)
+
+
+def calendar_by_key(tenant_id: int, key: str) -> Calendar | None:
+    return db.session.scalar(calendars(tenant_id).where(Calendar.key == key))
 
 
 def schedule_by_key(tenant_id: int, key: str) -> Schedule | None:

@@ -1,7 +1,10 @@
 """Schedules as data: import a JSON list all-or-nothing, export the same JSON.
 
 Import is bulk: every item is validated first, then the whole file is written with a few
-set-based statements in one transaction, whatever its length.
+set-based statements in one transaction, whatever its length. A file may also be an object
+`{"calendars": [...], "schedules": [...]}`: the tenant's business calendars (as
+`calendar_files` reads them) written first in the same transaction, so that its schedules may
+name them; `export_schedules(with_calendars=True)` writes that form.
 """
 
 from __future__ import annotations
@@ -26,6 +29,13 @@ from webapp.services.audit import (
     changed_fields,
     schedule_snapshot,
 )
+from webapp.services.calendar_files import (
+    CalendarImport,
+    calendar_documents,
+    check_items,
+    write_calendars,
+)
+from webapp.services.calendar_schema import CalendarIn, CalendarProblems
 from webapp.services.schedules import (
     NewSchedule,
     add_schedules,
@@ -56,22 +66,41 @@ class ImportResult:
     unchanged: int
     # What was imported but may not be meant (schedules.schedule_warnings), a line each.
     warnings: list[str] = field(default_factory=list)
+    # The calendars of a file that has them (None: a list of schedules alone).
+    calendars: CalendarImport | None = None
 
 
-def parse_items(text: str) -> list[Any]:
+FILE_KEYS = {"calendars", "schedules"}
+
+
+def parse_items(text: str) -> tuple[list[Any], list[CalendarIn] | None]:
+    """The file's schedule items, and its calendars checked (None when it has none)."""
     try:
         document = load_user_json(text)
     except ValueError as error:
         raise ImportProblems([f"malformed JSON: {error}"]) from None
+    calendars = None
+    if isinstance(document, dict) and set(document) <= FILE_KEYS:
+        try:
+            calendars = check_items(document.get("calendars", []))
+        except CalendarProblems as problems:
+            lines = [format_error(f, m) for f, m in problems.errors.items()]
+            raise ImportProblems([f"calendars: {line}" for line in lines]) from None
+        document = document.get("schedules", [])
     if not isinstance(document, list):
-        raise ImportProblems(["the file must hold a JSON list of schedule objects"])
-    return document
+        raise ImportProblems(
+            [
+                'the file must hold a JSON list of schedule objects, or an object with "calendars" '
+                'and "schedules" lists'
+            ]
+        )
+    return document, calendars
 
 
 @retry_lost_race
 def import_schedules(tenant: Tenant, text: str, actor: Actor, now: datetime) -> ImportResult:
     """Creates or updates (by key) every schedule of the file, or nothing at all."""
-    items = parse_items(text)
+    items, calendars = parse_items(text)
     limits = tenant_limits(tenant)
     rules = tenant_rules(limits, now)
     problems: list[str] = []
@@ -97,6 +126,9 @@ def import_schedules(tenant: Tenant, text: str, actor: Actor, now: datetime) -> 
 
     with write_transaction(db.session) as session:
         lock_tenant(session, tenant)
+        calendars_written = None
+        if calendars is not None:
+            calendars_written = write_calendars(session, tenant, calendars, actor, now)
         existing = {
             schedule.key: schedule for schedule in session.scalars(scope.schedules(tenant.id))
         }
@@ -140,11 +172,16 @@ def import_schedules(tenant: Tenant, text: str, actor: Actor, now: datetime) -> 
         updated=len(changes),
         unchanged=len(cleaned) - len(new) - len(changes),
         warnings=warnings,
+        calendars=calendars_written,
     )
 
 
-def export_schedules(tenant: Tenant) -> str:
-    """The tenant's schedules as the import format, sorted by key: export then import is a no-op."""
+def export_schedules(tenant: Tenant, with_calendars: bool = False) -> str:
+    """The tenant's schedules as the import format, sorted by key: export then import is a no-op.
+    `with_calendars`: the object form, with the tenant's calendars."""
     schedules = db.session.scalars(scope.schedules(tenant.id).order_by(Schedule.key))
     items = [{name: getattr(s, name) for name in EXPORTED_FIELDS} for s in schedules]
-    return json.dumps(items, indent=2, ensure_ascii=False) + "\n"
+    document: object = items
+    if with_calendars:
+        document = {"calendars": calendar_documents(tenant), "schedules": items}
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"

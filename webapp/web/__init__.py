@@ -17,6 +17,7 @@ def register_panel(app: Flask) -> None:
     from webapp.catalog.current import EXTENSION_KEY, install_catalog
     from webapp.web import (
         audit,
+        calendars,
         notifications,
         operator,
         operator_charts,
@@ -40,6 +41,7 @@ def register_panel(app: Flask) -> None:
         operator.bp,
         operator_charts.bp,
         notifications.bp,
+        calendars.bp,
     ):
         app.register_blueprint(blueprint)
     formatting.install(app)

@@ -15,6 +15,7 @@ from flask import abort, g, session
 from flask_login import current_user
 from sqlalchemy import select
 
+from webapp.calendar_models import Calendar
 from webapp.extensions import db
 from webapp.models import ApiToken, Membership, Run, Schedule, Tenant
 from webapp.services import scope
@@ -188,3 +189,19 @@ def get_rw_token_or_404(token_id: int) -> ApiToken:
         select(ApiToken).where(ApiToken.tenant_id == tenant.id, ApiToken.id == token_id)
     )
     return token
+
+
+def get_calendar_or_404(calendar_id: int) -> Calendar:
+    """One of the current tenant's business calendars, or 404."""
+    statement = scope.calendars(current_tenant().id).where(Calendar.id == calendar_id)
+    calendar = db.session.scalar(statement)
+    if calendar is None:
+        abort(404)
+    return calendar
+
+
+def get_rw_calendar_or_404(calendar_id: int) -> Calendar:
+    """A calendar the current user may change: 404 for another tenant's id, 403 for a viewer."""
+    calendar = get_calendar_or_404(calendar_id)
+    require_admin()
+    return calendar
