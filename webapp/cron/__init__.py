@@ -29,7 +29,15 @@ cron field's input as cron or as a phrase; ``builder`` the schedule builder's sh
 (``read_builder``, ``Shape.cron()``, ``shape_of``).
 """
 
-from .builder import BuilderError, Shape, read_builder, shape_of
+from .builder import FIELDS as BUILDER_FIELDS
+from .builder import (
+    BuilderError,
+    Shape,
+    builder_defaults,
+    builder_shown,
+    read_builder,
+    shape_of,
+)
 from .clock_changes import ClockChange, clock_changes, no_clock_changes
 from .describe import describe, step_notes
 from .errors import CronError
@@ -54,6 +62,7 @@ from .zones import (
 
 __all__ = [
     "ALIASES",
+    "BUILDER_FIELDS",
     "FIRST_DAY",
     "FIRST_YEAR",
     "LAST_DAY",
@@ -67,6 +76,8 @@ __all__ = [
     "CronSpec",
     "PhraseError",
     "Shape",
+    "builder_defaults",
+    "builder_shown",
     "check_time_zone",
     "clock_changes",
     "cron_from_input",

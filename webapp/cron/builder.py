@@ -149,7 +149,7 @@ def step(every: int) -> str:
     return "*" if every == 1 else f"*/{every}"
 
 
-def shown(fields: Mapping[str, str]) -> str:
+def builder_shown(fields: Mapping[str, str]) -> str:
     """Which fields the builder shows for these values (the form posts it back as
     `repeat_shown`): a change of Repeat (or of a monthly schedule's On) without them shown
     needs a round trip before it can be saved."""
@@ -160,7 +160,7 @@ def shown(fields: Mapping[str, str]) -> str:
     return f"monthly:{'weekday' if on in NTH_WEEKDAY else on}"
 
 
-def with_defaults(fields: Mapping[str, str]) -> dict[str, str]:
+def builder_defaults(fields: Mapping[str, str]) -> dict[str, str]:
     """The fields to show: as typed, the defaults for the others."""
     return DEFAULT_FIELDS | {name: value for name, value in fields.items() if name in FIELDS}
 
