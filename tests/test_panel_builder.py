@@ -202,3 +202,21 @@ def test_the_live_preview_follows_the_builder(app: Flask, world: World) -> None:
     )
     assert 'data-field="repeat_minutes"' in bad and "Every (minutes): a whole number" in bad
     assert 'id="cron"' not in bad
+
+
+def test_a_typed_cron_or_phrase_opens_its_shape_in_the_builder(app: Flask, world: World) -> None:
+    alice = Panel(app, world.alice)
+    preview = "/schedules/form/preview"
+    typed = {"cron": "0 8 * * 1,4", "time_zone": "UTC", "builder": "sync"}
+    live = text(alice.get(preview, query_string=typed, htmx=True))
+    assert '<div id="schedule-builder" class="builder" hx-swap-oob="true">' in live
+    assert '<option value="weekly" selected>' in live
+    assert 'name="repeat_days" value="4" checked' in live
+    described = {"phrase": "the last day of the month at 23:00", "cron": "0 * * * *"}
+    live = text(alice.get(preview, query_string={**typed, **described}, htmx=True))
+    assert '<option value="monthly" selected>' in live and '<option value="L" selected>' in live
+    odd = text(alice.get(preview, query_string={**typed, "cron": "*/10 9-16 * * *"}, htmx=True))
+    assert '<option value="custom" selected>' in odd
+    # The zone or the preview's start do not touch the builder.
+    zone = text(alice.get(preview, query_string={"cron": "0 8 * * 1,4", "time_zone": "UTC"}))
+    assert 'id="schedule-builder"' not in zone

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser_support import LiveServer, PageErrors, log_in
+from tests.browser_support import LiveServer, PageErrors, open_new_schedule
 from tests.panel_pages import WIDTHS
 from tests.test_panel_phrases_browser import stored_cron
 
@@ -48,10 +48,7 @@ def test_a_schedule_built_with_the_keyboard_previews_and_saves_its_cron(
     page: Any, live_panel: LiveServer, errors: PageErrors, js: bool, width: str
 ) -> None:
     page.set_viewport_size(WIDTHS[width])
-    log_in(page, live_panel, "alice@example.com")
-    page.goto(live_panel.url + "/schedules/new")
-    page.get_by_label("Name").fill("Month end")
-    page.get_by_label("Message").fill("hello")
+    open_new_schedule(page, live_panel, "Month end")
     preview = page.locator("#cron-preview")
     choose(page, "Repeat", "Every month", js)
     choose(page, "On", "The last …", js)
@@ -92,10 +89,7 @@ def test_a_schedule_built_with_the_keyboard_previews_and_saves_its_cron(
 def test_days_of_the_week_are_checked_with_the_keyboard(
     page: Any, live_panel: LiveServer, errors: PageErrors, js: bool
 ) -> None:
-    log_in(page, live_panel, "alice@example.com")
-    page.goto(live_panel.url + "/schedules/new")
-    page.get_by_label("Name").fill("Twice a week")
-    page.get_by_label("Message").fill("hello")
+    open_new_schedule(page, live_panel, "Twice a week")
     choose(page, "Repeat", "On chosen days of the week", js)
     page.get_by_label("Monday").wait_for()
     page.get_by_label("Thursday").focus()
@@ -108,4 +102,29 @@ def test_days_of_the_week_are_checked_with_the_keyboard(
     page.get_by_role("button", name="Save").click()
     page.get_by_text("Schedule “Twice a week” created.").wait_for()
     assert stored_cron(live_panel, "Twice a week") == "0 8 * * 1,4"
+    assert errors.messages == []
+
+
+def test_the_builder_opens_the_shape_of_a_typed_cron_or_phrase(
+    page: Any, live_panel: LiveServer, errors: PageErrors, js: bool
+) -> None:
+    open_new_schedule(page, live_panel, "Typed")
+    repeat = page.get_by_label("Repeat", exact=True)
+    page.get_by_label("Cron expression").fill("0 8 * * 1,4")
+    if not js:
+        page.get_by_role("button", name="Show cron").click()
+    page.get_by_label("Thursday").wait_for()
+    assert repeat.input_value() == "weekly"
+    assert page.get_by_label("Thursday").is_checked()
+    assert not page.get_by_label("Friday").is_checked()
+    page.get_by_label("Describe it").fill("the last day of the month at 23:00")
+    if not js:
+        page.get_by_role("button", name="Show cron").click()
+    page.locator("#cron[value='0 23 L * *']").wait_for()
+    page.get_by_label("On", exact=True).wait_for()
+    assert repeat.input_value() == "monthly"
+    assert page.get_by_label("On", exact=True).input_value() == "L"
+    page.get_by_role("button", name="Save").click()
+    page.get_by_text("Schedule “Typed” created.").wait_for()
+    assert stored_cron(live_panel, "Typed") == "0 23 L * *"
     assert errors.messages == []

@@ -279,8 +279,12 @@ def preview() -> Response:
         )
         if preview.get("cron"):
             form.cron = preview["cron"]
-        # The phrase being typed fills the cron field, out of band.
+        # The phrase being typed fills the cron field, and the builder (asked by the cron
+        # field and "Describe it") opens the cron's shape, out of band.
         oob = {"fill_cron": is_htmx() and bool(form.phrase.strip() and preview.get("cron"))}
+        if is_htmx() and request.args.get("builder") == "sync":
+            form.sync_builder()
+            oob |= {"sync_builder": True, **builder_choices()}
     return page_or_partial(
         "schedules/preview.html",
         "schedules/_preview.html",
