@@ -3,10 +3,12 @@ trip, Custom for anything else), and a message beside each bad field."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from webapp import cron
-from webapp.cron.builder import CUSTOM, BuilderError, Shape, read_builder, shape_of
+from webapp.cron.builder import CUSTOM, REPEATS, BuilderError, Shape, read_builder, shape_of
 
 
 def posted(repeat: str, **fields: str) -> dict[str, str]:
@@ -125,3 +127,19 @@ def test_custom_writes_no_cron() -> None:
     assert read_builder(posted("custom")) == CUSTOM
     with pytest.raises(ValueError):
         Shape().cron()
+
+
+def test_the_readmes_builder_table_is_what_the_builder_writes() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### The schedule builder")[1].split("\n- ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "`" in line]
+    crons = [row.split("`")[1] for row in rows]
+    assert len(crons) == 11
+    for expression in crons:
+        shape = shape_of(expression)
+        assert shape != CUSTOM and shape.cron() == expression
+        assert row_named(rows, expression).startswith(f"| {REPEATS[shape.repeat]} |")
+
+
+def row_named(rows: list[str], expression: str) -> str:
+    return next(row for row in rows if f"`{expression}`" in row)
