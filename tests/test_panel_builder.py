@@ -172,10 +172,13 @@ def test_the_builder_and_a_hand_edited_cron_that_disagree_are_refused(
     assert response.status_code == 422
     assert "the builder says 30 9 * * 1-5 but the cron expression is */5 * * * *" in text(response)
     assert stored() is None
-    # Custom leaves the cron to the cron field.
-    alice.post("/schedules/new", builder_post({"repeat": "custom"}, cron="*/5 * * * *"))
-    schedule = stored()
-    assert schedule is not None and schedule.cron == "*/5 * * * *"
+    # Custom leaves the cron to the cron field, even chosen just now (its fields not shown).
+    for shown in ("custom", "weekdays"):
+        post = builder_post({"repeat": "custom"}, cron="*/5 * * * *", repeat_shown=shown)
+        response = alice.post("/schedules/new", {**post, "name": shown}, htmx=False)
+        assert response.status_code == 303, text(response)
+        schedule = stored(shown)
+        assert schedule is not None and schedule.cron == "*/5 * * * *"
 
 
 def test_the_live_preview_follows_the_builder(app: Flask, world: World) -> None:

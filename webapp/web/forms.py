@@ -194,14 +194,15 @@ class ScheduleForm:
         self.cron = next(iter(says.values()))
         if described is not None and described != self.cron:
             self.phrase = ""  # it no longer says what the schedule does
-        fresh = self.new_shape() and button != "builder"
+        fresh = built is not None and self.new_shape() and not button
         self.sync_builder()
         if fresh:
             return {"repeat": "check this repeat's details below, then save (nothing is saved yet)"}
         return {}
 
     def new_shape(self) -> bool:
-        """Whether Repeat was set to a shape whose fields the form did not show."""
+        """Whether Repeat (or a monthly On) was set to a shape whose fields the form did not
+        show (Custom has none to show, but the others' go)."""
         return bool(self.builder) and cron.builder_shown(self.builder) != self.repeat_shown
 
     def built_cron(self) -> str | None:
