@@ -26,6 +26,7 @@ SHAPES: list[tuple[dict[str, object], str]] = [
     ({"repeat": "weekly", "days": ["1", "4"], "times": "8:00"}, "0 8 * * 1,4"),
     ({"repeat": "monthly", "on": "day", "day": "15", "times": "12:00"}, "0 12 15 * *"),
     ({"repeat": "monthly", "on": "L", "times": "23:00"}, "0 23 L * *"),
+    ({"repeat": "monthly", "on": "LW", "times": "18:00"}, "0 18 LW * *"),
     ({"repeat": "monthly", "on": "2", "weekday": "2", "times": "8:00"}, "0 8 * * 2#2"),
     ({"repeat": "monthly", "on": "last", "weekday": "5", "times": "17:00"}, "0 17 * * 5#L"),
     ({"repeat": "yearly", "month": "1", "day": "1", "times": "06:00"}, "0 6 1 1 *"),
@@ -101,7 +102,7 @@ def test_an_edit_opens_in_its_shape_or_custom_and_an_untouched_save_keeps_the_cr
     assert '<option value="custom" selected>' in page and 'name="repeat_times"' not in page
     # Saved untouched (the builder's fields as shown), each keeps its cron exactly.
     untouched: list[tuple[Schedule, dict[str, object]]] = [
-        (last_friday, {**SHAPES[8][0], "times": "17:30"}),
+        (last_friday, {**SHAPES[9][0], "times": "17:30"}),
         (custom, {"repeat": "custom"}),
     ]
     for schedule, shape in untouched:
