@@ -42,7 +42,9 @@ def take(page: Any, url: str, suffix: str) -> None:
     page.goto(url + "/schedules/new")
     page.get_by_label("Name").fill("Weekly digest")
     page.get_by_label("Message").fill("Here is your week")
-    page.get_by_label("Cron expression").fill("0 8 * * 1")
+    page.get_by_label("Repeat", exact=True).select_option("weekly")  # Monday, by default
+    page.get_by_label("At (times of day)").fill("8:00")
+    page.locator("#cron[value='0 8 * * 1']").wait_for()
     page.locator("#cron-preview").get_by_text("At 08:00").wait_for()
     page.screenshot(path=str(ROOT / f"docs/panel-new-schedule{suffix}.png"), full_page=True)
     page.goto(url + "/runs")

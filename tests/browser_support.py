@@ -56,6 +56,14 @@ def log_in(page: Any, server: LiveServer, email: str) -> None:
     page.wait_for_url(server.url + "/")
 
 
+def open_new_schedule(page: Any, server: LiveServer, name: str) -> None:
+    """Logged in as alice, the new schedule form with a name and the demo job's message."""
+    log_in(page, server, "alice@example.com")
+    page.goto(server.url + "/schedules/new")
+    page.get_by_label("Name").fill(name)
+    page.get_by_label("Message").fill("hello")
+
+
 def open_account_menu(page: Any) -> None:
     """Opens the header's account menu (the times toggle), as a click does."""
     page.locator("header details.account > summary").click()

@@ -98,6 +98,16 @@ def test_no_page_has_a_serious_or_critical_violation(
     page.get_by_role("button", name="Save").click()
     page.get_by_text("Please fix the fields marked below.").wait_for()
     found += describe("form with a preview and errors", severe_violations(page))
+    # The schedule builder: the days of the week with an error beside them, a monthly shape.
+    page.get_by_label("Repeat", exact=True).select_option("weekly")
+    page.get_by_label("Monday").uncheck()
+    page.get_by_role("button", name="Update cron").click()
+    page.locator("#repeat_days-error").wait_for()
+    found += describe("builder: days of the week, an error", severe_violations(page))
+    page.get_by_label("Repeat", exact=True).select_option("monthly")
+    page.get_by_label("On", exact=True).select_option("last")
+    page.get_by_label("Day of the week").wait_for()
+    found += describe("builder: the last Friday of the month", severe_violations(page))
     # The Calendars page's forms with their errors, and the year that the year links swap in.
     page.goto(demo.server.url + "/calendars")
     page.get_by_label("Country of the public holidays").fill("XX")

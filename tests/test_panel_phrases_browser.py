@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser_support import LiveServer, PageErrors, log_in
+from tests.browser_support import LiveServer, PageErrors, open_new_schedule
 from webapp.extensions import db
 from webapp.models import Schedule
 
@@ -26,10 +26,7 @@ def stored_cron(live_panel: LiveServer, name: str) -> str | None:
 def test_a_described_schedule_previews_its_cron_and_words_and_saves_the_cron(
     page: Any, live_panel: LiveServer, errors: PageErrors, js: bool
 ) -> None:
-    log_in(page, live_panel, "alice@example.com")
-    page.goto(live_panel.url + "/schedules/new")
-    page.get_by_label("Name").fill("Standup")
-    page.get_by_label("Message").fill("hello")
+    open_new_schedule(page, live_panel, "Standup")
     preview = page.locator("#cron-preview")
     described = page.get_by_label("Describe it")
     described.fill("every blue moon")
@@ -59,10 +56,7 @@ def test_a_described_schedule_previews_its_cron_and_words_and_saves_the_cron(
 def test_a_phrase_in_the_cron_field_previews_and_saves_as_cron(
     page: Any, live_panel: LiveServer, errors: PageErrors, js: bool
 ) -> None:
-    log_in(page, live_panel, "alice@example.com")
-    page.goto(live_panel.url + "/schedules/new")
-    page.get_by_label("Name").fill("Month end")
-    page.get_by_label("Message").fill("hello")
+    open_new_schedule(page, live_panel, "Month end")
     page.get_by_label("Cron expression").fill("the last Friday of the month at 17:30")
     preview = page.locator("#cron-preview")
     if js:

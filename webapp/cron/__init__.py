@@ -25,9 +25,19 @@ pick; ``fires`` holds CronSpec, its fire times and the DST rules; ``zones`` the 
 offsets; ``clock_changes`` and ``describe`` the words of the preview; ``words`` the phrasing
 they share; ``errors`` CronError; ``phrases`` (with ``phrase_plan``) plain-English input:
 ``parse_phrase("every weekday at 9:30")`` is ``"30 9 * * 1-5"``, ``cron_from_input`` reads a
-cron field's input as cron or as a phrase.
+cron field's input as cron or as a phrase; ``builder`` the schedule builder's shapes
+(``read_builder``, ``Shape.cron()``, ``shape_of``).
 """
 
+from .builder import FIELDS as BUILDER_FIELDS
+from .builder import (
+    BuilderError,
+    Shape,
+    builder_defaults,
+    builder_shown,
+    read_builder,
+    shape_of,
+)
 from .clock_changes import ClockChange, clock_changes, no_clock_changes
 from .describe import describe, step_notes
 from .errors import CronError
@@ -52,6 +62,7 @@ from .zones import (
 
 __all__ = [
     "ALIASES",
+    "BUILDER_FIELDS",
     "FIRST_DAY",
     "FIRST_YEAR",
     "LAST_DAY",
@@ -59,10 +70,14 @@ __all__ = [
     "MAX_EXPRESSION_LENGTH",
     "MAX_GAP_DAYS",
     "MAX_PHRASE_LENGTH",
+    "BuilderError",
     "ClockChange",
     "CronError",
     "CronSpec",
     "PhraseError",
+    "Shape",
+    "builder_defaults",
+    "builder_shown",
     "check_time_zone",
     "clock_changes",
     "cron_from_input",
@@ -75,6 +90,8 @@ __all__ = [
     "parse_local_time",
     "parse_phrase",
     "parse_typed_time",
+    "read_builder",
+    "shape_of",
     "step_notes",
     "validate",
     "wall_time_to_utc",

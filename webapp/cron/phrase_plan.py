@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .errors import CronError
-from .words import consecutive_runs
+from .words import clock_words, cron_list, not_one_cron, time_fields
 
 # Three phrases that work, shown with an error: in general, for times, repeats and days.
 GENERAL_EXAMPLES = (
@@ -63,7 +63,7 @@ class Plan:
         if self.repeat or self.minute is not None or self.window is not None:
             if self.times:
                 raise PhraseError(
-                    f"a repeat within the day and a time of day ({_clock_words(self.times[0])}) "
+                    f"a repeat within the day and a time of day ({clock_words(self.times[0])}) "
                     "do not go together",
                     REPEAT_EXAMPLES,
                 )
@@ -81,16 +81,10 @@ class Plan:
                 f"{self.per_day} times a day needs {self.per_day} times of day, got {len(times)}",
                 TIME_EXAMPLES,
             )
-        hours = sorted({hour for hour, _ in times})
-        minutes = sorted({minute for _, minute in times})
-        if len(hours) * len(minutes) != len(times):
-            listed = ", ".join(_clock_words(time) for time in times)
-            raise PhraseError(
-                f"{listed} cannot be one cron expression: it repeats the same minutes every "
-                "hour it names (make one schedule per minute)",
-                TIME_EXAMPLES,
-            )
-        return _numbers(minutes), _numbers(hours)
+        fields = time_fields(times)
+        if fields is None:
+            raise PhraseError(not_one_cron(times), TIME_EXAMPLES)
+        return fields
 
     def _hours(self, minutes: list[int], every: int) -> str:
         """The hour field of a repeat: every `every` hours, within the window if there is one.
@@ -118,13 +112,13 @@ class Plan:
         kept = hours[::every]
         if every > 1 and len(kept) > 1 and kept == list(range(kept[0], kept[-1] + 1, every)):
             return f"{kept[0]}-{kept[-1]}/{every}"
-        return _numbers(kept)
+        return cron_list(kept)
 
     def _day_fields(self) -> tuple[str, str, str]:
         every, unit = self.period or (1, "")
-        day = [_numbers(sorted(self.days))] if self.days else []
+        day = [cron_list(sorted(self.days))] if self.days else []
         day += self.last_days
-        month = _numbers(sorted(self.months)) if self.months else "*"
+        month = cron_list(sorted(self.months)) if self.months else "*"
         weekdays = set(self.weekdays)
         if unit == "day" and every > 1:
             day = [f"*/{every}"]
@@ -143,18 +137,6 @@ class Plan:
             weekdays = (weekdays or set(range(7))) - self.except_weekdays
             if not weekdays:
                 raise PhraseError("that leaves no day of the week", DAY_EXAMPLES)
-        weekday = [_numbers(sorted(weekdays))] if weekdays else []
+        weekday = [cron_list(sorted(weekdays))] if weekdays else []
         weekday += self.nth_weekdays
         return ",".join(day) or "*", month, ",".join(weekday) or "*"
-
-
-def _numbers(values: list[int]) -> str:
-    """Sorted values as a cron list, runs of three or more as ranges: "1-5", "0,6", "9,17"."""
-    parts = []
-    for run in consecutive_runs(values):
-        parts += [f"{run[0]}-{run[-1]}"] if len(run) >= 3 else [str(value) for value in run]
-    return ",".join(parts)
-
-
-def _clock_words(time: tuple[int, int]) -> str:
-    return f"{time[0]:02d}:{time[1]:02d}"

@@ -34,3 +34,36 @@ def consecutive_runs(values: list[int]) -> list[list[int]]:
         else:
             runs.append([value])
     return runs
+
+
+def cron_list(values: list[int]) -> str:
+    """Sorted values as a cron list, runs of three or more as ranges: "1-5", "0,6", "9,17"."""
+    parts = []
+    for run in consecutive_runs(values):
+        parts += [f"{run[0]}-{run[-1]}"] if len(run) >= 3 else [str(value) for value in run]
+    return ",".join(parts)
+
+
+def clock_words(time: tuple[int, int]) -> str:
+    """(9, 30) as "09:30"."""
+    return f"{time[0]:02d}:{time[1]:02d}"
+
+
+def time_fields(times: list[tuple[int, int]]) -> tuple[str, str] | None:
+    """The minute and hour fields of times of day (hour, minute), or None when cron cannot
+    write them: it fires at every listed minute of every listed hour, so 09:00 and 17:30 would
+    also fire at 09:30 and 17:00."""
+    hours = sorted({hour for hour, _ in times})
+    minutes = sorted({minute for _, minute in times})
+    if len(hours) * len(minutes) != len(set(times)):
+        return None
+    return cron_list(minutes), cron_list(hours)
+
+
+def not_one_cron(times: list[tuple[int, int]]) -> str:
+    """Why time_fields refused these times."""
+    listed = ", ".join(clock_words(time) for time in sorted(set(times)))
+    return (
+        f"{listed} cannot be one cron expression: it repeats the same minutes every hour it "
+        "names (make one schedule per minute)"
+    )

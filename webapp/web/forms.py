@@ -34,6 +34,17 @@ FIELD_LABELS = {
     "notify_webhook_url": "Notify webhook URL",
     "pause_after_failures": "Pause after N failed runs",
     "jitter_seconds": "Jitter (seconds)",
+    # The schedule builder's fields (webapp/cron/builder.py): they write the cron expression.
+    "repeat": "Repeat",
+    "repeat_minutes": "Every (minutes)",
+    "repeat_hours": "Every (hours)",
+    "repeat_minute": "At minute",
+    "repeat_days": "On these days",
+    "repeat_on": "On",
+    "repeat_day": "Day of the month",
+    "repeat_weekday": "Day of the week",
+    "repeat_month": "Month",
+    "repeat_times": "At (times of day)",
 }
 # Notify emails are typed one per line or separated by commas (or semicolons, as mail clients do).
 EMAIL_SEPARATORS = re.compile(r"[,;\n]")
@@ -81,6 +92,8 @@ class ScheduleForm:
     jitter_seconds: str = ""  # blank: the tenant's default
     phrase: str = ""  # "Describe it": plain English for the cron field
     cron_as_shown: str = ""  # the cron field as the form showed it, to tell a hand edit
+    builder: dict[str, str] = field(default_factory=dict)  # the builder's fields, as typed
+    repeat_shown: str = ""  # which builder fields the form showed (cron.builder_shown)
     args: dict[str, str] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
 
@@ -90,6 +103,7 @@ class ScheduleForm:
         job = jobs[0].name if jobs else ""
         form = cls(job=job, cron="0 * * * *", time_zone=tenant.time_zone)
         form.args = default_args(catalog, job)
+        form.sync_builder()
         return form
 
     @classmethod
@@ -100,7 +114,7 @@ class ScheduleForm:
                 args[key] = "on" if value else ""
             else:
                 args[key] = "" if value is None else str(value)
-        return cls(
+        form = cls(
             name=schedule.name,
             job=schedule.job,
             cron=schedule.cron,
@@ -114,6 +128,8 @@ class ScheduleForm:
             jitter_seconds=optional_text(schedule.jitter_seconds),
             args=args,
         )
+        form.sync_builder()  # opens in the builder's shape of its cron, or Custom
+        return form
 
     @classmethod
     def from_post(cls, data: MultiDict[str, str]) -> ScheduleForm:
@@ -131,6 +147,8 @@ class ScheduleForm:
             jitter_seconds=data.get("jitter_seconds", ""),
             phrase=data.get("phrase", ""),
             cron_as_shown=data.get("cron_as_shown", ""),
+            builder=builder_fields(data),
+            repeat_shown=data.get("repeat_shown", ""),
             args={
                 key.removeprefix("args."): value
                 for key, value in data.items()
@@ -138,29 +156,75 @@ class ScheduleForm:
             },
         )
 
-    def resolve_cron(self, phrase_wins: bool = False) -> dict[str, str]:
+    def resolve_cron(self, button: str = "") -> dict[str, str]:
         """Puts in `cron` the expression the form means, or returns the errors by field.
 
-        A "Describe it" phrase gives the cron unless the cron field was edited by hand to
-        something else (then the two disagree: an error, unless `phrase_wins`, as when "Show
-        cron" is pressed); without one, the cron field is read as cron or as a phrase.
+        The builder (Repeat), "Describe it" and the cron field were shown saying the same
+        schedule (`cron_as_shown`): the one changed since rules, and the others follow it. Two
+        changed to different schedules are refused, unless a button says which rules (`button`:
+        "phrase" for "Show cron", "builder" for "Update cron"). Repeat set to another shape
+        without its fields shown (no JavaScript) writes its cron with their defaults and shows
+        them, saving nothing (an error beside Repeat). Custom: the builder says nothing.
         """
-        phrase = self.phrase.strip()
-        try:
-            if not phrase:
-                self.cron = cron.cron_from_input(self.cron.strip())
-                return {}
-            described = cron.parse_phrase(phrase)
-        except cron.PhraseError as error:
-            return {"phrase" if phrase else "cron": str(error)}
+        shown = " ".join(self.cron_as_shown.split())
         typed = " ".join(self.cron.split())
-        if phrase_wins or typed in ("", described, " ".join(self.cron_as_shown.split())):
-            self.cron = described
-            return {}
-        return {
-            "phrase": f"it says {described} but the cron expression is {typed}: press “Show "
-            "cron” to use the description, or empty this box to keep the expression"
-        }
+        says: dict[str, str] = {}
+        try:
+            built = self.built_cron()
+            phrase = self.phrase.strip()
+            described = cron.parse_phrase(phrase) if phrase else None
+        except cron.BuilderError as error:
+            return error.errors
+        except cron.PhraseError as error:
+            return {"phrase": str(error)}
+        if built is not None and (self.new_shape() or button == "builder" or built != shown):
+            says["builder"] = built
+        if described is not None and (button == "phrase" or described != shown):
+            says["phrase"] = described
+        if button not in says and (typed != shown or not says):
+            try:
+                says["cron"] = cron.cron_from_input(typed)
+            except cron.PhraseError as error:
+                return {"cron": str(error)}
+        if button in says:
+            says = {button: says[button]}
+        problems = disagreements(says, typed)
+        if problems:
+            return problems
+        self.cron = next(iter(says.values()))
+        if described is not None and described != self.cron:
+            self.phrase = ""  # it no longer says what the schedule does
+        fresh = built is not None and self.new_shape() and not button
+        self.sync_builder()
+        if fresh:
+            return {"repeat": "check this repeat's details below, then save (nothing is saved yet)"}
+        return {}
+
+    def new_shape(self) -> bool:
+        """Whether Repeat (or a monthly On) was set to a shape whose fields the form did not
+        show (Custom has none to show, but the others' go)."""
+        return bool(self.builder) and cron.builder_shown(self.builder) != self.repeat_shown
+
+    def built_cron(self) -> str | None:
+        """The builder's cron expression, None for Custom (or no builder); BuilderError. A
+        shape whose fields were not shown reads their defaults."""
+        if self.builder.get("repeat", "custom") == "custom":
+            return None
+        fields = cron.builder_defaults(self.builder) if self.new_shape() else self.builder
+        return cron.read_builder(fields).cron()
+
+    def builder_fields(self) -> dict[str, str]:
+        """The builder's fields as the form shows them (defaults for those it has not)."""
+        return cron.builder_defaults(self.builder)
+
+    def builder_shown(self) -> str:
+        """Which builder fields the form shows now (posted back as `repeat_shown`)."""
+        return cron.builder_shown(self.builder_fields())
+
+    def sync_builder(self) -> None:
+        """The builder opens the shape of the cron expression (Custom when it has none)."""
+        self.builder = cron.shape_of(self.cron).fields()
+        self.repeat_shown = cron.builder_shown(self.builder)
 
     def general_errors(self) -> list[str]:
         return [self.errors[name] for name in GENERAL_ERRORS if name in self.errors]
@@ -184,6 +248,38 @@ class ScheduleForm:
             else None,
             "jitter_seconds": optional_number(self.jitter_seconds),
         }
+
+
+def builder_fields(data: MultiDict[str, str]) -> dict[str, str]:
+    """The builder's fields as posted; the days of the week, checkboxes, joined by commas (none
+    checked is blank when the form showed them, else left out)."""
+    fields = {name: data[name] for name in cron.BUILDER_FIELDS if name in data}
+    days = data.getlist("repeat_days")
+    if days or data.get("repeat_shown") == "weekly":
+        fields["repeat_days"] = ",".join(days)
+    return fields
+
+
+def disagreements(says: dict[str, str], typed: str) -> dict[str, str]:
+    """The errors of the builder, a phrase and the cron field changed to different schedules."""
+    builder, phrase, typed_cron = says.get("builder"), says.get("phrase"), says.get("cron")
+    errors = {}
+    if builder and typed_cron and builder != typed_cron:
+        errors["repeat"] = (
+            f"the builder says {builder} but the cron expression is {typed}: press “Update "
+            "cron” to use the builder, or choose Custom to keep the expression"
+        )
+    if phrase and typed_cron and phrase != typed_cron:
+        errors["phrase"] = (
+            f"it says {phrase} but the cron expression is {typed}: press “Show cron” to use "
+            "the description, or empty this box to keep the expression"
+        )
+    elif phrase and builder and phrase != builder:
+        errors["phrase"] = (
+            f"it says {phrase} but the builder says {builder}: press “Show cron” to use the "
+            "description, or empty this box to keep the builder's"
+        )
+    return errors
 
 
 def optional_text(value: int | None) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import timedelta
 from typing import Any
 
 from flask import Blueprint, abort, request, url_for
@@ -13,7 +13,6 @@ from werkzeug.wrappers import Response
 
 from webapp import cron
 from webapp.catalog.current import current_catalog
-from webapp.config import settings
 from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import Schedule
@@ -42,11 +41,8 @@ from webapp.services.schedules import (
     local_label,
     name_warning,
     pause_schedule,
-    preview_cron,
     resume_schedule,
     run_now,
-    schedule_warnings,
-    tenant_limits,
     update_schedule,
 )
 from webapp.services.upcoming import upcoming_fires
@@ -55,18 +51,18 @@ from webapp.web.auth import is_own_path
 from webapp.web.charts import days_figures
 from webapp.web.common import actor, done, htmx_redirect, page_or_partial
 from webapp.web.formatting import id_url, is_htmx
-from webapp.web.forms import (
-    FIELD_LABELS,
-    MISFIRE_CHOICES,
-    OVERLAP_CHOICES,
-    ScheduleForm,
-    default_args,
-    job_spec,
-    optional_number,
-)
+from webapp.web.forms import FIELD_LABELS, ScheduleForm, builder_fields, default_args
 from webapp.web.params import bad_request, choice_arg, date_arg, id_arg
 from webapp.web.runs import waiting
-from webapp.web.time_zones import time_zone_names
+from webapp.web.schedule_form import (
+    builder_choices,
+    builder_preview,
+    cron_preview,
+    form_context,
+    form_ready,
+    save_failed,
+    saved,
+)
 
 bp = Blueprint("schedules", __name__)
 bp.before_request(login_required(lambda: None))
@@ -180,106 +176,6 @@ def row_context(schedule: Schedule) -> dict[str, Any]:
     }
 
 
-def form_context(form: ScheduleForm, schedule: Schedule | None) -> dict[str, Any]:
-    catalog = current_catalog()
-    spec = job_spec(catalog, form.job)
-    return {
-        "form": form,
-        "schedule": schedule,
-        "jobs": catalog.jobs(scope="tenant"),
-        "params": spec.form_fields(settings().job_settings()) if spec else [],
-        "misfire_choices": MISFIRE_CHOICES,
-        "overlap_choices": OVERLAP_CHOICES,
-        "time_zones": time_zone_names(),
-        "tenant_jitter": tenancy.current_tenant().jitter_seconds,
-        "preview": cron_preview(
-            form.cron, form.time_zone, jitter=form.jitter_seconds, in_form=True, phrase=form.phrase
-        ),
-        "warnings": schedule_warnings(
-            tenancy.current_tenant(), form.name, form.time_zone, schedule.key if schedule else None
-        ),
-    }
-
-
-def cron_preview(
-    expression: str,
-    time_zone: str,
-    count: int = 5,
-    start: date | None = None,
-    jitter: str | int | None = None,
-    in_form: bool = False,
-    phrase: str = "",
-) -> dict[str, Any]:
-    """The preview's context; `jitter` as typed in the form (blank: the tenant's default);
-    `in_form`: with the refusal a save would meet for firing more often than the tenant allows;
-    a `phrase` ("Describe it"), or a cron field that holds one, previews its cron (`cron`)."""
-    typed = phrase.strip() or expression.strip()
-    if not typed:
-        return {"empty": True}
-    try:
-        expression = cron.parse_phrase(typed) if phrase.strip() else cron.cron_from_input(typed)
-    except cron.PhraseError as error:
-        return {"errors": {"phrase" if phrase.strip() else "cron": str(error)}}
-    from_phrase = expression if expression != typed else None
-    asked = optional_number(jitter) if isinstance(jitter, str) else jitter
-    if isinstance(asked, str):
-        return {
-            "errors": {
-                "jitter_seconds": f"{FIELD_LABELS['jitter_seconds']}: must be a whole number"
-            }
-        }
-    tenant = tenancy.current_tenant()
-    try:
-        result = preview_cron(
-            expression,
-            time_zone,
-            utcnow(),
-            count,
-            start,
-            jitter=asked,
-            tenant_jitter=tenant.jitter_seconds,
-            min_interval=tenant_limits(tenant).min_interval if in_form else None,
-        )
-    except ScheduleError as error:
-        return {"errors": error.errors, "cron": from_phrase}
-    return {"result": result, "cron": from_phrase}
-
-
-def saved(schedule: Schedule, verb: str) -> Response:
-    """To the schedule's page, with its key and what its author may not have meant."""
-    warnings = schedule_warnings(
-        tenancy.current_tenant(), schedule.name, schedule.time_zone, schedule.key
-    )
-    message = f"Schedule “{schedule.name}” {verb}."
-    if "name" in warnings:
-        message += f" Its key is {schedule.key}: {warnings['name']}."
-    if "time_zone" in warnings:
-        message += f" Note: {warnings['time_zone']}."
-    return htmx_redirect(message, url_for("schedules.detail", schedule_id=schedule.id))
-
-
-def save_failed(form: ScheduleForm, schedule: Schedule | None, error: ScheduleError) -> Response:
-    form.errors = error.errors
-    return page_or_partial(
-        "schedules/form.html", "schedules/_form.html", 422, **form_context(form, schedule)
-    )
-
-
-def form_ready(form: ScheduleForm, schedule: Schedule | None) -> Response | None:
-    """Before a save: the cron the form means (a phrase's), or ScheduleError. "Show cron" (the
-    round trip without JavaScript) answers the form again, with the phrase's cron and its
-    preview, and saves nothing."""
-    show_cron = "show_cron" in request.form
-    errors = form.resolve_cron(phrase_wins=show_cron)
-    if errors:
-        raise ScheduleError(errors)
-    if not show_cron:
-        return None
-    return page_or_partial(
-        "schedules/form.html", "schedules/_form.html", **form_context(form, schedule)
-    )
-
-
 @bp.route("/schedules/new", methods=["GET", "POST"])
 def new() -> Response:
     """The form for a new schedule; saving goes through the service layer."""
@@ -349,11 +245,14 @@ def name_check() -> Response:
 
 @bp.get("/schedules/form/preview")
 def preview() -> Response:
-    """The description and next fire times of the cron expression (or phrase) being typed."""
+    """The description and next fire times of the cron expression (or phrase) being typed, or
+    of the builder's fields (when they are sent: Repeat and the others)."""
     form = ScheduleForm(
         cron=request.args.get("cron", ""),
         time_zone=request.args.get("time_zone", "").strip(),
         phrase=request.args.get("phrase", ""),
+        builder=builder_fields(request.args),
+        repeat_shown=request.args.get("repeat_shown", ""),
     )
     try:
         start = date_arg("preview_from")  # "Preview from": the start of that local day
@@ -366,24 +265,33 @@ def preview() -> Response:
             preview={"errors": {"preview_from": error.description}},
             form=form,
         )
-    preview = cron_preview(
-        form.cron,
-        form.time_zone,
-        start=start,
-        jitter=request.args.get("jitter_seconds", ""),
-        in_form=True,
-        phrase=form.phrase,
-    )
-    if preview.get("cron"):
-        form.cron = preview["cron"]
+    jitter = request.args.get("jitter_seconds", "")
+    if form.builder:
+        preview = builder_preview(form, start, jitter)
+        built = is_htmx() and bool(preview.get("cron"))
+        # The builder fills the cron field and empties "Describe it" (out of band), and shows
+        # the fields of a Repeat just chosen.
+        oob = {"fill_cron": built, "clear_phrase": built, **builder_choices()}
+        oob["show_builder"] = is_htmx() and form.new_shape()
+    else:
+        preview = cron_preview(
+            form.cron, form.time_zone, start=start, jitter=jitter, in_form=True, phrase=form.phrase
+        )
+        if preview.get("cron"):
+            form.cron = preview["cron"]
+        # The phrase being typed fills the cron field, and the builder (asked by the cron
+        # field and "Describe it") opens the cron's shape, out of band.
+        oob = {"fill_cron": is_htmx() and bool(form.phrase.strip() and preview.get("cron"))}
+        if is_htmx() and request.args.get("builder") == "sync":
+            form.sync_builder()
+            oob |= {"sync_builder": True, **builder_choices()}
     return page_or_partial(
         "schedules/preview.html",
         "schedules/_preview.html",
         preview=preview,
         form=form,
         start=start,
-        # The phrase being typed fills the cron field, out of band.
-        fill_cron=is_htmx() and bool(form.phrase.strip() and preview.get("cron")),
+        **oob,
     )
 
 
