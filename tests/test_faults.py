@@ -298,6 +298,7 @@ def test_kill_9_behind_a_long_job_spends_no_attempt_of_the_runs_it_never_started
     assert [(run.status, run.attempt, run.worker_id) for run in ended] == [
         ("succeeded", 1, second_id)
     ] * 11, workers.logs()
+    assert "action=start_marks_taken_back" in workers.logs()
     second.send_signal(signal.SIGTERM)
     assert second.wait(30) == 0
 

@@ -331,6 +331,11 @@ class WorkerProcess:
             self.max_running,
             stale,
         )
+        if stale:  # committed: no log line inside a transaction
+            log.info(
+                "start_marks_taken_back",
+                extra={"action": "start_marks_taken_back", "run_ids": stale},
+            )
         new = self.pool.submit(lease.runs, leased_at + self.lock_ttl.total_seconds(), leased_at)
         self.pool.start_marked(chosen + new[:room], lease.started)
         return bool(lease.runs)
