@@ -125,6 +125,9 @@ class JobPool(ABC):
         self.run_waiting = threading.Condition(self.lock)
         self.held: dict[int, Held] = {}
         self.waiting: deque[Held] = deque()
+        # Start marks in the order they were written (marked_at, run): stale_marks reads the
+        # oldest first, without scanning the waiting runs every round.
+        self.marks: deque[tuple[float, Held]] = deque()
         self.outcomes: list[FinishedRun] = []  # finished, not yet stored (still in `held`)
         self.first_outcome_at = 0.0
         self.slots: list[Slot] = []
@@ -265,6 +268,7 @@ class JobPool(ABC):
                 if held.run.id in marked:
                     held.start_marked = True
                     held.marked_at = now
+                    self.marks.append((now, held))
                 else:
                     self.lose(held)
             self.run_waiting.notify(len(marked))
@@ -274,21 +278,31 @@ class JobPool(ABC):
         (time.monotonic()), their marks taken back: no slot starts them until they are marked
         again. Behind a job longer than the batch foresaw, they might wait for its end; the
         worker clears their marks in the database too (leases.py, step 4)."""
+        stale = []
         with self.lock:
-            stale = [
-                held
-                for held in self.waiting
-                if held.start_marked and now - held.marked_at >= LONG_JOB_SECONDS
-            ]
-            for held in stale:
-                held.start_marked = False
+            while self.marks and now - self.marks[0][0] >= LONG_JOB_SECONDS:
+                marked_at, held = self.marks.popleft()
+                if self.still_marked(marked_at, held):
+                    held.start_marked = False
+                    stale.append(held)
         return stale
 
     def stale_marks_deadline(self) -> float | None:
-        """When the first mark of a waiting run goes stale (time.monotonic()), if any."""
+        """When the oldest mark of a waiting run goes stale (time.monotonic()), if any."""
         with self.lock:
-            marked = [held.marked_at for held in self.waiting if held.start_marked]
-        return min(marked) + LONG_JOB_SECONDS if marked else None
+            while self.marks and not self.still_marked(*self.marks[0]):
+                self.marks.popleft()  # started, lost or marked again since: not stale
+            return self.marks[0][0] + LONG_JOB_SECONDS if self.marks else None
+
+    def still_marked(self, marked_at: float, held: Held) -> bool:
+        """Called with the lock held: the run still waits for a slot with the mark written at
+        `marked_at` (not started, not lost or released, not marked again)."""
+        return (
+            held.start_marked
+            and held.marked_at == marked_at
+            and held.started_at is None
+            and self.held.get(held.run.id) is held
+        )
 
     def held_ids(self) -> list[int]:
         """Every run this worker holds a lease on at this instant: waiting, running, or finished
@@ -404,6 +418,8 @@ class JobPool(ABC):
         with self.run_waiting:
             for held in taken:
                 self.held[held.run.id] = held
+                if held.start_marked:  # its mark's entry may be gone meanwhile: one more
+                    self.marks.append((held.marked_at, held))
             self.waiting.extendleft(reversed(taken))
             self.run_waiting.notify(len(taken))
 
