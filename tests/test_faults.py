@@ -13,7 +13,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from flask import Flask
-from sqlalchemy import func, or_, select
+from sqlalchemy import case, func, or_, select, update
 from sqlalchemy.engine import make_url
 
 from tests.conftest import World, make_run
@@ -171,9 +171,12 @@ def test_kill_9_during_ticks_leaves_every_fire_recorded_exactly_once(
     assert total >= 100 * 15
     # Every run ended. A run of a killed worker fails as "worker lost" (demo.echo has one
     # attempt), and so may one of a live worker whose tick outlasted the TTL (see
-    # test_a_tick_longer_than_the_lock_ttl_does_not_let_its_workers_leases_expire).
+    # test_a_tick_longer_than_the_lock_ttl_does_not_let_its_workers_leases_expire). Runs of
+    # the minutes after `started` may still be queued: SIGTERM hands back what was not started.
     outcomes = db.session.execute(
-        select(Run.status, Run.error).where(Run.status != "succeeded").distinct()
+        select(Run.status, Run.error)
+        .where(Run.status != "succeeded", Run.scheduled_for <= started)
+        .distinct()
     ).all()
     assert set(outcomes) <= {("failed", LOST_ERROR)}, outcomes
 
@@ -253,6 +256,59 @@ def test_kill_9_during_runs_hands_them_to_another_worker_as_their_next_attempt(
     assert db.session.scalar(select(func.count()).select_from(Run)) == 6
     logs = workers.logs()
     assert all(f"action=run_lease_expired run_id={run} " in logs for run in long_runs), logs
+    second.send_signal(signal.SIGTERM)
+    assert second.wait(30) == 0
+
+
+def test_kill_9_behind_a_long_job_spends_no_attempt_of_the_runs_it_never_started(
+    app: Flask, world: World, workers: Workers
+) -> None:
+    """Worker A has one thread and has seen only short jobs (20 echoes): a 12 s sleep and 11
+    echoes become available at once; A leases the sleep with a batch of echoes and marks the
+    batch started; the sleep runs, the echoes wait behind it. A is killed 2.5 s into the
+    sleep, having run none of them (before its renewal gives back runs that waited too long,
+    TTL / 3 = 5 s). The echoes lost their marks meanwhile, so B's reaper queues them again with
+    no attempt spent and B runs them as attempt 1 (one attempt each: a spent one would fail
+    them as "worker lost"). The sleep, started, fails as "worker lost", as before."""
+    warm_up = [make_run(world.alpha, minutes_ago=1, max_attempts=1).id for _ in range(20)]
+    later = datetime(2100, 1, 1, tzinfo=UTC)  # not available until the update below
+    (long_run,) = add_sleeps(world.alpha, 12, 1, max_attempts=1)
+    echoes = [make_run(world.alpha, scheduled_for=later, max_attempts=1).id for _ in range(11)]
+    db.session.execute(update(Run).where(Run.id == long_run).values(available_at=later))
+    db.session.commit()
+    settings = {"SCHEDULER_LOCK_TTL": "15"}
+    first = workers.start("--concurrency", "1", **settings)
+    wait_for(lambda: all(get_run(run).status == "succeeded" for run in warm_up), 60, "the warm-up")
+    first_id = db.session.scalar(select(Worker.id))
+    now = datetime.now(UTC)
+    db.session.execute(  # the sleep first: one commit, one lease
+        update(Run)
+        .where(Run.id.in_([long_run, *echoes]))
+        .values(available_at=case((Run.id == long_run, now - MINUTE), else_=now))
+    )
+    db.session.commit()
+    wait_for(lambda: get_run(long_run).started_at is not None, 30, "A to start the sleep")
+    time.sleep(2.5)
+    db.session.rollback()
+    held = [(run.id, run.status, run.worker_id) for run in map(get_run, echoes)]
+    # A ran none of them, and holds those it leased with the sleep (a batch: short jobs so far).
+    assert all(status in ("queued", "running") for _id, status, _worker in held), held
+    assert any(worker == first_id for _id, _status, worker in held), held
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    second = workers.start("--concurrency", "4", **settings)
+    wait_for(
+        lambda: all(get_run(run).status in ("succeeded", "failed") for run in [long_run, *echoes]),
+        90,
+        "every run to end",
+    )
+    second_id = db.session.scalar(select(Worker.id).where(Worker.id != first_id))
+    assert (get_run(long_run).status, get_run(long_run).error) == ("failed", LOST_ERROR)
+    ended = [get_run(run) for run in echoes]
+    assert [(run.status, run.attempt, run.worker_id) for run in ended] == [
+        ("succeeded", 1, second_id)
+    ] * 11, workers.logs()
+    assert "action=start_marks_taken_back" in workers.logs()
     second.send_signal(signal.SIGTERM)
     assert second.wait(30) == 0
 

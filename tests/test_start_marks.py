@@ -5,6 +5,7 @@ spending an attempt. Step by step with an explicit now, on both databases."""
 from __future__ import annotations
 
 import logging
+import time
 from datetime import UTC, datetime, timedelta
 from threading import Event
 
@@ -23,7 +24,7 @@ from webapp.scheduler.leases import (
     renew_leases,
     start_runs,
 )
-from webapp.scheduler.pool import Slot, ThreadJobPool
+from webapp.scheduler.pool import LONG_JOB_SECONDS, Slot, ThreadJobPool
 from webapp.scheduler.runs import LOST_ERROR, NOT_STARTED_ERROR, REQUEUE_ERROR
 from webapp.scheduler.worker import WorkerProcess
 
@@ -242,3 +243,39 @@ def test_a_worker_round_leases_and_marks_what_its_free_slots_take_in_one_transac
         ("queued", False),
     ]
     assert [held.start_marked for held in pool.waiting] == [True, True]
+
+
+def test_runs_marked_behind_a_job_that_runs_long_lose_their_marks_and_spend_no_attempt(
+    app: Flask, world: World
+) -> None:
+    """One slot, short jobs so far: the lease marks a batch of three (PREFETCH_SECONDS of work),
+    and the slot's first job runs long. Once the two behind it have waited LONG_JOB_SECONDS, the
+    next round takes their marks back; the worker is lost: the reaper queues them again without
+    spending their one attempt, and fails the started one as "worker lost"."""
+    now = datetime.now(UTC)
+    runs = [
+        make_run(world.alpha, scheduled_for=now - timedelta(seconds=3 - n), max_attempts=1)
+        for n in range(3)
+    ]
+    worker = WorkerProcess(app, concurrency=1)
+    worker.register()
+    worker.pool = pool = ThreadJobPool(app, current_catalog(), {}, 1, Event())
+    pool.slots.append(slot := Slot())  # a slot without a thread: the test starts its run
+    pool.average_duration = 0.001  # a millisecond a job so far: the free slot takes a batch
+    assert worker.lease()
+    assert all(get_run(run.id).started_at is not None for run in runs)
+    started = pool.start_next(slot, time.monotonic())
+    assert started is not None and started.run.id == runs[0].id
+    assert worker.lease() is False  # marked under a second ago: nothing is taken back yet
+    assert [held.start_marked for held in pool.waiting] == [True, True]
+    time.sleep(LONG_JOB_SECONDS)
+    worker.lease()
+    assert [get_run(run.id).started_at is None for run in runs] == [False, True, True]
+    assert [held.start_marked for held in pool.waiting] == [False, False]
+    assert pool.to_start(time.monotonic()) == ([], 0)  # the slot is busy: not marked again
+    reap_once(db.session(), datetime.now(UTC) + worker.lock_ttl + SECOND)
+    assert [(r.status, r.attempt, r.error) for r in map(get_run, [run.id for run in runs])] == [
+        ("failed", 1, LOST_ERROR),
+        ("queued", 0, NOT_STARTED_ERROR),
+        ("queued", 0, NOT_STARTED_ERROR),
+    ]

@@ -10,6 +10,11 @@ without spending an attempt if its worker is lost (the reaper tells them apart b
    marks the first `start_new` runs it leases, runs.mark_started the waiting ones. Both are
    fenced (this worker's lease, not passed): a run not marked is no longer this worker's.
 3. The pool starts the marked runs and drops the others, never started (pool.start_marked).
+4. A marked run still waiting for a slot LONG_JOB_SECONDS later (behind a job that ran longer
+   than the batch foresaw) loses its mark: the pool first, so that no slot starts it
+   (pool.stale_marks), then the database, in the next lease's transaction (runs.unmark_started).
+   A mark can so be wrong (a run marked, never started, its attempt spent if the worker is lost)
+   only from the lease to that transaction: about LONG_JOB_SECONDS and a round.
 A Celery worker's take-over writes the mark itself (runs.take_over).
 """
 
@@ -99,13 +104,15 @@ def lease_with_starts(
     waiting: list[int],
     start_new: int,
     max_running: int | None = None,
+    unmark: list[int] | None = None,
 ) -> Lease:
     """A worker's lease and the start marks of the runs its free slots take next, in one
     transaction (one commit for both): `waiting`, runs it leased before, and the first
     `start_new` (by id) of the up to `limit` runs leased now (marked by the lease statement
     itself). Only runs marked may start (runs.mark_started). Fair and capped as
-    lease_once."""
+    lease_once. `unmark`: runs whose marks the pool took back (step 4 above)."""
     with write_transaction(session):
+        runs.unmark_started(session, worker_id, unmark or [])
         rows = (
             runs.lease_runs(
                 session, worker_id, now, lock_ttl, limit, max_running, start_new=start_new

@@ -14,7 +14,7 @@ renew, starts nothing it may no longer own. Such a run waits for the next renewa
 extends it (nobody took it: it may start) or finds it lost (it is dropped, never started).
 
 Start marks: a slot starts only a run whose start is written; the protocol (to_start, the
-lease's transaction, start_marked) is told once, in leases.py.
+lease's transaction, start_marked, stale_marks) is told once, in leases.py.
 
 Two kinds of slots:
 - ThreadJobPool (the default): long-lived threads in the worker. A job past its timeout is
@@ -64,7 +64,8 @@ MAX_LEASE_BATCH = 400
 # Leased-but-waiting work a worker may hold, in expected seconds per slot: enough to batch
 # short jobs, too little to hoard long ones.
 PREFETCH_SECONDS = 0.05
-# A job that has run this long (seconds) is a long one: its slot takes no backlog. Far above
+# A job that has run this long (seconds) is a long one: its slot takes no backlog, and a run
+# marked started that has waited this long for a slot loses its mark (stale_marks). Far above
 # PREFETCH_SECONDS, since a short job's thread may wait tens of ms for the GIL under load.
 LONG_JOB_SECONDS = 1.0
 FLUSH_DELAY = 0.02  # seconds an outcome may wait for others before it is stored
@@ -79,6 +80,7 @@ class Held:
     lease_deadline: float  # time.monotonic(): its lease may have passed after this
     leased_at: float  # time.monotonic()
     start_marked: bool = False  # its start is written: a slot may start it
+    marked_at: float = 0.0  # time.monotonic() when start_marked was set
     started_at: datetime | None = None  # None while it waits for a slot
     started: float = 0.0  # time.monotonic() when a slot started it
     timeout: float = 0.0
@@ -123,6 +125,9 @@ class JobPool(ABC):
         self.run_waiting = threading.Condition(self.lock)
         self.held: dict[int, Held] = {}
         self.waiting: deque[Held] = deque()
+        # Start marks in the order they were written (marked_at, run): stale_marks reads the
+        # oldest first, without scanning the waiting runs every round.
+        self.marks: deque[tuple[float, Held]] = deque()
         self.outcomes: list[FinishedRun] = []  # finished, not yet stored (still in `held`)
         self.first_outcome_at = 0.0
         self.slots: list[Slot] = []
@@ -235,7 +240,8 @@ class JobPool(ABC):
         room for how many more (runs leased with them): what the free slots take next, one
         each, or while jobs are short PREFETCH_SECONDS of work each (one statement marks a
         batch). A busy slot gets none: a run marked and never started would spend an attempt
-        if this worker were lost."""
+        if this worker were lost (and one marked behind a job that turns out long loses its
+        mark: stale_marks)."""
         with self.lock:
             free = len(self.slots) - self.running()
             average = self.average_duration
@@ -254,15 +260,49 @@ class JobPool(ABC):
     def start_marked(self, chosen: list[Held], marked: set[int]) -> None:
         """After the start statement: the runs it marked may start; the others of `chosen`
         are no longer ours (their lease had passed or was taken back) and never start."""
+        now = time.monotonic()
         with self.run_waiting:
             for held in chosen:
                 if self.held.get(held.run.id) is not held:  # released or lost meanwhile
                     continue
                 if held.run.id in marked:
                     held.start_marked = True
+                    held.marked_at = now
+                    self.marks.append((now, held))
                 else:
                     self.lose(held)
             self.run_waiting.notify(len(marked))
+
+    def stale_marks(self, now: float) -> list[Held]:
+        """The waiting runs marked started LONG_JOB_SECONDS or more before `now`
+        (time.monotonic()), their marks taken back: no slot starts them until they are marked
+        again. Behind a job longer than the batch foresaw, they might wait for its end; the
+        worker clears their marks in the database too (leases.py, step 4)."""
+        stale = []
+        with self.lock:
+            while self.marks and now - self.marks[0][0] >= LONG_JOB_SECONDS:
+                marked_at, held = self.marks.popleft()
+                if self.still_marked(marked_at, held):
+                    held.start_marked = False
+                    stale.append(held)
+        return stale
+
+    def stale_marks_deadline(self) -> float | None:
+        """When the oldest mark of a waiting run goes stale (time.monotonic()), if any."""
+        with self.lock:
+            while self.marks and not self.still_marked(*self.marks[0]):
+                self.marks.popleft()  # started, lost or marked again since: not stale
+            return self.marks[0][0] + LONG_JOB_SECONDS if self.marks else None
+
+    def still_marked(self, marked_at: float, held: Held) -> bool:
+        """Called with the lock held: the run still waits for a slot with the mark written at
+        `marked_at` (not started, not lost or released, not marked again)."""
+        return (
+            held.start_marked
+            and held.marked_at == marked_at
+            and held.started_at is None
+            and self.held.get(held.run.id) is held
+        )
 
     def held_ids(self) -> list[int]:
         """Every run this worker holds a lease on at this instant: waiting, running, or finished
@@ -378,6 +418,8 @@ class JobPool(ABC):
         with self.run_waiting:
             for held in taken:
                 self.held[held.run.id] = held
+                if held.start_marked:  # its mark's entry may be gone meanwhile: one more
+                    self.marks.append((held.marked_at, held))
             self.waiting.extendleft(reversed(taken))
             self.run_waiting.notify(len(taken))
 

@@ -3,8 +3,8 @@
     (insert) -> queued | skipped | failed       fire (tick), Run now, backfill
     queued   -> running                         lease_runs (a worker's lease), start mark after
     queued   -> cancelled                       cancel_queued_run
-    running  -> running                         mark_started, extend_leases, request_stop,
-                                                take_over (a Celery worker takes the lease)
+    running  -> running                         mark_started, unmark_started (a slot never
+                                                took it), extend_leases, request_stop, take_over
     running  -> queued                          release_leases, release_run (attempt not spent),
                                                 reap_expired (lease passed), record_outcomes (retry)
     running  -> succeeded | failed | cancelled  record_outcomes, reap_expired
@@ -251,28 +251,27 @@ def lease_runs(
     return connection.execute(LEASE_POSTGRESQL, parameters).all()
 
 
-def start_statement(postgresql: bool) -> Any:
+def start_statement(postgresql: bool, mark: bool) -> Any:
     """The start mark, built once per dialect: `started_at` on the runs a worker's slots are
     about to start, each only while this worker holds its lease and the lease has not passed.
     Written before any job starts, so that a reaper can tell a run that never started (queued
     again, no attempt spent) from one that did; the runs it does not return are not this
-    worker's any more and must not start."""
+    worker's any more and must not start. Not `mark`: the mark taken back (unmark_started)."""
     now: Any = now_or_database_clock() if postgresql else bindparam("now", type_=UTCDateTime)
-    return (
-        update(Run)
-        .where(
-            among_ids(Run.id, postgresql),
-            Run.worker_id == bindparam("owner", type_=Integer),
-            Run.status == "running",
-            Run.locked_until > now,
-        )
-        .values(started_at=now)
-        .returning(Run.id)
-        .execution_options(synchronize_session=False)
+    owner = Run.worker_id == bindparam("owner", type_=Integer)
+    statement = update(Run).where(among_ids(Run.id, postgresql), owner, Run.status == "running")
+    if mark:
+        statement = statement.where(Run.locked_until > now).returning(Run.id)
+    return statement.values(started_at=now if mark else None).execution_options(
+        synchronize_session=False
     )
 
 
-START = {postgresql: start_statement(postgresql) for postgresql in (True, False)}
+START = {
+    (postgresql, mark): start_statement(postgresql, mark)
+    for postgresql in (True, False)
+    for mark in (True, False)
+}
 
 
 def mark_started(
@@ -287,7 +286,15 @@ def mark_started(
         return set()
     postgresql = is_postgresql(session)
     parameters = {"ids": ids, "owner": worker_id, "now": now or (None if postgresql else utcnow())}
-    return set(session.connection().execute(START[postgresql], parameters).scalars())
+    return set(session.connection().execute(START[postgresql, True], parameters).scalars())
+
+
+def unmark_started(session: Session, worker_id: int, run_ids: list[int]) -> None:
+    """Takes back the start marks of these runs of this worker, whose slots have not started
+    them (pool.JobPool.stale_marks): a reaper sees them as never started."""
+    if run_ids:
+        statement = START[is_postgresql(session), False]
+        session.connection().execute(statement, {"ids": run_ids, "owner": worker_id})
 
 
 def take_over(

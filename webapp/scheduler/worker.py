@@ -322,12 +322,14 @@ class WorkerProcess:
 
     def lease(self) -> bool:
         """Leases what the slots can start soon and, in the same transaction, writes the start
-        marks of the runs the free slots take next: the start mark protocol of leases.py."""
+        marks of the runs the free slots take next and clears those gone stale: the start mark
+        protocol of leases.py."""
         assert self.worker_id is not None and self.pool is not None
         leased_at = time.monotonic()  # before the statement: never later than `locked_until`
         wanted = self.pool.wanted(leased_at)
+        stale = [held.run.id for held in self.pool.stale_marks(leased_at)]
         chosen, room = self.pool.to_start(leased_at)
-        if wanted <= 0 and not chosen:
+        if wanted <= 0 and not chosen and not stale:
             return False
         lease = lease_with_starts(
             db.session(),
@@ -338,7 +340,13 @@ class WorkerProcess:
             [held.run.id for held in chosen],
             room,
             self.max_running,
+            stale,
         )
+        if stale:  # committed: no log line inside a transaction
+            log.info(
+                "start_marks_taken_back",
+                extra={"action": "start_marks_taken_back", "run_ids": stale},
+            )
         new = self.pool.submit(lease.runs, leased_at + self.lock_ttl.total_seconds(), leased_at)
         self.pool.start_marked(chosen + new[:room], lease.started)
         return bool(lease.runs)
@@ -372,7 +380,8 @@ class WorkerProcess:
         return idle
 
     def seconds_to_sleep(self) -> float:
-        """Until the next fire, outcome flush, renewal or job deadline, or the poll interval."""
+        """Until the next fire, outcome flush, renewal, job deadline or stale start mark, or the
+        poll interval."""
         assert self.pool is not None
         now = time.monotonic()
         limits = [
@@ -382,7 +391,8 @@ class WorkerProcess:
         for moment in (self.next_fire, self.next_start):
             if moment is not None:
                 limits.append((moment - utcnow()).total_seconds())
-        for deadline in (self.pool.flush_deadline(), self.pool.next_deadline()):
+        pool = self.pool
+        for deadline in (pool.flush_deadline(), pool.next_deadline(), pool.stale_marks_deadline()):
             if deadline is not None:
                 limits.append(deadline - now)
         return max(0.0, min(limits))
