@@ -24,6 +24,7 @@ def register_panel(app: Flask) -> None:
         schedules,
         tenants,
         tokens,
+        two_factor,
         upcoming,
     )
 
@@ -40,6 +41,7 @@ def register_panel(app: Flask) -> None:
         operator.bp,
         operator_charts.bp,
         notifications.bp,
+        two_factor.bp,
     ):
         app.register_blueprint(blueprint)
     formatting.install(app)

@@ -1,0 +1,154 @@
+"""Two-factor login: enrolment, the login's second step, recovery codes, replays, the limiter,
+turning it off, a tenant's requirement for its admins and the operator's reset."""
+
+from __future__ import annotations
+
+from flask import Flask
+from flask.testing import FlaskClient
+from sqlalchemy import select
+from werkzeug.test import TestResponse
+
+from tests.conftest import PASSWORD, World
+from tests.panel_helpers import Panel, csrf_token, log_in
+from tests.two_factor_helpers import Enrolled, enrol
+from webapp.extensions import db
+from webapp.models import AuditEvent, RecoveryCode, User
+from webapp.web import login_limiter
+from webapp.web.auth import PENDING_KEY
+
+SECOND_STEP = "/login/two-factor"
+
+
+def second_step(client: FlaskClient, code: str) -> TestResponse:
+    token = csrf_token(client, SECOND_STEP)
+    return client.post(SECOND_STEP, data={"code": code, "csrf_token": token})
+
+
+def actions(user: User) -> list[str]:
+    return list(
+        db.session.scalars(
+            select(AuditEvent.action).where(AuditEvent.object_id == user.id).order_by(AuditEvent.id)
+        )
+    )
+
+
+def logged_in(client: FlaskClient) -> bool:
+    return client.get("/").status_code == 200
+
+
+def test_enrolment_shows_a_qr_code_and_keeps_the_recovery_codes_hashed(
+    app: Flask, world: World
+) -> None:
+    enrolled = enrol(Panel(app, world.alice))
+    alice = db.session.get(User, world.alice.id)
+    assert alice is not None and alice.two_factor_enabled_at is not None
+    hashes = list(db.session.scalars(select(RecoveryCode.code_hash)))
+    assert len(hashes) == 10 and not set(hashes) & set(enrolled.recovery_codes)
+    assert "user.two_factor_enabled" in actions(world.alice)
+    page = Panel(app, world.alice).get("/account/two-factor").get_data(as_text=True)
+    assert "is <strong>on</strong>" in page and enrolled.secret not in page
+
+
+def test_a_wrong_code_does_not_turn_it_on(app: Flask, world: World) -> None:
+    panel = Panel(app, world.alice)
+    panel.post("/account/two-factor/setup", htmx=False)
+    refused = panel.post("/account/two-factor/confirm", {"code": "000000"}, htmx=False)
+    assert refused.status_code == 422
+    assert "That code is not the current one" in refused.get_data(as_text=True)
+    alice = db.session.get(User, world.alice.id)
+    assert alice is not None and alice.two_factor_enabled_at is None
+
+
+def test_login_needs_the_code_before_any_session(app: Flask, world: World) -> None:
+    enrolled = enrol(Panel(app, world.alice))
+    client = app.test_client()
+    password_step = log_in(client, "alice@example.com", PASSWORD, next_url="/runs")
+    assert password_step.status_code == 303
+    assert password_step.headers["Location"].endswith(SECOND_STEP)
+    assert not logged_in(client)
+    wrong = second_step(client, "123456" if enrolled.code() != "123456" else "654321")
+    assert wrong.status_code == 401
+    assert "Wrong or already used code." in wrong.get_data(as_text=True)
+    right = second_step(client, enrolled.code())
+    assert right.status_code == 303 and right.headers["Location"].endswith("/runs")
+    assert logged_in(client)
+
+
+def test_a_code_is_refused_when_replayed_within_its_window(app: Flask, world: World) -> None:
+    enrolled = enrol(Panel(app, world.alice))
+    code = enrolled.code()
+    first = app.test_client()
+    log_in(first, "alice@example.com")
+    assert second_step(first, code).status_code == 303
+    again = app.test_client()
+    log_in(again, "alice@example.com")
+    assert second_step(again, code).status_code == 401
+    assert not logged_in(again)
+
+
+def test_a_recovery_code_works_once(app: Flask, world: World) -> None:
+    enrolled = enrol(Panel(app, world.alice))
+    code = enrolled.recovery_codes[3].upper()  # as typed from paper
+    first = app.test_client()
+    log_in(first, "alice@example.com")
+    assert second_step(first, code).status_code == 303
+    assert logged_in(first)
+    again = app.test_client()
+    log_in(again, "alice@example.com")
+    assert second_step(again, code).status_code == 401
+    assert "user.recovery_code_used" in actions(world.alice)
+    assert len(list(db.session.scalars(select(RecoveryCode.id)))) == 9
+
+
+def test_wrong_codes_count_in_the_login_limiter(app: Flask, world: World) -> None:
+    enrolled = enrol(Panel(app, world.alice))
+    client = app.test_client()
+    log_in(client, "alice@example.com")
+    for _ in range(login_limiter.MAX_FAILURES_PER_PAIR):
+        assert second_step(client, "000000").status_code == 401
+    refused = second_step(client, enrolled.code())
+    assert refused.status_code == 429 and "Retry-After" in refused.headers
+    assert not logged_in(client)
+    # A correct password does not start the count afresh: the next code is refused as well.
+    assert log_in(client, "alice@example.com").status_code == 429
+
+
+def test_the_second_step_expires(app: Flask, world: World) -> None:
+    enrolled = enrol(Panel(app, world.alice))
+    client = app.test_client()
+    log_in(client, "alice@example.com")
+    with client.session_transaction() as session:
+        session[PENDING_KEY] = {**session[PENDING_KEY], "until": 0}
+    expired = client.get(SECOND_STEP)
+    assert expired.status_code == 303 and expired.headers["Location"].endswith("/login")
+    token = csrf_token(client)  # a post with the code cannot log in either
+    posted = client.post(SECOND_STEP, data={"code": enrolled.code(), "csrf_token": token})
+    assert posted.status_code == 303 and not logged_in(client)
+
+
+def test_turning_it_off_needs_the_password_and_a_code(app: Flask, world: World) -> None:
+    panel = Panel(app, world.alice)
+    enrolled: Enrolled = enrol(panel)
+    wrong_password = panel.post(
+        "/account/two-factor/disable", {"password": "nope", "code": enrolled.code()}, htmx=False
+    )
+    assert wrong_password.status_code == 422
+    assert "Wrong password." in wrong_password.get_data(as_text=True)
+    wrong_code = panel.post(
+        "/account/two-factor/disable", {"password": PASSWORD, "code": "000000"}, htmx=False
+    )
+    assert wrong_code.status_code == 422
+    assert "Wrong or already used code." in wrong_code.get_data(as_text=True)
+    alice = db.session.get(User, world.alice.id)
+    assert alice is not None and alice.two_factor_enabled_at is not None
+    off = panel.post(
+        "/account/two-factor/disable", {"password": PASSWORD, "code": enrolled.code()}, htmx=False
+    )
+    assert off.status_code == 303
+    db.session.expire_all()
+    alice = db.session.get(User, world.alice.id)
+    assert alice is not None and alice.two_factor_enabled_at is None and alice.totp_secret is None
+    assert db.session.scalar(select(RecoveryCode.id)) is None
+    assert "user.two_factor_disabled" in actions(world.alice)
+    client = app.test_client()
+    assert log_in(client, "alice@example.com").headers["Location"].endswith("/")
