@@ -12,7 +12,7 @@ from tests.conftest import PASSWORD, World
 from tests.panel_helpers import Panel, csrf_token, log_in
 from tests.two_factor_helpers import Enrolled, enrol
 from webapp.extensions import db
-from webapp.models import AuditEvent, RecoveryCode, User
+from webapp.models import AuditEvent, RecoveryCode, Tenant, User
 from webapp.web import login_limiter
 from webapp.web.auth import PENDING_KEY
 
@@ -152,3 +152,35 @@ def test_turning_it_off_needs_the_password_and_a_code(app: Flask, world: World) 
     assert "user.two_factor_disabled" in actions(world.alice)
     client = app.test_client()
     assert log_in(client, "alice@example.com").headers["Location"].endswith("/")
+
+
+def test_a_tenant_that_requires_it_sends_an_admin_without_it_to_enrolment(
+    app: Flask, world: World
+) -> None:
+    alice = Panel(app, world.alice)
+    saved = alice.post("/settings/two-factor", {"require_two_factor_admins": "on"}, htmx=False)
+    assert saved.status_code == 303
+    assert "tenant.two_factor_required" in list(
+        db.session.scalars(select(AuditEvent.action).where(AuditEvent.tenant_id == world.alpha.id))
+    )
+    client = app.test_client()
+    signed_in = log_in(client, "alice@example.com")
+    assert signed_in.headers["Location"].endswith("/account/two-factor")
+    # Every page of the panel sends her there until it is on.
+    assert client.get("/runs").headers["Location"].endswith("/account/two-factor")
+    assert "requires two-factor login" in client.get("/account/two-factor").get_data(as_text=True)
+    # A viewer of the tenant and the admin of another are not asked.
+    assert log_in(app.test_client(), "bob@example.com").headers["Location"].endswith("/")
+    assert log_in(app.test_client(), "charlie@example.com").headers["Location"].endswith("/")
+    enrol(alice)
+    assert alice.get("/runs").status_code == 200
+
+
+def test_a_viewer_cannot_change_the_requirement(app: Flask, world: World) -> None:
+    refused = Panel(app, world.bob).post(
+        "/settings/two-factor", {"require_two_factor_admins": "on"}, htmx=False
+    )
+    assert refused.status_code == 403
+    db.session.expire_all()
+    alpha = db.session.get(Tenant, world.alpha.id)
+    assert alpha is not None and not alpha.require_two_factor_admins

@@ -26,7 +26,7 @@ from werkzeug.security import check_password_hash
 
 from webapp.database import write_transaction
 from webapp.extensions import db
-from webapp.models import RecoveryCode, User
+from webapp.models import RecoveryCode, Tenant, User
 from webapp.services import audit
 from webapp.services.account_schema import AccountError, email_of
 from webapp.services.audit import Actor
@@ -236,3 +236,23 @@ def record(user: User, action: str, actor: Actor, after: dict[str, int] | None =
     audit.record_event(
         db.session(), actor, action, ("user", user.id, user.email), tenant_id=None, after=after
     )
+
+
+def require_for_admins(tenant: Tenant, required: bool, actor: Actor) -> bool:
+    """Sets a tenant's "require two-factor login for admins" (audited in its log); whether it
+    changed."""
+    with write_transaction(db.session):
+        was = bool(tenant.require_two_factor_admins)
+        if was == required:
+            return False
+        tenant.require_two_factor_admins = required
+        audit.record_event(
+            db.session(),
+            actor,
+            "tenant.two_factor_required",
+            ("tenant", tenant.id, tenant.slug),
+            tenant_id=tenant.id,
+            before={"require_two_factor_admins": was},
+            after={"require_two_factor_admins": required},
+        )
+    return True
