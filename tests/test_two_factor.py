@@ -4,7 +4,7 @@ turning it off, a tenant's requirement for its admins and the operator's reset."
 from __future__ import annotations
 
 from flask import Flask
-from flask.testing import FlaskClient
+from flask.testing import FlaskClient, FlaskCliRunner
 from sqlalchemy import select
 from werkzeug.test import TestResponse
 
@@ -184,3 +184,46 @@ def test_a_viewer_cannot_change_the_requirement(app: Flask, world: World) -> Non
     db.session.expire_all()
     alpha = db.session.get(Tenant, world.alpha.id)
     assert alpha is not None and not alpha.require_two_factor_admins
+
+
+def reset_rows(user: User) -> list[tuple[str, str, int | None]]:
+    rows = db.session.execute(
+        select(AuditEvent.action, AuditEvent.actor_label, AuditEvent.tenant_id).where(
+            AuditEvent.object_id == user.id, AuditEvent.action == "user.two_factor_reset"
+        )
+    )
+    return [(action, label, tenant_id) for action, label, tenant_id in rows]
+
+
+def test_an_operator_resets_it_from_the_command_line(
+    app: Flask, world: World, cli: FlaskCliRunner
+) -> None:
+    enrol(Panel(app, world.alice))
+    result = cli.invoke(args=["user", "reset-two-factor", "Alice@Example.com"])
+    assert result.exit_code == 0, result.output
+    assert "two-factor login of alice@example.com is off" in result.output
+    assert reset_rows(world.alice) == [("user.two_factor_reset", "cli", None)]
+    assert log_in(app.test_client(), "alice@example.com").headers["Location"].endswith("/")
+    again = cli.invoke(args=["user", "reset-two-factor", "alice@example.com"])
+    assert again.exit_code != 0 and "has no two-factor login to reset" in again.output
+    unknown = cli.invoke(args=["user", "reset-two-factor", "nobody@example.com"])
+    assert unknown.exit_code != 0 and "no user" in unknown.output
+
+
+def test_an_operator_resets_it_in_the_operator_area(app: Flask, world: World) -> None:
+    enrol(Panel(app, world.alice))
+    operator = db.session.get(User, world.charlie.id)
+    assert operator is not None
+    operator.is_operator = True
+    db.session.commit()
+    panel = Panel(app, operator)
+    assert "Reset two-factor login" in panel.get("/operator/two-factor").get_data(as_text=True)
+    unknown = panel.post("/operator/two-factor/reset", {"email": "nobody@example.com"}, htmx=False)
+    assert unknown.status_code == 422
+    assert "No user &#39;nobody@example.com&#39;." in unknown.get_data(as_text=True)
+    reset = panel.post("/operator/two-factor/reset", {"email": "alice@example.com"}, htmx=False)
+    assert reset.status_code == 303
+    assert reset_rows(world.alice) == [("user.two_factor_reset", "charlie@example.com", None)]
+    assert log_in(app.test_client(), "alice@example.com").headers["Location"].endswith("/")
+    # A tenant's admin who is no operator finds no such page.
+    assert Panel(app, world.alice).get("/operator/two-factor").status_code == 404
