@@ -52,6 +52,7 @@ class DemoPages:
             "audit log": "/audit",
             "api tokens": "/tokens",
             "api reference": "/api/docs",
+            "two-factor login": "/account/two-factor",
             # The pages behind htmx's fragments, for a browser without JavaScript.
             "run status": f"/runs/{self.failed_run}/status",
             "schedule filter": "/runs/schedule-options?schedule_q=zz",
