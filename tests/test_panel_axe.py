@@ -58,6 +58,11 @@ def describe(where: str, violations: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def fail_on(found: list[str]) -> None:
+    if found:
+        pytest.fail(f"{len(found)} serious or critical violations:\n" + "\n".join(found), False)
+
+
 @pytest.fixture(params=list(WIDTHS))
 def width(request: pytest.FixtureRequest) -> str:
     return str(request.param)
@@ -103,8 +108,7 @@ def test_no_page_has_a_serious_or_critical_violation(
     page.get_by_text("Please fix the fields marked below.").wait_for()
     found += describe("form with a preview and errors", severe_violations(page))
     context.close()
-    if found:
-        pytest.fail(f"{len(found)} serious or critical violations:\n" + "\n".join(found), False)
+    fail_on(found)
 
 
 def test_the_two_factor_pages_have_no_serious_or_critical_violation(
@@ -152,5 +156,4 @@ def test_the_two_factor_pages_have_no_serious_or_critical_violation(
     page.get_by_text("No user").wait_for()
     found += describe("operator's reset with an error", severe_violations(page))
     context.close()
-    if found:
-        pytest.fail(f"{len(found)} serious or critical violations:\n" + "\n".join(found), False)
+    fail_on(found)
