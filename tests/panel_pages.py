@@ -58,6 +58,7 @@ class DemoPages:
             "calendars": "/calendars",
             "calendar": f"/calendars/{self.calendar}?year=2027",
             "api reference": "/api/docs",
+            "two-factor login": "/account/two-factor",
             # The pages behind htmx's fragments, for a browser without JavaScript.
             "run status": f"/runs/{self.failed_run}/status",
             "schedule filter": "/runs/schedule-options?schedule_q=zz",

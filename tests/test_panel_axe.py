@@ -9,10 +9,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyotp
 import pytest
 
 from tests.browser_support import log_in, log_out, open_account_menu
-from tests.panel_pages import ADMIN, NO_TENANT, WIDTHS, DemoPages, demo_pages
+from tests.conftest import PASSWORD
+from tests.panel_pages import ADMIN, LONG_EMAIL, NO_TENANT, WIDTHS, DemoPages, demo_pages
+from webapp.extensions import db
+from webapp.services.accounts import add_user
 
 # One test process for the file (pytest -n): its module fixtures are set up once.
 pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("panel-axe")]
@@ -52,6 +56,11 @@ def describe(where: str, violations: list[dict[str, Any]]) -> list[str]:
                 f"{' '.join(map(str, node['target']))}: {summary}"
             )
     return lines
+
+
+def fail_on(found: list[str]) -> None:
+    if found:
+        pytest.fail(f"{len(found)} serious or critical violations:\n" + "\n".join(found), False)
 
 
 @pytest.fixture(params=list(WIDTHS))
@@ -123,5 +132,52 @@ def test_no_page_has_a_serious_or_critical_violation(
     page.wait_for_url("**?year=*")
     found += describe("calendar with errors and the next year", severe_violations(page))
     context.close()
-    if found:
-        pytest.fail(f"{len(found)} serious or critical violations:\n" + "\n".join(found), False)
+    fail_on(found)
+
+
+def test_the_two_factor_pages_have_no_serious_or_critical_violation(
+    chromium: Any, demo: DemoPages, width: str
+) -> None:
+    """Setting it up (the QR code, a wrong code), the recovery codes, the login's second step
+    with its error, and the operator's reset with its error."""
+    email = f"two-factor-{width}@demo.example"
+    with demo.server.app.app_context():
+        add_user(email, "demo", "viewer", PASSWORD)
+        db.session.remove()
+    context = new_context(chromium, width)
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    log_in(page, demo.server, email)
+    page.goto(demo.server.url + "/account/two-factor")
+    page.get_by_role("button", name="Set up two-factor login").click()
+    found = describe("two-factor setup", severe_violations(page))
+    page.get_by_label("Code from the app").fill("000000")
+    page.get_by_role("button", name="Turn on two-factor login").click()
+    page.get_by_text("That code is not the current one").wait_for()
+    found += describe("two-factor setup with an error", severe_violations(page))
+    secret = page.locator("#totp-secret").inner_text().strip()
+    page.get_by_label("Code from the app").fill(pyotp.TOTP(secret).now())
+    page.get_by_role("button", name="Turn on two-factor login").click()
+    page.get_by_role("heading", name="Your recovery codes").wait_for()
+    found += describe("recovery codes", severe_violations(page))
+    page.goto(demo.server.url + "/account/two-factor")
+    found += describe("two-factor on", severe_violations(page))
+    log_out(page)
+    page.goto(demo.server.url + "/login")
+    page.get_by_label("Email").fill(email)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.get_by_role("button", name="Verify").click()
+    page.get_by_text("Enter a code.").wait_for()
+    found += describe("second step with an error", severe_violations(page))
+    context.close()
+    context = new_context(chromium, width)
+    page = context.new_page()
+    log_in(page, demo.server, LONG_EMAIL)
+    page.goto(demo.server.url + "/operator/two-factor")
+    page.get_by_label("User's email").fill("nobody@demo.example")
+    page.get_by_role("button", name="Reset two-factor login").click()
+    page.get_by_text("No user").wait_for()
+    found += describe("operator's reset with an error", severe_violations(page))
+    context.close()
+    fail_on(found)

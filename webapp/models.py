@@ -48,8 +48,7 @@ RunStatus = Literal["queued", "running", "succeeded", "failed", "skipped", "canc
 # digest: how many notifications the tenant's hourly limit held back (scheduler.notify).
 NotificationEvent = Literal["failure", "recovery", "overdue", "paused", "digest"]
 NotificationChannel = Literal["email", "webhook"]
-# suppressed: written but not sent: the schedule was notified within the window, or the tenant
-# reached its hourly limit.
+# suppressed: not sent: the schedule was notified within the window, or past the hourly limit.
 NotificationStatus = Literal["pending", "sent", "failed", "suppressed"]
 # What a `workers` row is: a scheduler worker with its thread or process pool (it ticks, leases
 # and runs), one that sends its runs to Celery (SCHEDULER_EXECUTOR=celery), or a Celery worker
@@ -70,10 +69,9 @@ UNFINISHED_STATUSES: tuple[RunStatus, ...] = ("queued", "running")
 # What a schedule's key may look like (it is the column's width) and the width of its name: checked
 # when a schedule is saved and when a job module declares a default one.
 SCHEDULE_KEY = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
-# The one email rule (a user's login, a notification's recipient): an address a mail server
-# takes: local part, @, a domain of letters, digits and hyphens with at least one dot. Stricter
-# than RFC 5322 on purpose: quoted local parts and IP literals are typos far more often than real
-# addresses.
+# The one email rule (a user's login, a notification's recipient): local part, @, a domain of
+# letters, digits and hyphens with at least one dot. Stricter than RFC 5322 on purpose: quoted
+# local parts and IP literals are typos far more often than real addresses a mail server takes.
 EMAIL = re.compile(
     r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@"
     r"(?=.{1,253}$)(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}"
@@ -131,6 +129,7 @@ class Tenant(Model):
     # The default spread of a schedule's start after its fire time (a schedule's own replaces
     # it); NULL: none.
     jitter_seconds: Mapped[int | None] = mapped_column(Integer)
+    require_two_factor_admins: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
@@ -144,6 +143,9 @@ class User(UserMixin, Model):
     is_operator: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_login_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    totp_secret: Mapped[str | None] = mapped_column(String(32))
+    totp_last_step: Mapped[int | None] = mapped_column(Integer)  # services.two_factor
+    two_factor_enabled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     memberships: Mapped[list[Membership]] = relationship(
         back_populates="user", cascade="all, delete-orphan"
@@ -467,6 +469,15 @@ class UserSession(Model):
 
 TokenScope = Literal["read", "write"]
 TOKEN_SCOPES: tuple[TokenScope, ...] = get_args(TokenScope)
+
+
+class RecoveryCode(Model):
+    """A user's single-use two-factor recovery code: only its SHA-256 is kept."""
+
+    __tablename__ = "recovery_codes"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    code_hash: Mapped[str] = mapped_column(String(64))
 
 
 class ApiToken(Model):

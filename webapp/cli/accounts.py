@@ -12,7 +12,7 @@ from webapp import cron
 from webapp.cli import reports_errors
 from webapp.config import settings
 from webapp.models import ROLES
-from webapp.services import accounts
+from webapp.services import accounts, two_factor
 from webapp.services.account_schema import MAX_INTEGER, AccountError
 from webapp.services.audit import Actor
 
@@ -103,6 +103,15 @@ def revoke_sessions(email: str) -> None:
     """End every session of a user at once (a lost laptop, a departing employee)."""
     count = accounts.revoke_sessions(email)
     click.echo(f"ended {count} session{'s' if count != 1 else ''} of {email.strip().lower()}")
+
+
+@user_cli.command("reset-two-factor")
+@click.argument("email")
+@reports_errors
+def reset_two_factor(email: str) -> None:
+    """Turn off a user's two-factor login (a lost phone and lost recovery codes); audited."""
+    user = two_factor.reset(email, Actor.cli())
+    click.echo(f"two-factor login of {user.email} is off: they log in with the password alone")
 
 
 def describe_cap(own: int | None, default: int | None) -> str:

@@ -25,6 +25,7 @@ def register_panel(app: Flask) -> None:
         schedules,
         tenants,
         tokens,
+        two_factor,
         upcoming,
     )
 
@@ -42,6 +43,7 @@ def register_panel(app: Flask) -> None:
         operator_charts.bp,
         notifications.bp,
         calendars.bp,
+        two_factor.bp,
     ):
         app.register_blueprint(blueprint)
     formatting.install(app)

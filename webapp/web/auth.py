@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import secrets
+from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
 from flask import (
@@ -20,14 +21,14 @@ from flask_wtf import FlaskForm
 from sqlalchemy import select
 from werkzeug.security import check_password_hash
 from werkzeug.wrappers import Response
-from wtforms import EmailField, PasswordField
+from wtforms import EmailField, PasswordField, StringField
 from wtforms.validators import DataRequired
 
 from webapp.config import settings
 from webapp.database import utcnow, write_transaction
 from webapp.extensions import db
 from webapp.models import User
-from webapp.services import sessions
+from webapp.services import sessions, two_factor
 from webapp.services.accounts import hash_password
 from webapp.web import device_cookies, login_limiter
 
@@ -66,49 +67,127 @@ def is_own_path(target: str | None) -> bool:
     return not parts.scheme and not parts.netloc and "\\" not in target
 
 
-def too_many_attempts(form: LoginForm, wait: int) -> tuple[str, int, dict[str, str]]:
+def too_many_attempts(template: str, form: FlaskForm, wait: int) -> tuple[str, int, dict[str, str]]:
     minutes = max(1, round(wait / 60))
     flash(
         f"Too many failed attempts. Wait {minutes} minute{'s' if minutes != 1 else ''} "
         "before trying again.",
         "error",
     )
-    return render_template("auth/login.html", form=form), 429, {"Retry-After": str(wait)}
+    return render_template(template, form=form), 429, {"Retry-After": str(wait)}
 
 
 @bp.route("/login", methods=["GET", "POST"])
 def login() -> str | Response | tuple[str, int, dict[str, str]] | tuple[str, int]:
-    """Show the login form and log the user in."""
+    """Show the login form and log the user in (or, with two-factor login on, ask for a code)."""
     form = LoginForm()
     if form.validate_on_submit():
         email = (form.email.data or "").strip().lower()
         now = utcnow()
-        device_id = device_cookies.known_device(email)
-        subjects = login_limiter.Subjects.of(request.remote_addr, email, device_id)
+        subjects = login_limiter.Subjects.of(
+            request.remote_addr, email, device_cookies.known_device(email)
+        )
         admission = login_limiter.admit(subjects, now)
         if admission.wait is not None:
-            return too_many_attempts(form, admission.wait)
+            return too_many_attempts("auth/login.html", form, admission.wait)
         user = db.session.scalar(select(User).where(User.email == email))
         password_hash = user.password_hash if user else unknown_user_hash()
         if check_password_hash(password_hash, form.password.data or "") and user is not None:
-            with write_transaction(db.session):
-                user.last_login_at = now
-                login_limiter.forget_success(subjects, admission)
-                user = sessions.start(user, now, lifetimes())
-            target = request.args.get("next")
-            if target is None or not is_own_path(target):
-                target = url_for("schedules.index")
-            # A new session: nothing of the anonymous one (its CSRF token) outlives the login.
-            session.clear()
-            login_user(user)
-            response = redirect(target, 303)
-            device_cookies.remember_device(response, email)
-            return response
+            if two_factor.is_enabled(user):
+                return begin_second_step(user, admission)
+            return complete_login(user, subjects, admission, now, request.args.get("next"))
         if admission.flooded_wait is not None:
-            return too_many_attempts(form, admission.flooded_wait)
+            return too_many_attempts("auth/login.html", form, admission.flooded_wait)
         flash("Wrong email or password.", "error")
         return render_template("auth/login.html", form=form), 401
     return render_template("auth/login.html", form=form)
+
+
+def complete_login(
+    user: User,
+    subjects: login_limiter.Subjects,
+    admission: login_limiter.Admission,
+    now: datetime,
+    target: str | None,
+) -> Response:
+    """Starts the session of a user who passed every step, and sends them on to `target`."""
+    with write_transaction(db.session):
+        user.last_login_at = now
+        login_limiter.forget_success(subjects, admission)
+        user = sessions.start(user, now, lifetimes())
+    if target is None or not is_own_path(target):
+        target = url_for("schedules.index")
+    # A new session: nothing of the anonymous one (its CSRF token) outlives the login.
+    session.clear()
+    login_user(user)
+    if two_factor.must_enrol(user):  # a tenant of theirs requires it of its admins
+        flash("Your tenant requires two-factor login of its admins: set it up now.", "info")
+        target = url_for("two_factor.index")
+    response = redirect(target, 303)
+    device_cookies.remember_device(response, user.email)
+    return response
+
+
+# The pending second step, in the signed session cookie: whose password was right, and until
+# when the code may follow. No login exists before the code is right.
+PENDING_KEY = "two_factor_pending"
+SECOND_STEP_TTL = timedelta(minutes=5)
+
+
+class CodeForm(FlaskForm):
+    code = StringField("Code", validators=[DataRequired(message="Enter a code.")])
+
+
+def begin_second_step(user: User, admission: login_limiter.Admission) -> Response:
+    """The password was right: the attempt is no failure, and the code comes next."""
+    with write_transaction(db.session):
+        login_limiter.forget_attempt(admission)
+    session.clear()
+    session[PENDING_KEY] = {
+        "user_id": user.id,
+        "until": (utcnow() + SECOND_STEP_TTL).timestamp(),
+        "next": request.args.get("next", ""),
+    }
+    return redirect(url_for("auth.second_step"), 303)
+
+
+def pending_user() -> User | None:
+    pending = session.get(PENDING_KEY)
+    if not isinstance(pending, dict) or pending.get("until", 0) < utcnow().timestamp():
+        return None
+    user = db.session.get(User, pending.get("user_id"))
+    return user if user is not None and two_factor.is_enabled(user) else None
+
+
+@bp.route("/login/two-factor", methods=["GET", "POST"])
+def second_step() -> str | Response | tuple[str, int, dict[str, str]] | tuple[str, int]:
+    """The second step of a login with two-factor login on: a TOTP code or a recovery code.
+    Wrong codes count against the login limiter as wrong passwords do."""
+    user = pending_user()
+    if user is None:
+        session.pop(PENDING_KEY, None)
+        flash("Log in again: the sign-in took too long or was not started.", "error")
+        return redirect(url_for("auth.login"), 303)
+    form = CodeForm()
+    if not form.validate_on_submit():
+        status = 422 if request.method == "POST" else 200
+        return render_template("auth/two_factor.html", form=form), status
+    now = utcnow()
+    subjects = login_limiter.Subjects.of(
+        request.remote_addr, user.email, device_cookies.known_device(user.email)
+    )
+    admission = login_limiter.admit(subjects, now)
+    if admission.wait is not None:
+        return too_many_attempts("auth/two_factor.html", form, admission.wait)
+    with write_transaction(db.session):
+        accepted = two_factor.use_code(user, form.code.data or "", now)
+    if accepted:
+        target = session.pop(PENDING_KEY)["next"]
+        return complete_login(user, subjects, admission, now, target)
+    if admission.flooded_wait is not None:
+        return too_many_attempts("auth/two_factor.html", form, admission.flooded_wait)
+    form.code.errors = ["Wrong or already used code."]
+    return render_template("auth/two_factor.html", form=form), 401
 
 
 def renew_login() -> None:

@@ -135,3 +135,10 @@ def forget_success(subjects: Subjects, admission: Admission) -> None:
             (LoginAttempt.id.in_(admission.attempt_ids)) | (LoginAttempt.subject.in_(afresh))
         )
     )
+
+
+def forget_attempt(admission: Admission) -> None:
+    """A correct password before its second step: this attempt was no failure, but nothing is
+    forgotten beyond it (the code that follows counts as an attempt of its own, and only a
+    correct one starts the account afresh). Call in a transaction."""
+    db.session.execute(delete(LoginAttempt).where(LoginAttempt.id.in_(admission.attempt_ids)))

@@ -11,7 +11,7 @@ from werkzeug.wrappers import Response
 
 from webapp.config import settings
 from webapp.models import MAX_NOTIFY_EMAILS, MAX_URL
-from webapp.services import notifications
+from webapp.services import notifications, two_factor
 from webapp.web import tenancy
 from webapp.web.common import actor, htmx_redirect, page_or_partial
 from webapp.web.forms import split_emails
@@ -75,3 +75,17 @@ def rotate() -> Response:
     tenant = tenancy.require_admin()
     notifications.rotate_secret(tenant, actor())
     return htmx_redirect("Webhook secret rotated.", url_for("notifications.index"))
+
+
+@bp.post("/settings/two-factor")
+def require_two_factor() -> Response:
+    """Require two-factor login of the tenant's admins, or stop requiring it (admins only)."""
+    tenant = tenancy.require_admin()
+    required = request.form.get("require_two_factor_admins") == "on"
+    two_factor.require_for_admins(tenant, required, actor())
+    message = (
+        "Admins of this tenant now need two-factor login."
+        if required
+        else "Admins of this tenant no longer need two-factor login."
+    )
+    return htmx_redirect(message, url_for("notifications.index"))

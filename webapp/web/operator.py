@@ -10,7 +10,8 @@ from werkzeug.wrappers import Response
 
 from webapp.config import settings
 from webapp.extensions import db
-from webapp.services import operations
+from webapp.services import operations, two_factor
+from webapp.services.account_schema import AccountError
 from webapp.web import tenancy
 from webapp.web.auth import is_own_path
 from webapp.web.common import actor, done, page_or_partial
@@ -105,3 +106,27 @@ def release(worker_id: int, run_id: int) -> Response:
         overview=operations.workers_overview(db.session(), lock_ttl()),
         lock_ttl_seconds=round(lock_ttl().total_seconds()),
     )
+
+
+@bp.get("/two-factor")
+def two_factor_page() -> Response:
+    """Reset a user's two-factor login: for a user who lost the phone and the recovery codes."""
+    return page_or_partial("operator/two_factor.html", "operator/two_factor.html", errors={})
+
+
+@bp.post("/two-factor/reset")
+def reset_two_factor() -> Response:
+    """Turn off a user's two-factor login (audited); they log in with the password alone."""
+    email = request.form.get("email", "")
+    try:
+        user = two_factor.reset(email, actor())
+    except AccountError as error:
+        return page_or_partial(
+            "operator/two_factor.html",
+            "operator/two_factor.html",
+            422,
+            errors={"email": str(error).capitalize() + "."},
+            email=email,
+        )
+    message = f"Two-factor login of {user.email} is off: they log in with the password alone."
+    return done(message, url_for("operator.two_factor_page"))
