@@ -198,10 +198,13 @@ def reset_rows(user: User) -> list[tuple[str, str, int | None]]:
 def test_an_operator_resets_it_from_the_command_line(
     app: Flask, world: World, cli: FlaskCliRunner
 ) -> None:
-    enrol(Panel(app, world.alice))
+    alice = Panel(app, world.alice)
+    enrol(alice)
     result = cli.invoke(args=["user", "reset-two-factor", "Alice@Example.com"])
     assert result.exit_code == 0, result.output
     assert "two-factor login of alice@example.com is off" in result.output
+    # Whoever holds the lost phone may hold a session too: the reset ends them.
+    assert "/login" in alice.get("/").headers["Location"]
     assert reset_rows(world.alice) == [("user.two_factor_reset", "cli", None)]
     assert log_in(app.test_client(), "alice@example.com").headers["Location"].endswith("/")
     again = cli.invoke(args=["user", "reset-two-factor", "alice@example.com"])

@@ -30,11 +30,13 @@ def git(*args: str) -> bytes:
 
 def previous_release(into: Path) -> str:
     """Extracts the code as it was just before the newest migration was added (the release an
-    operator upgrades from) into `into`; returns that release's head revision."""
+    operator upgrades from) into `into`; returns that release's head revision. Along main's
+    first parents: a migration that came with a merge (renumbered in it) was added by the merge."""
     newest = max(MIGRATIONS.glob("[0-9]*.py")).name
     try:
         added = git(
-            "log", "-n1", "--diff-filter=A", "--format=%H", "--", f"migrations/versions/{newest}"
+            *("log", "-n1", "--first-parent", "-m", "--no-renames", "--diff-filter=A"),
+            *("--format=%H", "--", f"migrations/versions/{newest}"),
         )
         archive = git(
             "archive", "--format=tar", f"{added.decode().strip()}^", "webapp", "migrations"

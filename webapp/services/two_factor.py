@@ -27,7 +27,7 @@ from werkzeug.security import check_password_hash
 from webapp.database import write_transaction
 from webapp.extensions import db
 from webapp.models import RecoveryCode, Tenant, User
-from webapp.services import audit
+from webapp.services import audit, sessions
 from webapp.services.account_schema import AccountError, email_of
 from webapp.services.audit import Actor
 from webapp.services.sessions import token_hash
@@ -201,8 +201,9 @@ def disable(user: User, password: str, code: str, now: datetime) -> None:
 
 
 def reset(email: str, actor: Actor) -> User:
-    """An operator turns off a user's second factor (a lost phone and lost codes); audited. The
-    user signs in with the password alone and may enrol again."""
+    """An operator turns off a user's second factor (a lost phone and lost codes) and ends the
+    user's sessions (whoever holds the lost phone may hold one too); audited. The user signs in
+    with the password alone and may enrol again."""
     email = email_of(email)
     with write_transaction(db.session):
         user = db.session.scalar(select(User).where(User.email == email))
@@ -211,7 +212,8 @@ def reset(email: str, actor: Actor) -> User:
         if user.totp_secret is None:
             raise AccountError(f"{email} has no two-factor login to reset")
         switch_off(user)
-        record(user, "user.two_factor_reset", actor)
+        ended = sessions.end_all(user.id)
+        record(user, "user.two_factor_reset", actor, after={"sessions_ended": ended})
     return user
 
 
