@@ -10,6 +10,7 @@ from werkzeug.test import TestResponse
 
 from tests.conftest import PASSWORD, World
 from tests.panel_helpers import Panel, csrf_token, log_in
+from tests.test_panel_login import lock_account_from_many_addresses
 from tests.two_factor_helpers import Enrolled, enrol
 from webapp.extensions import db
 from webapp.models import AuditEvent, RecoveryCode, Tenant, User
@@ -230,3 +231,20 @@ def test_an_operator_resets_it_in_the_operator_area(app: Flask, world: World) ->
     assert log_in(app.test_client(), "alice@example.com").headers["Location"].endswith("/")
     # A tenant's admin who is no operator finds no such page.
     assert Panel(app, world.alice).get("/operator/two-factor").status_code == 404
+
+
+def test_the_second_factor_gets_its_owner_through_a_lockout_made_elsewhere(
+    app: Flask, world: World
+) -> None:
+    """50 wrong passwords from 10 addresses lock an account for every unknown device; with
+    two-factor login on, its owner still logs in (the password and then a code), while the
+    per-address limit still holds."""
+    enrolled = enrol(Panel(app, world.alice))
+    lock_account_from_many_addresses("alice@example.com")
+    client = app.test_client()
+    assert log_in(client, "alice@example.com").headers["Location"].endswith("/login/two-factor")
+    assert second_step(client, enrolled.code()).status_code == 303
+    assert logged_in(client)
+    # Bob has no second factor: the same lockout refuses his right password.
+    lock_account_from_many_addresses("bob@example.com")
+    assert log_in(app.test_client(), "bob@example.com").status_code == 429

@@ -84,13 +84,16 @@ def login() -> str | Response | tuple[str, int, dict[str, str]] | tuple[str, int
     if form.validate_on_submit():
         email = (form.email.data or "").strip().lower()
         now = utcnow()
+        user = db.session.scalar(select(User).where(User.email == email))
         subjects = login_limiter.Subjects.of(
-            request.remote_addr, email, device_cookies.known_device(email)
+            request.remote_addr,
+            email,
+            device_cookies.known_device(email),
+            second_factor=user is not None and two_factor.is_enabled(user),
         )
         admission = login_limiter.admit(subjects, now)
         if admission.wait is not None:
             return too_many_attempts("auth/login.html", form, admission.wait)
-        user = db.session.scalar(select(User).where(User.email == email))
         password_hash = user.password_hash if user else unknown_user_hash()
         if check_password_hash(password_hash, form.password.data or "") and user is not None:
             if two_factor.is_enabled(user):
@@ -174,7 +177,10 @@ def second_step() -> str | Response | tuple[str, int, dict[str, str]] | tuple[st
         return render_template("auth/two_factor.html", form=form), status
     now = utcnow()
     subjects = login_limiter.Subjects.of(
-        request.remote_addr, user.email, device_cookies.known_device(user.email)
+        request.remote_addr,
+        user.email,
+        device_cookies.known_device(user.email),
+        second_factor=True,
     )
     admission = login_limiter.admit(subjects, now)
     if admission.wait is not None:

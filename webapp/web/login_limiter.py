@@ -16,7 +16,10 @@ Failures are rows in `login_attempts`, so the limits hold across processes and m
 A known device (a valid device cookie of the account, see device_cookies) is counted apart:
 its failures count against the device alone (`device:`, 5), not against the account, and the
 account's limits do not apply to it. So 50 guesses from many addresses lock the account for
-unknown devices only, while its owner's browser still logs in.
+unknown devices only, while its owner's browser still logs in. The second factor lets its owner
+through too: an account with two-factor login on is not refused by the account-wide ceiling
+(its password alone opens nothing; the code that must follow is counted like a password), only
+by the per-address ones.
 
 Expired rows of every subject are deleted at each attempt, so guesses at emails that are never
 tried again (unknown ones) leave nothing behind.
@@ -47,9 +50,16 @@ class Subjects:
     account: str
     pair: str
     device: str | None = None  # a known device of the account (its device cookie's id)
+    second_factor: bool = False  # the account has two-factor login on
 
     @classmethod
-    def of(cls, remote_addr: str | None, email: str, device_id: str | None = None) -> Subjects:
+    def of(
+        cls,
+        remote_addr: str | None,
+        email: str,
+        device_id: str | None = None,
+        second_factor: bool = False,
+    ) -> Subjects:
         address = remote_addr or "unknown"
         account = email[:250]
         return cls(
@@ -57,13 +67,16 @@ class Subjects:
             account=f"email:{account}",
             pair=f"pair:{account}|{address}",
             device=f"device:{device_id}" if device_id else None,
+            second_factor=second_factor,
         )
 
     def hard_limits(self) -> tuple[tuple[str, int], ...]:
         """Limits that refuse an attempt before its password is checked: a known device's own,
-        or the account's from this address and from anywhere."""
+        or the account's from this address and (without a second factor) from anywhere."""
         if self.device is not None:
             return ((self.device, MAX_FAILURES_PER_DEVICE),)
+        if self.second_factor:
+            return ((self.pair, MAX_FAILURES_PER_PAIR),)
         return ((self.pair, MAX_FAILURES_PER_PAIR), (self.account, MAX_FAILURES_PER_ACCOUNT))
 
     def counted(self) -> tuple[str, ...]:
