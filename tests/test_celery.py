@@ -5,7 +5,6 @@ side (a worker killed mid-task, the broker restarted) lose no run."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import signal
 import subprocess
@@ -25,6 +24,7 @@ from tests.pg_cluster import free_port
 from tests.redis_support import RedisServer, redis_server
 from tests.scheduler_helpers import get_run
 from tests.worker_support import PROJECT, Workers, postgresql_only, wait_for
+from webapp import release
 from webapp.config import settings as settings_of
 from webapp.extensions import db
 from webapp.models import Run, Worker
@@ -388,11 +388,12 @@ def test_a_long_package_version_registers_its_worker_cut_to_the_column(
     Celery worker, the version cut to the column as the scheduler worker's is. It used to be
     written whole: refused on PostgreSQL, and retried forever as "database unavailable"."""
     long = "0.1.0.dev42+g1234567.d20261206.local.build"
-    installed = tmp_path / "webapp-0.1.0.dist-info"
+    installed = tmp_path / f"{release.DISTRIBUTION}-0.1.0.dist-info"
     installed.mkdir()
-    (installed / "METADATA").write_text(f"Metadata-Version: 2.1\nName: webapp\nVersion: {long}\n")
+    metadata = f"Metadata-Version: 2.1\nName: {release.DISTRIBUTION}\nVersion: {long}\n"
+    (installed / "METADATA").write_text(metadata)
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert importlib.metadata.version("webapp") == long  # as if installed so
+    assert release.version() == long  # as if installed so
     node = CeleryNode(app)
     registering = threading.Thread(target=node.register, args=(2,), daemon=True)
     registering.start()

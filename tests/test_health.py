@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import tomllib
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -22,6 +23,9 @@ REVISIONS = sorted(
     for path in (Path(__file__).parent.parent / "migrations" / "versions").glob("[0-9]*.py")
 )
 HEAD, PREVIOUS = REVISIONS[-1], REVISIONS[-2]
+# The release the checkout declares, which an installed checkout reports.
+PYPROJECT = Path(__file__).parent.parent / "pyproject.toml"
+PYPROJECT_VERSION = tomllib.loads(PYPROJECT.read_text())["project"]["version"]
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -44,6 +48,7 @@ def test_healthz_answers_200_with_its_checks(app: Flask) -> None:
     assert response.status_code == 200
     assert response.get_json() == {
         "status": "ok",
+        "version": PYPROJECT_VERSION,
         "checks": {
             "database": {"ok": True},
             "migrations": {"ok": True, "current": HEAD, "head": HEAD},

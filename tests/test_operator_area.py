@@ -3,7 +3,6 @@ a read-only view of any tenant, the workers page and releasing a dead worker's l
 
 from __future__ import annotations
 
-import importlib.metadata
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -16,6 +15,7 @@ from sqlalchemy import func, select
 
 from tests.conftest import PASSWORD, World, make_run, make_schedule
 from tests.panel_helpers import Panel, log_in
+from webapp import release
 from webapp.catalog.current import current_catalog
 from webapp.extensions import db
 from webapp.models import AuditEvent, Membership, Run, User, Worker
@@ -436,5 +436,5 @@ def test_a_worker_records_its_version_and_reports_abandoned_jobs(app: Flask, wor
     db.session.expire_all()
     row = db.session.get(Worker, worker_id)
     assert row is not None
-    assert row.version == importlib.metadata.version("webapp")
+    assert row.version == release.version()
     assert row.abandoned_jobs == 3

@@ -38,8 +38,14 @@ def test_an_editable_install_prints_no_warning_and_ships_the_console_script(
     assert "same name as your package" not in " ".join(output.split())
     assert (tmp_path / "bin" / "scheduler-worker").exists()
     # The checkout is what gets imported: templates/ and static/ are found beside webapp/.
-    (pth,) = tmp_path.glob("lib/python*/site-packages/__editable__.webapp-*.pth")
+    (pth,) = tmp_path.glob("lib/python*/site-packages/__editable__.tenantcron-*.pth")
     assert pth.read_text().split() == [str(ROOT)]
+    # A distinctive distribution name ("webapp" is too generic to be ours on a package index),
+    # with the extras the README installs: `pip install '.[celery]'`.
+    (metadata,) = tmp_path.glob("lib/python*/site-packages/tenantcron-*.dist-info/METADATA")
+    fields = metadata.read_text().splitlines()
+    assert "Name: tenantcron" in fields
+    assert {"Provides-Extra: celery", "Provides-Extra: production"} <= set(fields)
 
 
 def imported_roots(folder: Path) -> set[str]:

@@ -15,7 +15,6 @@ store) is in execution.py; the lease, its start mark and its renewal in leases.p
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 import os
 import socket
@@ -29,6 +28,7 @@ from sqlalchemy import insert, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
+from webapp import release
 from webapp.database import lost_race, utcnow
 from webapp.extensions import db
 from webapp.models import Worker, WorkerKind
@@ -44,10 +44,7 @@ VERSION_WIDTH: int = Worker.__table__.c.version.type.length  # type: ignore[attr
 def worker_version() -> str:
     """The installed package's release, for the workers page, cut to the column's width (a
     local build's version can be longer); "unknown" for a checkout run without installing."""
-    try:
-        return importlib.metadata.version("webapp")[:VERSION_WIDTH]
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+    return release.version()[:VERSION_WIDTH]
 
 
 def register_worker(session: Session, concurrency: int, kind: WorkerKind) -> int:

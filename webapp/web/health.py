@@ -7,6 +7,7 @@ from __future__ import annotations
 from flask import Blueprint, current_app, jsonify
 from werkzeug.wrappers import Response
 
+from webapp import release
 from webapp.extensions import db
 from webapp.services.health import Check, database_check, head_revision, migrations_check
 
@@ -15,7 +16,8 @@ bp = Blueprint("health", __name__)
 
 @bp.get("/healthz")
 def healthz() -> Response:
-    """200 with {"status": "ok", ...} when every check passes, 503 with "fail" otherwise."""
+    """200 with {"status": "ok", "version": ..., ...} when every check passes, 503 with "fail"
+    otherwise."""
     session = db.session()
     directory = current_app.extensions["migrate"].directory
     database = database_check(session)
@@ -30,6 +32,7 @@ def healthz() -> Response:
     healthy = all(check.ok for check in checks.values())
     response = jsonify(
         status="ok" if healthy else "fail",
+        version=release.version(),
         checks={name: check.as_json() for name, check in checks.items()},
     )
     response.status_code = 200 if healthy else 503
