@@ -99,7 +99,7 @@ def audit_rows(action: str) -> list[tuple[int | None, str, dict | None]]:
         .where(AuditEvent.action == action)
         .order_by(AuditEvent.id)
     )
-    return [tuple(row) for row in rows]  # type: ignore[misc]
+    return [tuple(row) for row in rows]
 
 
 def test_an_operator_creates_a_tenant_and_changes_its_name_zone_and_limits(
