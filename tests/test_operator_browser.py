@@ -1,19 +1,24 @@
 """The operator area in headless Chromium: an operator without a tenant logs in and lands on the
-tenants page, views a tenant read-only, then releases a stale worker's lease on the workers page."""
+tenants page, views a tenant read-only, then releases a stale worker's lease on the workers page;
+revokes an operator token."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.error import HTTPError
+from urllib.request import Request, urlopen
 
 import pytest
 
 from tests.browser_support import LiveServer, PageErrors
 from tests.conftest import PASSWORD, make_run, make_schedule
+from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import Run, User, Worker
 from webapp.services.accounts import find_tenant, hash_password
 from webapp.services.audit import Actor
+from webapp.services.tokens import create_operator_token
 
 pytestmark = pytest.mark.browser
 
@@ -114,3 +119,35 @@ def test_a_tenants_card_on_a_phone_says_what_each_figure_is(
         '"Running / cap: "',
     ]
     assert errors.messages == []
+
+
+@pytest.mark.usefixtures("olga")
+def test_an_operator_revokes_an_operator_token_from_the_operator_area(
+    page: Any, live_panel: LiveServer, errors: PageErrors
+) -> None:
+    with live_panel.app.app_context():
+        _token, secret = create_operator_token("Host backend", None, Actor.cli(), utcnow())
+        db.session.remove()
+    assert admin_api_status(live_panel, secret) == 200
+    page.goto(live_panel.url + "/login")
+    page.get_by_label("Email").fill("olga@example.com")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.get_by_role("link", name="Operator tokens").click()
+    row = page.locator("tr", has_text="Host backend")
+    assert "active" in row.inner_text()
+    row.get_by_role("button", name="Revoke").click()  # hx-confirm accepted (`page`)
+    page.wait_for_url(live_panel.url + "/operator/tokens")
+    page.locator("tr", has_text="revoked").wait_for()
+    assert admin_api_status(live_panel, secret) == 401
+    assert errors.messages == []
+
+
+def admin_api_status(live_panel: LiveServer, secret: str) -> int:
+    request = Request(live_panel.url + "/api/v1/admin/tenants")
+    request.add_header("Authorization", f"Bearer {secret}")
+    try:
+        with urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except HTTPError as error:
+        return int(error.code)
