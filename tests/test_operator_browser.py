@@ -6,12 +6,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.error import HTTPError
-from urllib.request import Request, urlopen
 
 import pytest
 
-from tests.browser_support import LiveServer, PageErrors
+from tests.browser_support import LiveServer, PageErrors, api_status
 from tests.conftest import PASSWORD, make_run, make_schedule
 from webapp.database import utcnow
 from webapp.extensions import db
@@ -21,6 +19,7 @@ from webapp.services.audit import Actor
 from webapp.services.tokens import create_operator_token
 
 pytestmark = pytest.mark.browser
+ADMIN_TENANTS = "/api/v1/admin/tenants"
 
 
 @pytest.fixture
@@ -128,7 +127,7 @@ def test_an_operator_revokes_an_operator_token_from_the_operator_area(
     with live_panel.app.app_context():
         _token, secret = create_operator_token("Host backend", None, Actor.cli(), utcnow())
         db.session.remove()
-    assert admin_api_status(live_panel, secret) == 200
+    assert api_status(live_panel, ADMIN_TENANTS, secret) == 200
     page.goto(live_panel.url + "/login")
     page.get_by_label("Email").fill("olga@example.com")
     page.get_by_label("Password").fill(PASSWORD)
@@ -139,15 +138,5 @@ def test_an_operator_revokes_an_operator_token_from_the_operator_area(
     row.get_by_role("button", name="Revoke").click()  # hx-confirm accepted (`page`)
     page.wait_for_url(live_panel.url + "/operator/tokens")
     page.locator("tr", has_text="revoked").wait_for()
-    assert admin_api_status(live_panel, secret) == 401
+    assert api_status(live_panel, ADMIN_TENANTS, secret) == 401
     assert errors.messages == []
-
-
-def admin_api_status(live_panel: LiveServer, secret: str) -> int:
-    request = Request(live_panel.url + "/api/v1/admin/tenants")
-    request.add_header("Authorization", f"Bearer {secret}")
-    try:
-        with urlopen(request, timeout=10) as response:
-            return int(response.status)
-    except HTTPError as error:
-        return int(error.code)
