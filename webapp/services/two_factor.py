@@ -7,8 +7,9 @@ for session tokens: they are random, not chosen). A TOTP code is accepted one ti
 side of now, and never twice: `totp_last_step` only grows, set by a conditional UPDATE, so two
 parallel uses of one code cannot both pass. A recovery code is deleted as it is used.
 
-Users who sign in by a one-time link or by single sign-on (not built yet) are exempt: their
-identity provider is the factor. Their login paths must skip `auth.begin_second_step`.
+Users who sign in by a one-time link (web.sign_in) or by single sign-on (not built yet) are
+exempt: their identity provider is the factor. Their login paths skip `auth.begin_second_step`,
+and a login by link is not sent to enrolment (`web.sign_in.by_link`).
 """
 
 from __future__ import annotations
