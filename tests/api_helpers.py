@@ -1,4 +1,5 @@
-"""A test client of the REST API: a token of a tenant, sent as a bearer token."""
+"""A test client of the REST API: a token of a tenant (or an operator token), sent as a bearer
+token."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from werkzeug.test import TestResponse
 from webapp.api.openapi import EXAMPLE_SCHEDULE
 from webapp.database import utcnow
 from webapp.extensions import db
-from webapp.models import Tenant, TokenScope, User
+from webapp.models import Tenant, User
 from webapp.services import tokens
 from webapp.services.audit import Actor
+from webapp.token_models import TokenScope
 
 # A schedule the API accepts: the OpenAPI document's example.
 NEW = EXAMPLE_SCHEDULE
@@ -48,6 +50,14 @@ class Api:
 
     def delete(self, url: str, **kwargs: Any) -> TestResponse:
         return self.client.delete(url, headers=self.headers(kwargs.pop("headers", None)), **kwargs)
+
+
+class OperatorApi(Api):
+    """Requests with `Authorization: Bearer <a new operator token>` (the operator API)."""
+
+    def __init__(self, app: Flask, name: str = "provisioning") -> None:
+        self.client = app.test_client()
+        self.token, self.secret = tokens.create_operator_token(name, None, Actor.cli(), utcnow())
 
 
 def problem_fields(response: TestResponse) -> dict[str, str]:

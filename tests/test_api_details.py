@@ -9,7 +9,8 @@ from sqlalchemy import func, select
 from tests.api_helpers import NEW, Api, count, problem_fields
 from tests.conftest import World, migrated_app
 from webapp.extensions import db
-from webapp.models import ApiIdempotencyKey, AuditEvent, Run, Schedule
+from webapp.models import AuditEvent, Run, Schedule
+from webapp.token_models import ApiIdempotencyKey
 
 
 def test_a_retried_create_or_run_now_answers_the_first_result(app: Flask, world: World) -> None:

@@ -19,9 +19,10 @@ from tests.settings_support import reconfigure
 from webapp.config import settings
 from webapp.database import utcnow
 from webapp.extensions import db
-from webapp.models import ApiToken, AuditEvent
+from webapp.models import AuditEvent
 from webapp.services import tokens
 from webapp.services.audit import Actor
+from webapp.token_models import ApiToken
 
 SECRET = re.compile(r"sch_[0-9a-f]{8}_[A-Za-z0-9_-]{43}")
 

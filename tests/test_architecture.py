@@ -18,6 +18,7 @@ FOUNDATION = {
     "models",
     "calendar_models",
     "sign_in_models",
+    "token_models",
     "run_rules",
 }
 # Layer -> the layers it may import (besides itself). Mirrors the table in docs/architecture.md.

@@ -15,7 +15,8 @@ from tests.api_helpers import NEW, Api, problem_fields
 from tests.conftest import World
 from tests.panel_helpers import Panel
 from webapp.extensions import db
-from webapp.models import ApiToken, Schedule, Tenant
+from webapp.models import Schedule, Tenant
+from webapp.token_models import ApiToken
 
 LINE_BREAK = "Nightly\r\nX-Injected: yes"
 MESSAGE = "must not contain a control character such as a line break (U+000D)"

@@ -111,7 +111,11 @@ def build_app(config: Mapping[str, Any] | None) -> Flask:
     with app.app_context():
         install_engine_hooks(db.engine)
 
-    from webapp import calendar_models, sign_in_models  # noqa: F401  (their tables join the metadata)
+    from webapp import (  # noqa: F401  (their tables join the metadata)
+        calendar_models,
+        sign_in_models,
+        token_models,
+    )
     from webapp.catalog.current import install_catalog
     from webapp.cli import register_commands
     from webapp.web import auth

@@ -467,10 +467,6 @@ class UserSession(Model):
     user: Mapped[User] = relationship()
 
 
-TokenScope = Literal["read", "write"]
-TOKEN_SCOPES: tuple[TokenScope, ...] = get_args(TokenScope)
-
-
 class RecoveryCode(Model):
     """A user's single-use two-factor recovery code: only its SHA-256 is kept."""
 
@@ -478,56 +474,6 @@ class RecoveryCode(Model):
     id: Mapped[int] = mapped_column(primary_key=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
     code_hash: Mapped[str] = mapped_column(String(64))
-
-
-class ApiToken(Model):
-    """A tenant's API token. The secret is shown once; this row keeps only its SHA-256 and the
-    short prefix by which the panel, the CLI and the audit log name it."""
-
-    __tablename__ = "api_tokens"
-    __table_args__ = (CheckConstraint(one_of("scope", TOKEN_SCOPES), name="scope"), NEVER_REUSE_IDS)
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
-    name: Mapped[str] = mapped_column(String(100))
-    scope: Mapped[TokenScope] = mapped_column(String(8))
-    prefix: Mapped[str] = mapped_column(String(16), unique=True)
-    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
-    created_by: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
-    # Who made it, readable after the user is gone: an email, or "cli".
-    created_by_label: Mapped[str] = mapped_column(String(254))
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    # The rate limit's window: the minute it started and the requests counted in it.
-    window_start: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    window_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-
-    tenant: Mapped[Tenant] = relationship()
-
-    def usable(self, now: datetime) -> bool:
-        """Neither revoked nor expired."""
-        return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)
-
-
-class ApiIdempotencyKey(Model):
-    """A POST sent with an `Idempotency-Key`: its answer, replayed to a retry with the same key
-    for 24 hours. A row without a status is a request still being handled."""
-
-    __tablename__ = "api_idempotency_keys"
-    __table_args__ = (UniqueConstraint("token_id", "key"), NEVER_REUSE_IDS)
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    token_id: Mapped[int] = mapped_column(ForeignKey("api_tokens.id", ondelete="CASCADE"))
-    key: Mapped[str] = mapped_column(String(200))
-    # What the key was first used for: the same key with another request is refused.
-    request_hash: Mapped[str] = mapped_column(String(64))
-    status: Mapped[int | None] = mapped_column(Integer)
-    body: Mapped[str | None] = mapped_column(Text)
-    location: Mapped[str | None] = mapped_column(String(200))
-    etag: Mapped[str | None] = mapped_column(String(64))
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
 class Notification(Model):

@@ -1,7 +1,7 @@
 """sign_in_links: one-time sign-in links, stored as the hash of their token
 
 Revision ID: 0020
-Revises: 0017
+Revises: 0019
 Create Date: 2026-12-06 10:40:00
 
 """
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0020"
-down_revision = "0017"
+down_revision = "0019"
 branch_labels = None
 depends_on = None
 

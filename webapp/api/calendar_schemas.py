@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from webapp.api.schemas import MAX_PAGE, Strict
+from webapp.api.schemas import PageQuery, Strict
 from webapp.calendar_models import Calendar
 from webapp.cron import FIRST_YEAR, LAST_YEAR
 from webapp.services.calendar_schema import DayOffIn, WindowIn, calendar_document
@@ -62,9 +62,7 @@ class CalendarPage(BaseModel):
     next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null: last")
 
 
-class CalendarQuery(Strict):
-    limit: int = Field(50, ge=1, le=MAX_PAGE)
-    cursor: str | None = Field(None, max_length=20)
+CalendarQuery = PageQuery
 
 
 class CalendarPatch(Strict):

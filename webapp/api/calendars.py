@@ -86,7 +86,7 @@ def list_calendars() -> Response:
 def create_calendar() -> Response:
     """A new calendar, checked by CalendarIn as the panel's form is; 201 with its Location."""
     auth.require_write()
-    calendar = service.create_calendar(auth.current_token().tenant, body(), auth.actor(), utcnow())
+    calendar = service.create_calendar(auth.current_tenant(), body(), auth.actor(), utcnow())
     return calendar_answer(calendar, 201)
 
 

@@ -13,9 +13,10 @@ from flask import current_app, render_template
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from webapp.api import calendar_schemas, schemas
+from webapp.api import admin_schemas, calendar_schemas, schemas
 from webapp.api.problems import MEDIA_TYPE, TYPES
 from webapp.api.schemas import MAX_ID
+from webapp.services.account_schema import SLUG, TenantIn
 from webapp.services.calendar_schema import CalendarIn
 from webapp.services.schema import ScheduleIn
 
@@ -183,10 +184,49 @@ OPERATIONS: dict[str, Operation] = {
         },
     ),
 }
+OPERATOR_TAGS = ("operator: tenants", "operator: users", "operator: tokens")
+TENANT, USERS, TOKENS = OPERATOR_TAGS
+EXAMPLE_TENANT = {"slug": "acme", "name": "Acme Inc.", "time_zone": "America/Chicago"}
+OPERATIONS |= {
+    "api.list_tenants": Operation(TENANT, {200: admin_schemas.TenantPage}, query=schemas.PageQuery),
+    "api.create_tenant": Operation(
+        TENANT,
+        {201: admin_schemas.TenantOut},
+        body=TenantIn,
+        example=EXAMPLE_TENANT,
+        writes=True,
+        errors={
+            409: "A tenant with this slug exists (or a request with this Idempotency-Key "
+            "is still in progress)"
+        },
+    ),
+    "api.get_tenant": Operation(
+        TENANT, {200: admin_schemas.TenantOut, 304: None}, conditional=True
+    ),
+    "api.update_tenant": Operation(
+        TENANT,
+        {200: admin_schemas.TenantOut},
+        body=admin_schemas.TenantPatch,
+        example={"name": "Acme Corporation", "max_schedules": 100, "jitter_seconds": None},
+        writes=True,
+    ),
+    "api.delete_tenant": Operation(
+        TENANT,
+        {200: admin_schemas.TenantDeletedOut},
+        query=admin_schemas.DeleteQuery,
+        writes=True,
+        errors={
+            409: "The tenant is not empty and cascade is not true, or its runs are queued "
+            "or running (`detail` says which)"
+        },
+    ),
+}
 # Errors every operation may answer (problem details), and what they mean.
 ERRORS = {
     400: "Malformed request: a query parameter, the JSON, the cursor",
     401: "No token, or an unknown, revoked or expired one",
+    403: "A token of the other kind: an operator token on the tenant endpoints, a tenant's "
+    "token on the operator API (/api/v1/admin/); for a change, a token whose scope is read",
     404: "No such object in the token's tenant",
     405: "The URL does not take this method (`Allow` lists those it does)",
     406: "Not acceptable",
@@ -194,7 +234,6 @@ ERRORS = {
     429: "Too many requests for this token: wait Retry-After seconds",
 }
 WRITE_ERRORS = {
-    403: "The token's scope is read",
     409: "A request with this Idempotency-Key is still in progress",
     412: "If-Match: the schedule changed since it was read",
     415: "The body is not JSON",
@@ -214,7 +253,8 @@ HEADERS = {
         "name": "If-Match",
         "in": "header",
         "required": False,
-        "description": "The ETag of the schedule (or calendar) as read: 412 if it changed since",
+        "description": "The ETag of the object (schedule, calendar, tenant) as read: 412 if it "
+        "changed since",
         "schema": {"type": "string"},
     },
 }
@@ -223,8 +263,8 @@ IF_NONE_MATCH = {
     "name": "If-None-Match",
     "in": "header",
     "required": False,
-    "description": "The ETag of the schedule (or calendar) as read: 304 without a body if it "
-    "is unchanged",
+    "description": "The ETag of the object (schedule, calendar, tenant) as read: 304 without a "
+    "body if it is unchanged",
     "schema": {"type": "string"},
 }
 RESPONSE_WORDS = {200: "OK", 201: "Created", 204: "Done; no content", 304: "Not modified"}
@@ -232,6 +272,16 @@ ETAG = {
     "description": "The object's version, for If-Match and If-None-Match",
     "schema": {"type": "string"},
 }
+# The objects whose answers carry an ETag.
+TAGGED = (schemas.ScheduleOut, calendar_schemas.CalendarOut, admin_schemas.TenantOut)
+
+
+def path_parameter(name: str) -> dict[str, Any]:
+    """An id (`schedule_id`...) or a tenant's slug, in a URL."""
+    schema: dict[str, Any] = {"type": "integer", "minimum": 1, "maximum": MAX_ID}
+    if name == "slug":
+        schema = {"type": "string", "pattern": f"^{SLUG.pattern}$"}
+    return {"name": name, "in": "path", "required": True, "schema": schema}
 
 
 def path_of(rule: str) -> str:
@@ -302,15 +352,7 @@ def document() -> dict[str, Any]:
             "tags": [operation.tag],
             # Plain text: Swagger UI renders a summary as it is, backticks and all.
             "summary": (view.__doc__ or name).strip().splitlines()[0].replace("`", ""),
-            "parameters": [
-                {
-                    "name": argument,
-                    "in": "path",
-                    "required": True,
-                    "schema": {"type": "integer", "minimum": 1, "maximum": MAX_ID},
-                }
-                for argument in sorted(rule.arguments)
-            ]
+            "parameters": [path_parameter(argument) for argument in sorted(rule.arguments)]
             + (query_parameters(operation.query) if operation.query else [])
             + ([HEADERS[method]] if method in HEADERS else [])
             + ([IF_NONE_MATCH] if operation.conditional else []),
@@ -333,7 +375,7 @@ def document() -> dict[str, Any]:
             if status == 201:
                 location = {"description": "The new object's URL", "schema": {"type": "string"}}
                 headers["Location"] = location
-            if model in (schemas.ScheduleOut, calendar_schemas.CalendarOut) or status == 304:
+            if model in TAGGED or status == 304:
                 headers["ETag"] = ETAG
             if headers:
                 response["headers"] = headers
@@ -346,6 +388,8 @@ def document() -> dict[str, Any]:
             errors.setdefault(422, WRITE_ERRORS[422])
         for status, description in sorted(errors.items()):
             entry["responses"][str(status)] = problem_response(status, description)
+        if operation.tag in OPERATOR_TAGS:
+            entry["security"] = [{"operator": []}]
         paths.setdefault(path_of(rule.rule), {})[method.lower()] = entry
     return {
         "openapi": "3.1.0",
@@ -355,7 +399,8 @@ def document() -> dict[str, Any]:
             "description": (
                 "The tenant's schedules, runs and business calendars over HTTP. Send "
                 "`Authorization: Bearer <token>` (an API token of the tenant, `read` or "
-                "`write`). Times are RFC 3339 "
+                "`write`). The operator API under /api/v1/admin/ (tenants, users, their "
+                "tokens) takes an operator token instead. Times are RFC 3339 "
                 "in UTC, with the zone they are meant in alongside. Errors are RFC 9457 problem "
                 "details with a per-field `errors` list."
             ),
@@ -367,12 +412,18 @@ def document() -> dict[str, Any]:
             {"name": "runs"},
             {"name": "catalog"},
             {"name": "calendars"},
+            *({"name": tag} for tag in OPERATOR_TAGS),
         ],
         "paths": dict(sorted(paths.items())),
         "components": {
             "schemas": components["$defs"],
             "securitySchemes": {
-                "bearer": {"type": "http", "scheme": "bearer", "description": "An API token"}
+                "bearer": {"type": "http", "scheme": "bearer", "description": "An API token"},
+                "operator": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "An operator token (flask token create --operator)",
+                },
             },
         },
     }

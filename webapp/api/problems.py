@@ -29,6 +29,8 @@ TYPES = {
     "not-cancellable": "Already finished",
     "phrase-not-understood": "Phrase not understood",
     "calendar-in-use": "Calendar in use",
+    "conflict": "Already exists",
+    "tenant-not-empty": "Tenant not empty",
 }
 
 

@@ -364,6 +364,13 @@ class BackfillIn(Strict):
     dry_run: bool = Field(False, description="Answer the preview; queue nothing")
 
 
+class PageQuery(Strict):
+    """A page of a list by id: its size and where it starts (the previous page's cursor)."""
+
+    limit: int = Field(50, ge=1, le=MAX_PAGE)
+    cursor: str | None = Field(None, max_length=20)
+
+
 class ScheduleQuery(Strict):
     status: Literal["active", "paused"] | None = None
     job: str | None = Field(None, max_length=MAX_TEXT_FILTER)

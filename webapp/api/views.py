@@ -150,7 +150,7 @@ def answer(document: BaseModel, status: int = 200, location: str | None = None) 
 
 
 def tenant_zone() -> str:
-    return auth.current_token().tenant.time_zone
+    return auth.current_tenant().time_zone
 
 
 def run_zones(runs: list[Run]) -> dict[int | None, str]:
@@ -202,7 +202,7 @@ def schedule_answer(schedule: Schedule, status: int = 200, saved: bool = False) 
     location = url_for("api.get_schedule", schedule_id=schedule.id) if status == 201 else None
     warnings = None
     if saved:
-        tenant = auth.current_token().tenant
+        tenant = auth.current_tenant()
         warnings = service.schedule_warnings(
             tenant, schedule.name, schedule.time_zone, schedule.key
         )
@@ -217,7 +217,7 @@ def create_schedule() -> Response:
     """A new schedule, checked by ScheduleIn as the panel's form is; 201 with its Location."""
     auth.require_write()
     data = body()
-    schedule = service.create_schedule(auth.current_token().tenant, data, auth.actor(), utcnow())
+    schedule = service.create_schedule(auth.current_tenant(), data, auth.actor(), utcnow())
     return schedule_answer(schedule, 201, saved=True)
 
 

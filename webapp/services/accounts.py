@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
 from werkzeug.security import check_password_hash, generate_password_hash
 
 from webapp.catalog.current import current_catalog
@@ -23,25 +23,47 @@ from webapp.services.defaults import materialise_defaults
 PASSWORD_METHOD = "scrypt"
 
 
+class Conflict(AccountError):
+    """What is asked for exists already (a tenant's slug)."""
+
+
+def tenant_by_slug(slug: str) -> Select[Tenant]:
+    return select(Tenant).where(Tenant.slug == slug)
+
+
 def find_tenant(slug: str) -> Tenant:
-    tenant = db.session.scalar(select(Tenant).where(Tenant.slug == slug))
+    tenant = db.session.scalar(tenant_by_slug(slug))
     if tenant is None:
         raise AccountError(f"no tenant with slug {slug!r}")
     return tenant
 
 
+def tenants_after(after: int | None, limit: int) -> list[Tenant]:
+    """A page of the tenants by id: the first `limit` after the id `after`."""
+    query = select(Tenant).order_by(Tenant.id).limit(limit)
+    if after is not None:
+        query = query.where(Tenant.id > after)
+    return list(db.session.scalars(query))
+
+
 def create_tenant(slug: str, name: str, time_zone: str = "UTC") -> Tenant:
-    asked = TenantIn.check({"slug": slug, "name": name, "time_zone": time_zone})
+    """`flask tenant create`."""
+    return new_tenant({"slug": slug, "name": name, "time_zone": time_zone}, Actor.cli())
+
+
+def new_tenant(data: Mapping[str, Any], actor: Actor) -> Tenant:
+    """A tenant from TenantIn's fields, checked, audited, with its default schedules."""
+    asked = TenantIn.check(dict(data))
     slug, name, time_zone = asked.slug, asked.name, asked.time_zone
     with write_transaction(db.session) as session:
         if session.scalar(select(Tenant.id).where(Tenant.slug == slug)) is not None:
-            raise AccountError(f"a tenant with slug {slug!r} already exists")
+            raise Conflict({"slug": f"a tenant with slug {slug!r} already exists"})
         tenant = Tenant(slug=slug, name=name, time_zone=time_zone)
         session.add(tenant)
         session.flush()
         audit.record_event(
             session,
-            Actor.cli(),
+            actor,
             "tenant.created",
             ("tenant", tenant.id, tenant.slug),
             tenant_id=tenant.id,

@@ -12,8 +12,9 @@ from sqlalchemy import and_
 from sqlalchemy.orm import Session
 
 from webapp.database import utcnow
-from webapp.models import ApiToken, AuditEvent, Schedule, User
+from webapp.models import AuditEvent, Schedule, User
 from webapp.services import scope
+from webapp.token_models import ApiToken
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,8 @@ class Actor:
     @classmethod
     def for_token(cls, token: ApiToken) -> Actor:
         """An API token: named by its prefix, which the token list shows, and its name."""
-        return cls(user_id=None, label=f"token {token.prefix} ({token.name})")
+        kind = "operator token" if token.is_operator else "token"
+        return cls(user_id=None, label=f"{kind} {token.prefix} ({token.name})")
 
 
 SCHEDULER = Actor(user_id=None, label="scheduler")

@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 
 from webapp.database import write_transaction
 from webapp.extensions import db
-from webapp.models import ApiIdempotencyKey
+from webapp.token_models import ApiIdempotencyKey
 
 KEPT = timedelta(hours=24)
 

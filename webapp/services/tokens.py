@@ -2,9 +2,10 @@
 
 A token is `sch_<prefix>_<secret>`: 32 random bytes after a short random prefix. Only the
 SHA-256 of the whole token is stored (like a login's, in `sessions`), so a copy of the database
-holds no usable token; the prefix names it in the panel, the CLI and the audit log. A token acts
-for its tenant only, reads with the `read` scope and also writes with `write`. Revoked and
-expired tokens stay listed, and authenticate nothing.
+holds no usable token; the prefix names it in the panel, the CLI and the audit log. A tenant's
+token acts for its tenant only, reads with the `read` scope and also writes with `write`; an
+operator token (no tenant, `write`) acts on the operator API only. Revoked and expired tokens
+stay listed, and authenticate nothing.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from sqlalchemy.orm import Session
 from webapp.config import settings
 from webapp.database import name_problem, write_transaction
 from webapp.extensions import db
-from webapp.models import TOKEN_SCOPES, ApiToken, Tenant
+from webapp.models import Tenant
 from webapp.services import audit as audit_events
 from webapp.services.audit import Actor
 from webapp.services.schedules import lock_tenant
 from webapp.services.sessions import token_hash
+from webapp.token_models import TOKEN_SCOPES, ApiToken, TokenScope
 
 MAX_NAME = 100
 MAX_EXPIRY_DAYS = 3650
@@ -52,10 +54,11 @@ def check_name(name: str) -> str:
     return name
 
 
-def check_scope(scope: str) -> str:
-    if scope not in TOKEN_SCOPES:
-        raise TokenError({"scope": f"{scope!r} is not one of {', '.join(TOKEN_SCOPES)}"})
-    return scope
+def check_scope(scope: str) -> TokenScope:
+    for known in TOKEN_SCOPES:
+        if scope == known:
+            return known
+    raise TokenError({"scope": f"{scope!r} is not one of {', '.join(TOKEN_SCOPES)}"})
 
 
 def check_expiry(days: int | None) -> int | None:
@@ -65,7 +68,8 @@ def check_expiry(days: int | None) -> int | None:
 
 
 def audit(token: ApiToken, actor: Actor, action: str, now: datetime) -> None:
-    created = {"prefix": token.prefix, "scope": token.scope}
+    """In the tenant's log; an operator token's in the installation's (tenant None)."""
+    created = {"prefix": token.prefix, "scope": token.scope, "kind": token.kind}
     audit_events.record_event(
         db.session(),
         actor,
@@ -86,15 +90,35 @@ def create_token(
     now: datetime,
 ) -> tuple[ApiToken, str]:
     """A new token of the tenant and its secret, which is never stored nor shown again."""
+    return new_token(tenant, check_name(name), check_scope(scope), expires_in_days, actor, now)
+
+
+def create_operator_token(
+    name: str, expires_in_days: int | None, actor: Actor, now: datetime
+) -> tuple[ApiToken, str]:
+    """A new operator token (the operator API, every tenant) and its secret, shown once."""
+    return new_token(None, name, "write", expires_in_days, actor, now)
+
+
+def new_token(
+    tenant: Tenant | None,
+    name: str,
+    scope: TokenScope,
+    expires_in_days: int | None,
+    actor: Actor,
+    now: datetime,
+) -> tuple[ApiToken, str]:
+    """A tenant's token, or with `tenant` None an operator's, and its secret."""
     name = check_name(name)
-    check_scope(scope)
     check_expiry(expires_in_days)
     prefix = secrets.token_hex(PREFIX_BYTES)
     secret = f"sch_{prefix}_{secrets.token_urlsafe(SECRET_BYTES)}"
     with write_transaction(db.session) as session:
-        check_room(session, tenant, now)
+        if tenant is not None:
+            check_room(session, tenant, now)
         token = ApiToken(
-            tenant_id=tenant.id,
+            kind="tenant" if tenant is not None else "operator",
+            tenant_id=tenant.id if tenant is not None else None,
             name=name,
             scope=scope,
             prefix=prefix,
@@ -133,6 +157,12 @@ def check_room(session: Session, tenant: Tenant, now: datetime) -> None:
 def tenant_tokens(tenant: Tenant) -> list[ApiToken]:
     """The tenant's tokens, newest first, revoked and expired ones included."""
     query = select(ApiToken).where(ApiToken.tenant_id == tenant.id)
+    return list(db.session.scalars(query.order_by(ApiToken.id.desc())))
+
+
+def operator_tokens() -> list[ApiToken]:
+    """The operator tokens, newest first, revoked and expired ones included."""
+    query = select(ApiToken).where(ApiToken.kind == "operator")
     return list(db.session.scalars(query.order_by(ApiToken.id.desc())))
 
 

@@ -17,8 +17,9 @@ from sqlalchemy import select
 
 from webapp.calendar_models import Calendar
 from webapp.extensions import db
-from webapp.models import ApiToken, Membership, Run, Schedule, Tenant
+from webapp.models import Membership, Run, Schedule, Tenant
 from webapp.services import scope
+from webapp.token_models import ApiToken
 from webapp.web.auth import renew_login
 
 SESSION_KEY = "tenant_id"

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from flask import Blueprint, request, url_for
 from flask_login import login_required
 from werkzeug.wrappers import Response
 
 from webapp.database import utcnow
-from webapp.models import TOKEN_SCOPES, ApiToken
 from webapp.services import tokens
+from webapp.token_models import TOKEN_SCOPES
 from webapp.web import tenancy
 from webapp.web.common import actor, htmx_redirect, page_or_partial
 
@@ -67,11 +65,3 @@ def revoke(token_id: int) -> Response:
     token = tenancy.get_rw_token_or_404(token_id)
     tokens.revoke_token(token, actor(), utcnow())
     return htmx_redirect(f"Token {token.prefix} “{token.name}” revoked.", url_for("tokens.index"))
-
-
-@bp.app_template_global()
-def token_state(token: ApiToken, now: datetime) -> str:
-    """active, expired or revoked: what the list says of a token."""
-    if token.revoked_at is not None:
-        return "revoked"
-    return "active" if token.usable(now) else "expired"
