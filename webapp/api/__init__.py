@@ -13,7 +13,7 @@ from typing import Any
 from flask import Flask, request
 from werkzeug.exceptions import HTTPException
 
-from webapp.api import admin_tenants, calendars, views
+from webapp.api import admin_sign_in, admin_tenants, calendars, views
 from webapp.api.problems import from_http_exception
 from webapp.extensions import csrf
 
@@ -21,7 +21,7 @@ from webapp.extensions import csrf
 def install(app: Flask) -> None:
     bp = views.bp
     # The calendar and operator endpoints are on the API's blueprint.
-    assert calendars.bp is bp and admin_tenants.bp is bp
+    assert calendars.bp is bp and admin_tenants.bp is bp and admin_sign_in.bp is bp
     csrf.exempt(bp)
     app.register_blueprint(bp)
     # No rule matched (404, 405), or the app's request guard refused the request before a

@@ -19,6 +19,7 @@ from webapp.api.schemas import MAX_ID
 from webapp.services.account_schema import SLUG, TenantIn
 from webapp.services.calendar_schema import CalendarIn
 from webapp.services.schema import ScheduleIn
+from webapp.services.sign_in_links import LinkIn
 
 VERSION = "1.0.0"
 REF = "#/components/schemas/{model}"
@@ -45,6 +46,7 @@ class Operation:
     links: dict[str, dict[str, Any]] = field(default_factory=dict)
     errors: dict[int, str] = field(default_factory=dict)  # this operation's own, or other words
     conditional: bool = False  # takes If-None-Match: 304 when the ETag is still current
+    idempotent: bool = True  # a POST takes Idempotency-Key
 
 
 RUN_LINKS = {
@@ -221,6 +223,23 @@ OPERATIONS |= {
         },
     ),
 }
+OPERATIONS["api.create_sign_in_link"] = Operation(
+    USERS,
+    {200: admin_schemas.SignInLinkOut},
+    body=LinkIn,
+    example={
+        "tenant": "acme",
+        "email": "pat@acme.example",
+        "role": "admin",
+        "return_url": "https://app.example.com/settings",
+    },
+    writes=True,
+    idempotent=False,  # the answer holds the link's token: never stored to be replayed
+    errors={
+        422: "Invalid input by field: no such tenant, an operator's email, a return_url that "
+        "is not an http(s) URL on a host of SCHEDULER_RETURN_URL_HOSTS"
+    },
+)
 # Errors every operation may answer (problem details), and what they mean.
 ERRORS = {
     400: "Malformed request: a query parameter, the JSON, the cursor",
@@ -354,7 +373,7 @@ def document() -> dict[str, Any]:
             "summary": (view.__doc__ or name).strip().splitlines()[0].replace("`", ""),
             "parameters": [path_parameter(argument) for argument in sorted(rule.arguments)]
             + (query_parameters(operation.query) if operation.query else [])
-            + ([HEADERS[method]] if method in HEADERS else [])
+            + ([HEADERS[method]] if method in HEADERS and operation.idempotent else [])
             + ([IF_NONE_MATCH] if operation.conditional else []),
             "responses": {},
         }
@@ -383,6 +402,8 @@ def document() -> dict[str, Any]:
                 response["links"] = operation.links
             entry["responses"][str(status)] = response
         errors = {**ERRORS, **(WRITE_ERRORS if operation.writes or operation.body else {})}
+        if not operation.idempotent:
+            errors.pop(409, None)  # no key, so never one in progress
         errors.update(operation.errors)
         if operation.query is not None:
             errors.setdefault(422, WRITE_ERRORS[422])
