@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from flask import Flask, redirect
 from werkzeug.serving import make_server
 from werkzeug.wrappers import Response
@@ -23,12 +24,11 @@ from tests.browser_support import (
     require_chromium,
     worker_process,
 )
-from webapp.config import settings
 from webapp.database import utcnow
 from webapp.extensions import db
-from webapp.services import sign_in_links
 from webapp.services.accounts import create_tenant
 from webapp.services.audit import Actor
+from webapp.services.tokens import create_operator_token
 
 pytestmark = pytest.mark.browser
 
@@ -37,6 +37,10 @@ HOST_PAGE = """<!doctype html>
 <body><h1>Acme</h1>
 <iframe src="/schedules" title="Schedules" width="1280" height="900"></iframe></body>
 </html>"""
+
+ACCOUNT_PAGE = """<!doctype html>
+<html lang="en"><head><title>Acme account</title><link rel="icon" href="data:,"></head>
+<body><h1>Your Acme account</h1></body></html>"""
 
 
 @contextmanager
@@ -53,6 +57,10 @@ def host_application(link: Callable[[], str]) -> Iterator[str]:
     def schedules() -> Response:
         return redirect(link(), 303)
 
+    @host.get("/account")
+    def account() -> str:
+        return ACCOUNT_PAGE
+
     server = make_server("localhost", 0, host, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -64,20 +72,30 @@ def host_application(link: Callable[[], str]) -> Iterator[str]:
 
 
 class Links:
-    """Makes sign-in links on the panel's database, as its operator API does."""
+    """The host's back end: asks the panel's operator API for a sign-in link."""
 
     def __init__(self) -> None:
         self.panel: LiveServer | None = None
+        self.secret = ""
+        self.host = ""
 
     def __call__(self) -> str:
         assert self.panel is not None
-        with self.panel.app.app_context():
-            data = {"tenant": "acme", "email": "carol@acme.example", "role": "admin"}
-            made = sign_in_links.create_link(
-                data, Actor(None, "token op (acme)"), utcnow(), settings()
-            )
-            db.session.remove()
-        return f"{self.panel.url}/sign-in/acme/{made.token}"
+        asked = {
+            "tenant": "acme",
+            "email": "carol@acme.example",
+            "role": "admin",
+            "return_url": f"{self.host}/account",
+        }
+        made = requests.post(
+            f"{self.panel.url}/api/v1/admin/sign-in-links",
+            json=asked,
+            headers={"Authorization": f"Bearer {self.secret}"},
+            timeout=10,
+        )
+        made.raise_for_status()
+        url: str = made.json()["url"]
+        return url
 
 
 @contextmanager
@@ -89,11 +107,13 @@ def framed_panel(
     require_chromium()
     links = Links()
     with host_application(links) as host:
+        links.host = host
         chosen = {name: value(host) if callable(value) else value for name, value in config.items()}
         with live_server(sqlite_template, str(directory), **chosen) as panel:
             links.panel = panel
             with panel.app.app_context():
                 create_tenant("acme", "Acme Customer 42", "UTC")
+                _, links.secret = create_operator_token("acme host", None, Actor.cli(), utcnow())
                 db.session.remove()
             yield host, panel
 
@@ -106,6 +126,7 @@ def test_the_host_frames_the_panel_signs_in_by_link_and_runs_a_schedule(
             sqlite_template,
             tmp_path,
             SCHEDULER_FRAME_ANCESTORS=lambda host: [host],
+            SCHEDULER_RETURN_URL_HOSTS=["localhost"],
         ) as (host, panel),
         worker_process(panel),
     ):
@@ -126,16 +147,21 @@ def test_the_host_frames_the_panel_signs_in_by_link_and_runs_a_schedule(
         assert page.url == host + "/"  # all of it inside the frame
         cookies = {c["name"]: c for c in page.context.cookies(panel.url)}
         assert cookies["session"]["sameSite"] == "None" and cookies["session"]["secure"]
+        host_name = host.removeprefix("http://")
+        frame.get_by_role("link", name=f"Back to {host_name}").click()
+        page.get_by_role("heading", name="Your Acme account").wait_for()
+        assert page.url == host + "/account"  # the whole window, not the frame
         assert errors.messages == []
 
 
 def test_without_frame_ancestors_the_framed_panel_is_refused(
-    new_page: Any, sqlite_template: str, tmp_path: Path, errors: PageErrors
+    new_page: Any, sqlite_template: str, tmp_path: Path
 ) -> None:
-    with framed_panel(sqlite_template, tmp_path) as (host, _panel):
+    with framed_panel(sqlite_template, tmp_path, SCHEDULER_RETURN_URL_HOSTS=["localhost"]) as (
+        host,
+        _panel,
+    ):
         page = new_page
-        page.goto(host + "/")
-        page.wait_for_timeout(500)
-        frame = page.frame_locator("iframe")
-        assert frame.get_by_role("button", name="Continue").count() == 0
-        assert any("frame-ancestors 'none'" in message for message in errors.messages)
+        with page.expect_console_message(lambda m: "frame-ancestors 'none'" in m.text):
+            page.goto(host + "/")
+        assert page.frame_locator("iframe").get_by_role("button", name="Continue").count() == 0
