@@ -19,6 +19,7 @@ from webapp.services.accounts import add_user, create_tenant
 from webapp.services.audit import Actor
 from webapp.services.calendars import create_calendar
 from webapp.services.demo import seed_demo_schedules
+from webapp.services.tokens import create_operator_token
 
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1280, "height": 800}
@@ -125,6 +126,7 @@ def seed_demo_pages(server: LiveServer) -> DemoPages:
         )
         db.session.commit()
         calendar = create_calendar(tenant, EXAMPLE_CALENDAR, Actor.for_user(admin), now)
+        create_operator_token("Host backend", 90, Actor.cli(), now)  # the operator area's list
         pages = DemoPages(server, active.id, paused.id, failed.id, calendar.id)
         db.session.remove()
     return pages

@@ -11,9 +11,11 @@ from sqlalchemy import func, select
 
 from tests.api_helpers import Api, OperatorApi, problem_fields
 from tests.conftest import World, make_run, make_schedule
+from tests.panel_helpers import Panel
+from tests.settings_support import reconfigure
 from webapp.database import utcnow
 from webapp.extensions import db
-from webapp.models import AuditEvent, Run, Tenant
+from webapp.models import AuditEvent, Run, Tenant, User
 from webapp.services import tokens
 from webapp.token_models import ApiToken
 
@@ -259,3 +261,37 @@ def test_a_tenant_with_runs_in_flight_is_not_deleted(app: Flask, world: World) -
     refused = operator.delete("/api/v1/admin/tenants/beta?cascade=true")
     assert refused.status_code == 409 and "running" in refused.get_json()["detail"]
     assert db.session.get(Tenant, world.beta.id) is not None
+
+
+def test_the_operator_area_lists_operator_tokens_and_revokes_one(app: Flask, world: World) -> None:
+    operator = OperatorApi(app, "Host <backend>")
+    Api(app, world.alpha, world.alice)  # a tenant's token: not listed there
+    charlie = db.session.get(User, world.charlie.id)
+    assert charlie is not None
+    charlie.is_operator = True
+    db.session.commit()
+    panel = Panel(app, charlie)
+    page = panel.get("/operator/tokens").get_data(as_text=True)
+    assert operator.token.prefix in page and "Host &lt;backend&gt;" in page
+    assert page.count('name="revoke"') == 1  # the tenant's token is not the operator's
+    url = f"/operator/tokens/{operator.token.id}/revoke"
+    assert panel.post(url, csrf=False).status_code == 400  # no CSRF token: nothing revoked
+    assert operator.get("/api/v1/admin/tenants").status_code == 200
+    assert Panel(app, world.alice).post(url).status_code == 404  # no operator: no such page
+    assert Panel(app, world.alice).get("/operator/tokens").status_code == 404
+    revoked = panel.post(url)
+    assert revoked.status_code == 200 and revoked.headers["HX-Redirect"] == "/operator/tokens"
+    assert operator.get("/api/v1/admin/tenants").status_code == 401
+    assert 'name="revoke"' not in panel.get("/operator/tokens").get_data(as_text=True)
+    assert audit_rows("token.revoked") == [(None, "charlie@example.com", None)]
+    tenant_token = db.session.scalar(select(ApiToken.id).where(ApiToken.kind == "tenant"))
+    assert panel.post(f"/operator/tokens/{tenant_token}/revoke").status_code == 404
+
+
+def test_the_rate_limit_counts_an_operator_tokens_requests(app: Flask, world: World) -> None:
+    reconfigure(app, SCHEDULER_API_RATE_LIMIT=2)
+    operator = OperatorApi(app)
+    assert [operator.get("/api/v1/admin/tenants").status_code for _ in range(3)] == [200, 200, 429]
+    limited = operator.get("/api/v1/admin/tenants")
+    assert limited.mimetype == "application/problem+json" and "Retry-After" in limited.headers
+    assert Api(app, world.alpha, world.alice).get("/api/v1/schedules").status_code == 200

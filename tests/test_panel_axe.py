@@ -139,7 +139,8 @@ def test_the_two_factor_pages_have_no_serious_or_critical_violation(
     chromium: Any, demo: DemoPages, width: str
 ) -> None:
     """Setting it up (the QR code, a wrong code), the recovery codes, the login's second step
-    with its error, and the operator's reset with its error."""
+    with its error, the operator's reset with its error; and the operator tokens (a neighbour
+    in the operator area)."""
     email = f"two-factor-{width}@demo.example"
     with demo.server.app.app_context():
         add_user(email, "demo", "viewer", PASSWORD)
@@ -179,5 +180,8 @@ def test_the_two_factor_pages_have_no_serious_or_critical_violation(
     page.get_by_role("button", name="Reset two-factor login").click()
     page.get_by_text("No user").wait_for()
     found += describe("operator's reset with an error", severe_violations(page))
+    page.goto(demo.server.url + "/operator/tokens")
+    page.get_by_role("button", name="Revoke").wait_for()
+    found += describe("operator tokens", severe_violations(page))
     context.close()
     fail_on(found)

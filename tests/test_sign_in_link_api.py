@@ -109,13 +109,17 @@ def test_a_tenant_token_or_no_token_gets_no_link(app: Flask, world: World) -> No
     assert db.session.scalar(select(User).where(User.email == "dora@example.com")) is None
 
 
-def test_an_idempotency_key_is_not_replayed(app: Flask, world: World) -> None:
-    """The answer holds the token: it is never stored, so a retry makes another link."""
-    operator = OperatorApi(app)
-    key = {"Idempotency-Key": "same"}
-    first = operator.post(URL, json=ASKED, headers=key).get_json()["url"]
-    second = operator.post(URL, json=ASKED, headers=key).get_json()["url"]
-    assert first != second and links() == 2
+def test_an_idempotency_key_is_refused(app: Flask, world: World) -> None:
+    """The answer holds the token, which is never stored: it cannot be replayed."""
+    refused = OperatorApi(app).post(URL, json=ASKED, headers={"Idempotency-Key": "k1"})
+    assert refused.status_code == 400
+    assert "cannot be replayed" in problem_fields(refused)["Idempotency-Key"]
+    assert links() == 0
+
+
+def test_the_answer_is_not_cached(app: Flask, world: World) -> None:
+    made = OperatorApi(app).post(URL, json=ASKED)
+    assert made.headers["Cache-Control"] == "no-store"
 
 
 def test_the_openapi_document_describes_it(app: Flask, world: World) -> None:

@@ -113,7 +113,7 @@ class UserOut(BaseModel):
             created_at=user.created_at,
             last_login_at=user.last_login_at,
             memberships=[
-                MembershipOut(tenant=m.tenant.slug, role=m.role)  # type: ignore[arg-type]
+                MembershipOut.model_validate({"tenant": m.tenant.slug, "role": m.role})
                 for m in sorted(user.memberships, key=lambda m: m.tenant.slug)
             ],
         )
@@ -134,6 +134,10 @@ class MemberOut(BaseModel):
     user_id: int
     email: str
     role: Role
+
+    @classmethod
+    def of(cls, user_id: int, email: str, role: str) -> MemberOut:
+        return cls.model_validate({"user_id": user_id, "email": email, "role": role})
 
 
 class MemberPage(BaseModel):

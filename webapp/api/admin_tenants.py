@@ -9,6 +9,7 @@ from typing import Any
 
 from flask import Response, url_for
 from pydantic import BaseModel, ValidationError
+from sqlalchemy import Select, select
 
 from webapp.api import auth
 from webapp.api.admin_schemas import (
@@ -59,6 +60,16 @@ def parsed(model: type[BaseModel]) -> dict[str, Any]:
     return data
 
 
+def id_page(model: Any, rows: Select[Any], asked: PageQuery) -> tuple[list[Any], str | None]:
+    """A page of `rows` (of `model`) by id, and the cursor of the next one (None: the last)."""
+    after = cursor_id(asked.cursor)
+    if after is not None:
+        rows = rows.where(model.id > after)
+    found = list(db.session.scalars(rows.order_by(model.id).limit(asked.limit + 1)))
+    page = found[: asked.limit]
+    return page, str(page[-1].id) if len(found) > asked.limit else None
+
+
 def tenant_etag(tenant: Tenant) -> str:
     return quoted(tenant_version(tenant))
 
@@ -73,17 +84,8 @@ def tenant_answer(tenant: Tenant, status: int = 200) -> Response:
 @bp.get("/v1/admin/tenants")
 def list_tenants() -> Response:
     """Every tenant by id, a page at a time."""
-    asked = query(PageQuery)
-    after = cursor_id(asked.cursor)
-    rows = accounts.tenants_after(after, asked.limit + 1)
-    page = rows[: asked.limit]
-    more = len(rows) > asked.limit
-    return answer(
-        TenantPage(
-            items=[TenantOut.of(t) for t in page],
-            next_cursor=str(page[-1].id) if more else None,
-        )
-    )
+    page, next_cursor = id_page(Tenant, select(Tenant), query(PageQuery))
+    return answer(TenantPage(items=[TenantOut.of(t) for t in page], next_cursor=next_cursor))
 
 
 @bp.post("/v1/admin/tenants")

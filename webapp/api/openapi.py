@@ -16,7 +16,7 @@ from pydantic.json_schema import models_json_schema
 from webapp.api import admin_schemas, calendar_schemas, schemas
 from webapp.api.problems import MEDIA_TYPE, TYPES
 from webapp.api.schemas import MAX_ID
-from webapp.services.account_schema import SLUG, TenantIn
+from webapp.services.account_schema import SLUG, TenantIn, UserIn
 from webapp.services.calendar_schema import CalendarIn
 from webapp.services.schema import ScheduleIn
 from webapp.services.sign_in_links import LinkIn
@@ -46,7 +46,7 @@ class Operation:
     links: dict[str, dict[str, Any]] = field(default_factory=dict)
     errors: dict[int, str] = field(default_factory=dict)  # this operation's own, or other words
     conditional: bool = False  # takes If-None-Match: 304 when the ETag is still current
-    idempotent: bool = True  # a POST takes Idempotency-Key
+    idempotent: bool = True  # a POST takes an Idempotency-Key (not one that answers a secret)
 
 
 RUN_LINKS = {
@@ -223,6 +223,48 @@ OPERATIONS |= {
         },
     ),
 }
+MEMBER_LINKS = {
+    "GetUser": {"operationId": "get_user", "parameters": {"user_id": "$response.body#/user_id"}},
+}
+OPERATIONS |= {
+    "api.list_members": Operation(USERS, {200: admin_schemas.MemberPage}),
+    "api.add_member": Operation(
+        USERS,
+        {200: admin_schemas.MemberOut, 201: admin_schemas.MemberOut},
+        body=UserIn,
+        example={"email": "dana@acme.example", "role": "admin", "password": "a long password"},
+        writes=True,
+        links=MEMBER_LINKS,
+    ),
+    "api.get_member": Operation(USERS, {200: admin_schemas.MemberOut}),
+    "api.set_role": Operation(
+        USERS,
+        {200: admin_schemas.MemberOut},
+        body=admin_schemas.RolePatch,
+        example={"role": "viewer"},
+        writes=True,
+    ),
+    "api.remove_member": Operation(USERS, {204: None}, writes=True),
+    "api.list_users": Operation(
+        USERS, {200: admin_schemas.UserPage}, query=admin_schemas.UserQuery
+    ),
+    "api.get_user": Operation(USERS, {200: admin_schemas.UserOut}),
+    "api.revoke_sessions": Operation(USERS, {200: admin_schemas.SessionsRevokedOut}, writes=True),
+    "api.list_tokens": Operation(TOKENS, {200: admin_schemas.TokenPage}),
+    "api.create_token": Operation(
+        TOKENS,
+        {201: admin_schemas.TokenCreatedOut},
+        body=admin_schemas.TokenIn,
+        example={"name": "Acme's deploys", "scope": "write", "expires_in": 90},
+        writes=True,
+        idempotent=False,
+        errors={
+            400: "Malformed request, or an Idempotency-Key: the answer holds a secret, "
+            "which is never stored to be replayed"
+        },
+    ),
+    "api.revoke_token": Operation(TOKENS, {200: admin_schemas.TokenOut}, writes=True),
+}
 OPERATIONS["api.create_sign_in_link"] = Operation(
     USERS,
     {200: admin_schemas.SignInLinkOut},
@@ -236,8 +278,10 @@ OPERATIONS["api.create_sign_in_link"] = Operation(
     writes=True,
     idempotent=False,  # the answer holds the link's token: never stored to be replayed
     errors={
+        400: "Malformed request, or an Idempotency-Key: the answer holds the link's token, "
+        "which is never stored to be replayed",
         422: "Invalid input by field: no such tenant, an operator's email, a return_url that "
-        "is not an http(s) URL on a host of SCHEDULER_RETURN_URL_HOSTS"
+        "is not an http(s) URL on a host of SCHEDULER_RETURN_URL_HOSTS",
     },
 )
 # Errors every operation may answer (problem details), and what they mean.

@@ -13,9 +13,9 @@ from webapp.catalog.current import current_catalog
 from webapp.database import utcnow, write_transaction
 from webapp.extensions import db
 from webapp.models import Membership, Tenant, User
-from webapp.services import audit, sessions
+from webapp.services import audit, sessions, tenants
 from webapp.services.account_schema import AccountError as AccountError
-from webapp.services.account_schema import LimitsIn, TenantIn, UserIn, email_of
+from webapp.services.account_schema import TenantIn, UserIn, email_of
 from webapp.services.audit import Actor
 from webapp.services.defaults import materialise_defaults
 
@@ -36,14 +36,6 @@ def find_tenant(slug: str) -> Tenant:
     if tenant is None:
         raise AccountError(f"no tenant with slug {slug!r}")
     return tenant
-
-
-def tenants_after(after: int | None, limit: int) -> list[Tenant]:
-    """A page of the tenants by id: the first `limit` after the id `after`."""
-    query = select(Tenant).order_by(Tenant.id).limit(limit)
-    if after is not None:
-        query = query.where(Tenant.id > after)
-    return list(db.session.scalars(query))
 
 
 def create_tenant(slug: str, name: str, time_zone: str = "UTC") -> Tenant:
@@ -77,18 +69,25 @@ def new_tenant(data: Mapping[str, Any], actor: Actor) -> Tenant:
 class UserAdded:
     user: User
     created: bool
+    joined: bool = False  # the membership is new
 
 
 def add_user(
-    email: str, tenant_slug: str, role: str, password: str | None, operator: bool = False
+    email: str,
+    tenant_slug: str,
+    role: str,
+    password: str | None,
+    operator: bool = False,
+    actor: Actor | None = None,
 ) -> UserAdded:
     """Creates a user in a tenant, or gives an existing user a membership in another tenant.
 
     A new user needs a password; an existing user keeps theirs unless a new one is given (the
     same one again changes nothing: no sessions end, no audit row).
     `operator` also makes the user an operator (audited as `set_operator` is); False leaves
-    the flag as it is.
+    the flag as it is. `actor`: who asks (default: the command line).
     """
+    actor = actor or Actor.cli()
     asked = UserIn.check({"email": email, "role": role, "password": password})
     email, password = asked.email, asked.password
     with write_transaction(db.session):
@@ -97,15 +96,19 @@ def add_user(
         created = user is None
         if user is None:
             if password is None:
-                raise AccountError(f"a password is needed to create the new user {email}")
+                raise AccountError(
+                    {"password": f"a password is needed to create the new user {email}"}
+                )
             user = User(email=email, password_hash=hash_password(password))
             db.session.add(user)
             db.session.flush()
-            record_user_event(user, "user.created", None)
+            record_user_event(user, "user.created", None, actor=actor)
         elif password is not None and not check_password_hash(user.password_hash, password):
             user.password_hash = hash_password(password)
             ended = sessions.end_all(user.id)  # a new password logs the user out everywhere
-            record_user_event(user, "user.password_changed", None, after={"sessions_ended": ended})
+            record_user_event(
+                user, "user.password_changed", None, after={"sessions_ended": ended}, actor=actor
+            )
         membership = db.session.scalar(
             select(Membership).where(
                 Membership.user_id == user.id, Membership.tenant_id == tenant.id
@@ -113,16 +116,23 @@ def add_user(
         )
         if membership is None:
             db.session.add(Membership(user_id=user.id, tenant_id=tenant.id, role=asked.role))
-            record_user_event(user, "user.added", tenant.id, after={"role": asked.role})
+            record_user_event(
+                user, "user.added", tenant.id, after={"role": asked.role}, actor=actor
+            )
         elif membership.role != asked.role:
             before = {"role": membership.role}
             membership.role = asked.role
             record_user_event(
-                user, "user.role_changed", tenant.id, before=before, after={"role": asked.role}
+                user,
+                "user.role_changed",
+                tenant.id,
+                before=before,
+                after={"role": asked.role},
+                actor=actor,
             )
         if operator:
-            change_operator(user, True, Actor.cli())
-    return UserAdded(user=user, created=created)
+            change_operator(user, True, actor)
+    return UserAdded(user=user, created=created, joined=membership is None)
 
 
 def set_operator(email: str, operator: bool, actor: Actor) -> User:
@@ -152,7 +162,7 @@ def change_operator(user: User, operator: bool, actor: Actor) -> None:
     )
 
 
-def remove_member(email: str, tenant_slug: str) -> None:
+def remove_member(email: str, tenant_slug: str, actor: Actor | None = None) -> None:
     """Takes a user out of a tenant and ends all the user's sessions (its pages are open)."""
     email = email_of(email)
     with write_transaction(db.session):
@@ -169,16 +179,23 @@ def remove_member(email: str, tenant_slug: str) -> None:
         db.session.delete(membership)
         ended = sessions.end_all(user.id)
         record_user_event(
-            user, "user.removed", tenant.id, before=before, after={"sessions_ended": ended}
+            user,
+            "user.removed",
+            tenant.id,
+            before=before,
+            after={"sessions_ended": ended},
+            actor=actor,
         )
 
 
-def revoke_sessions(email: str) -> int:
+def revoke_sessions(email: str, actor: Actor | None = None) -> int:
     """Ends every session of a user; returns how many there were."""
     with write_transaction(db.session):
         user = find_user(email_of(email))
         ended = sessions.end_all(user.id)
-        record_user_event(user, "user.sessions_revoked", None, after={"sessions_ended": ended})
+        record_user_event(
+            user, "user.sessions_revoked", None, after={"sessions_ended": ended}, actor=actor
+        )
         return ended
 
 
@@ -188,13 +205,14 @@ def record_user_event(
     tenant_id: int | None,
     before: dict[str, Any] | None = None,
     after: dict[str, Any] | None = None,
+    actor: Actor | None = None,
 ) -> None:
-    """The audit row of a change to a user made from the command line, in the caller's
-    transaction: in the tenant's log when it concerns a membership, installation-wide (tenant
-    None) otherwise."""
+    """The audit row of a change to a user made by `actor` (default: the command line), in the
+    caller's transaction: in the tenant's log when it concerns a membership, installation-wide
+    (tenant None) otherwise."""
     audit.record_event(
         db.session(),
-        Actor.cli(),
+        actor or Actor.cli(),
         action,
         ("user", user.id, user.email),
         tenant_id=tenant_id,
@@ -224,28 +242,9 @@ def has_password(user: User) -> bool:
 
 
 def set_limits(slug: str, limits: Mapping[str, int | None]) -> Tenant:
-    """Sets a tenant's own limits (LimitsIn's fields: the quotas, run retention, cap on running
-    runs and default jitter) in one transaction; None restores the operator-wide default."""
-    after = LimitsIn.check(dict(limits)).model_dump()
-    with write_transaction(db.session):
-        tenant = find_tenant(slug)
-        before = {name: getattr(tenant, name) for name in after}
-        changed_before, changed_after = audit.changed_fields(before, after)
-        if not changed_after:
-            return tenant
-        for name, value in after.items():
-            setattr(tenant, name, value)
-        # The tenant's admins see in their audit log that the operator changed their limits.
-        audit.record_event(
-            db.session(),
-            Actor.cli(),
-            "tenant.limits_changed",
-            ("tenant", tenant.id, tenant.slug),
-            tenant_id=tenant.id,
-            before=changed_before,
-            after=changed_after,
-        )
-    return tenant
+    """`flask tenant set`: a tenant's own limits (LimitsIn's fields), as the operator API sets
+    them (tenants.update_tenant); None restores the operator-wide default."""
+    return tenants.update_tenant(find_tenant(slug), limits, Actor.cli())
 
 
 def list_tenants() -> list[Tenant]:

@@ -80,22 +80,26 @@ def update_tenant(
     naming = {k: v for k, v in changes.items() if k in NAMING_FIELDS}
     limits = {k: v for k, v in changes.items() if k not in NAMING_FIELDS}
     current = {"slug": tenant.slug, "name": tenant.name, "time_zone": tenant.time_zone}
+    named: dict[str, Any] = {}
+    limited: dict[str, Any] = {}
     errors: dict[str, str] = {}
-    for check, data in ((TenantIn.check, {**current, **naming}), (LimitsIn.check, limits)):
-        try:
-            check(data)
-        except AccountError as error:
-            errors.update(error.errors)
+    try:
+        if naming:
+            named = TenantIn.check({**current, **naming}).model_dump(include=set(naming))
+    except AccountError as error:
+        errors.update(error.errors)
+    try:
+        limited = LimitsIn.check(limits).model_dump(include=set(limits))
+    except AccountError as error:
+        errors.update(error.errors)
     if errors:
         raise AccountError(errors)
-    named = TenantIn.check({**current, **naming}).model_dump()
-    limited = LimitsIn.check(limits).model_dump(include=set(limits))
     with write_transaction(db.session) as session:
         session.refresh(tenant)
         if precondition is not None:
             precondition(tenant)
         for action, after in (
-            ("tenant.changed", {k: named[k] for k in NAMING_FIELDS}),
+            ("tenant.changed", named),
             ("tenant.limits_changed", limited),
         ):
             before = {name: getattr(tenant, name) for name in after}

@@ -6,15 +6,18 @@ from __future__ import annotations
 from datetime import timedelta
 
 from flask import Blueprint, abort, flash, redirect, request, url_for
+from sqlalchemy import select
 from werkzeug.wrappers import Response
 
 from webapp.config import settings
+from webapp.database import utcnow
 from webapp.extensions import db
-from webapp.services import operations, two_factor
+from webapp.services import operations, tokens, two_factor
 from webapp.services.account_schema import AccountError
+from webapp.token_models import ApiToken
 from webapp.web import tenancy
 from webapp.web.auth import is_own_path
-from webapp.web.common import actor, done, page_or_partial
+from webapp.web.common import actor, done, htmx_redirect, page_or_partial
 
 bp = Blueprint("operator", __name__, url_prefix="/operator")
 bp.before_request(tenancy.require_operator)
@@ -130,3 +133,32 @@ def reset_two_factor() -> Response:
         )
     message = f"Two-factor login of {user.email} is off: they log in with the password alone."
     return done(message, url_for("operator.two_factor_page"))
+
+
+def tokens_page(status: int = 200) -> Response:
+    return page_or_partial(
+        "operator/tokens.html",
+        "tokens/_list.html",
+        status,
+        tokens=tokens.operator_tokens(),
+        now=utcnow(),
+        token_zone="UTC",
+        revoke_endpoint="operator.revoke_token",
+    )
+
+
+@bp.get("/tokens")
+def operator_tokens() -> Response:
+    """The operator tokens (the operator API's), revoked and expired ones included."""
+    return tokens_page()
+
+
+@bp.post("/tokens/<id:token_id>/revoke")
+def revoke_token(token_id: int) -> Response:
+    """Revoke an operator token: requests with it answer 401 from now on (audited)."""
+    token = db.first_or_404(
+        select(ApiToken).where(ApiToken.kind == "operator", ApiToken.id == token_id)
+    )
+    tokens.revoke_token(token, actor(), utcnow())
+    message = f"Operator token {token.prefix} “{token.name}” revoked."
+    return htmx_redirect(message, url_for("operator.operator_tokens"))

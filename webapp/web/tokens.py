@@ -26,6 +26,8 @@ def page(status: int = 200, **context: object) -> Response:
         status,
         tenant=tenant,
         tokens=tokens.tenant_tokens(tenant),
+        token_zone=tenant.time_zone,
+        revoke_endpoint="tokens.revoke",
         scopes=TOKEN_SCOPES,
         expiry_choices=EXPIRY_CHOICES,
         now=utcnow(),
