@@ -208,7 +208,8 @@ class Settings(BaseModel):
         if self.SCHEDULER_FRAME_ANCESTORS and self.SESSION_COOKIE_SECURE is False:
             raise ValueError(
                 "SCHEDULER_FRAME_ANCESTORS needs SESSION_COOKIE_SECURE on: a framed panel's "
-                "cookies are SameSite=None, which browsers take only with Secure"
+                "cookies are SameSite=None, which browsers take only with Secure (over https, "
+                "or from http://localhost and http://127.0.0.1)"
             )
         return self
 
