@@ -5,6 +5,7 @@ changed, for another tenant, for a member removed since, for an operator) with a
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -318,3 +319,27 @@ def test_the_link_stores_only_the_hash_of_its_token(app: Flask, world: World) ->
     assert token not in (stored.token_hash, stored.email, stored.created_by_label)
     granted = (stored.tenant_id, stored.email, stored.role)
     assert granted == (world.alpha.id, "dora@example.com", "admin")
+
+
+def test_a_link_continued_twice_at_once_signs_in_once(app: Flask, world: World) -> None:
+    path = make_link(app)
+    clients = [app.test_client(), app.test_client()]
+    tokens = [token_in(client.get(path), "meta") for client in clients]
+    start = threading.Barrier(2)
+    statuses: list[int] = []
+
+    def go(client: FlaskClient, token: str) -> None:
+        with app.app_context():
+            start.wait()
+            statuses.append(client.post(path, data={"csrf_token": token}).status_code)
+
+    threads = [threading.Thread(target=go, args=pair) for pair in zip(clients, tokens, strict=True)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert sorted(statuses) == [303, 410]
+    user = dora()
+    assert user is not None
+    assert db.session.scalar(select(func.count()).where(UserSession.user_id == user.id)) == 1
+    assert tenant_actions(world.alpha).count("user.signed_in_by_link") == 1
