@@ -88,6 +88,8 @@ def test_a_link_signs_a_new_person_in_with_the_role_given(app: Flask, world: Wor
     )
     assert event is not None and event.actor_label == "dora@example.com"
     assert event.after == {"role": "admin", "link_by": MAKER.label, "user_created": True}
+    log = Panel(app, world.alice).get("/audit").get_data(as_text=True)
+    assert "signed in by link" in log and MAKER.label in log, log
 
 
 def test_a_user_made_by_a_link_cannot_log_in_with_a_password_until_one_is_set(
@@ -343,3 +345,16 @@ def test_a_link_continued_twice_at_once_signs_in_once(app: Flask, world: World) 
     assert user is not None
     assert db.session.scalar(select(func.count()).where(UserSession.user_id == user.id)) == 1
     assert tenant_actions(world.alpha).count("user.signed_in_by_link") == 1
+
+
+def test_a_user_without_a_password_is_not_offered_two_factor_login(
+    app: Flask, world: World
+) -> None:
+    client = app.test_client()
+    open_link(client, make_link(app))
+    page = client.get("/account/two-factor")
+    refused = client.post("/account/two-factor/setup", data={"csrf_token": token_in(page, "meta")})
+    assert refused.status_code == 409
+    assert "You have no password to protect" in refused.get_data(as_text=True)
+    user = dora()
+    assert user is not None and user.totp_secret is None

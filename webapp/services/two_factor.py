@@ -30,6 +30,7 @@ from webapp.extensions import db
 from webapp.models import RecoveryCode, Tenant, User
 from webapp.services import audit, sessions
 from webapp.services.account_schema import AccountError, email_of
+from webapp.services.accounts import has_password
 from webapp.services.audit import Actor
 from webapp.services.sessions import token_hash
 
@@ -71,6 +72,12 @@ def start_enrolment(user: User) -> Enrolment:
     """A new secret for `user`, not yet in force: a correct code from it turns it on."""
     if is_enabled(user):
         raise TwoFactorError("code", "Two-factor login is already on.")
+    if not has_password(user):  # made by a sign-in link: the host application is the factor
+        raise TwoFactorError(
+            "code",
+            "You have no password to protect: you sign in through the application that sent "
+            "you here. Two-factor login is for a password login.",
+        )
     secret = pyotp.random_base32()
     with write_transaction(db.session):
         user.totp_secret = secret
