@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.error import HTTPError
+from urllib.request import Request, urlopen
 
 import pytest
 from flask import Flask
@@ -54,6 +56,17 @@ def log_in(page: Any, server: LiveServer, email: str) -> None:
     page.get_by_label("Password").fill(PASSWORD)
     page.get_by_role("button", name="Log in").click()
     page.wait_for_url(server.url + "/")
+
+
+def api_status(server: LiveServer, path: str, secret: str) -> int:
+    """The status of a GET of the API at `path` with the token `secret`."""
+    request = Request(server.url + path)
+    request.add_header("Authorization", f"Bearer {secret}")
+    try:
+        with urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except HTTPError as error:
+        return int(error.code)
 
 
 def open_new_schedule(page: Any, server: LiveServer, name: str) -> None:

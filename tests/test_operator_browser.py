@@ -1,5 +1,6 @@
 """The operator area in headless Chromium: an operator without a tenant logs in and lands on the
-tenants page, views a tenant read-only, then releases a stale worker's lease on the workers page."""
+tenants page, views a tenant read-only, then releases a stale worker's lease on the workers page;
+revokes an operator token."""
 
 from __future__ import annotations
 
@@ -8,14 +9,17 @@ from typing import Any
 
 import pytest
 
-from tests.browser_support import LiveServer, PageErrors
+from tests.browser_support import LiveServer, PageErrors, api_status
 from tests.conftest import PASSWORD, make_run, make_schedule
+from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import Run, User, Worker
 from webapp.services.accounts import find_tenant, hash_password
 from webapp.services.audit import Actor
+from webapp.services.tokens import create_operator_token
 
 pytestmark = pytest.mark.browser
+ADMIN_TENANTS = "/api/v1/admin/tenants"
 
 
 @pytest.fixture
@@ -113,4 +117,26 @@ def test_a_tenants_card_on_a_phone_says_what_each_figure_is(
         '"Overdue queued runs: "',
         '"Running / cap: "',
     ]
+    assert errors.messages == []
+
+
+@pytest.mark.usefixtures("olga")
+def test_an_operator_revokes_an_operator_token_from_the_operator_area(
+    page: Any, live_panel: LiveServer, errors: PageErrors
+) -> None:
+    with live_panel.app.app_context():
+        _token, secret = create_operator_token("Host backend", None, Actor.cli(), utcnow())
+        db.session.remove()
+    assert api_status(live_panel, ADMIN_TENANTS, secret) == 200
+    page.goto(live_panel.url + "/login")
+    page.get_by_label("Email").fill("olga@example.com")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.get_by_role("link", name="Operator tokens").click()
+    row = page.locator("tr", has_text="Host backend")
+    assert "active" in row.inner_text()
+    row.get_by_role("button", name="Revoke").click()  # hx-confirm accepted (`page`)
+    page.wait_for_url(live_panel.url + "/operator/tokens")
+    page.locator("tr", has_text="revoked").wait_for()
+    assert api_status(live_panel, ADMIN_TENANTS, secret) == 401
     assert errors.messages == []

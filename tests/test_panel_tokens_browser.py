@@ -5,25 +5,14 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.request import Request, urlopen
 
 import pytest
 
-from tests.browser_support import LiveServer, PageErrors, log_in
+from tests.browser_support import LiveServer, PageErrors, api_status, log_in
 
 pytestmark = pytest.mark.browser
 
 # `page` (tests/conftest.py): with JavaScript and without, dialogs (hx-confirm of Revoke) accepted.
-
-
-def api_status(live_panel: LiveServer, secret: str) -> int:
-    request = Request(live_panel.url + "/api/v1/schedules")
-    request.add_header("Authorization", f"Bearer {secret}")
-    try:
-        with urlopen(request, timeout=10) as response:
-            return int(response.status)
-    except Exception as error:  # HTTPError carries the status
-        return int(getattr(error, "code", 0))
 
 
 def test_an_admin_creates_uses_and_revokes_a_token(
@@ -36,7 +25,7 @@ def test_an_admin_creates_uses_and_revokes_a_token(
     page.get_by_role("button", name="Create token").click()
     secret = page.locator("#token-secret").inner_text()
     assert re.fullmatch(r"sch_[0-9a-f]{8}_\S+", secret)
-    assert api_status(live_panel, secret) == 200
+    assert api_status(live_panel, "/api/v1/schedules", secret) == 200
     page.goto(live_panel.url + "/tokens")
     assert page.locator("#token-secret").count() == 0  # shown once
     row = page.locator("tr", has_text="Deploy pipeline")
@@ -44,7 +33,7 @@ def test_an_admin_creates_uses_and_revokes_a_token(
     row.get_by_role("button", name="Revoke").click()
     page.wait_for_url(live_panel.url + "/tokens")
     page.locator("tr", has_text="revoked").wait_for()
-    assert api_status(live_panel, secret) == 401
+    assert api_status(live_panel, "/api/v1/schedules", secret) == 401
     page.goto(live_panel.url + "/api/docs")
     # Swagger UI's operation with JavaScript (tests/test_api_docs_browser.py), the server's without.
     page.locator(

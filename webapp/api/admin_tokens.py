@@ -10,6 +10,7 @@ from sqlalchemy import select
 from webapp.api import auth
 from webapp.api.admin_schemas import TokenCreatedOut, TokenIn, TokenOut, TokenPage
 from webapp.api.admin_tenants import parsed, tenant_or_404
+from webapp.api.preconditions import idempotent
 from webapp.api.problems import Problem
 from webapp.api.views import answer, bp
 from webapp.database import utcnow
@@ -54,6 +55,7 @@ def create_token(slug: str) -> Response:
 
 
 @bp.post("/v1/admin/tenants/<slug>/tokens/<id:token_id>/revoke")
+@idempotent
 def revoke_token(slug: str, token_id: int) -> Response:
     """Revokes the token: requests with it answer 401 from now on (no change if it was)."""
     tenant = tenant_or_404(slug)
