@@ -133,3 +133,11 @@ def test_the_openapi_document_describes_it(app: Flask, world: World) -> None:
     assert answer.endswith("/SignInLinkOut")
     assert "422" in operation["responses"] and "403" in operation["responses"]
     assert all(p["name"] != "Idempotency-Key" for p in operation.get("parameters", []))
+
+
+def test_a_deleted_tenant_takes_its_links_along(app: Flask, world: World) -> None:
+    operator = OperatorApi(app)
+    url = urlsplit(operator.post(URL, json=ASKED).get_json()["url"]).path
+    assert operator.delete("/api/v1/admin/tenants/alpha?cascade=true").status_code == 200
+    assert links() == 0
+    assert app.test_client().get(url).status_code == 404

@@ -358,3 +358,10 @@ def test_a_user_without_a_password_is_not_offered_two_factor_login(
     assert "You have no password to protect" in refused.get_data(as_text=True)
     user = dora()
     assert user is not None and user.totp_secret is None
+
+
+def test_links_spent_a_day_ago_are_deleted_when_the_next_is_made(app: Flask, world: World) -> None:
+    make_link(app, now=utcnow() - timedelta(days=1, minutes=2))
+    make_link(app, now=utcnow() - timedelta(hours=23))  # expired, kept: opening it says so
+    make_link(app)
+    assert db.session.scalar(select(func.count()).select_from(SignInLink)) == 2
