@@ -295,3 +295,16 @@ def test_the_rate_limit_counts_an_operator_tokens_requests(app: Flask, world: Wo
     limited = operator.get("/api/v1/admin/tenants")
     assert limited.mimetype == "application/problem+json" and "Retry-After" in limited.headers
     assert Api(app, world.alpha, world.alice).get("/api/v1/schedules").status_code == 200
+
+
+def test_the_tenants_admins_see_the_operators_changes_in_their_audit_log(
+    app: Flask, world: World
+) -> None:
+    operator = OperatorApi(app)
+    changed = operator.patch("/api/v1/admin/tenants/alpha", json={"max_running": 3})
+    assert changed.status_code == 200
+    page = Panel(app, world.alice).get("/audit").get_data(as_text=True)
+    assert f"operator token {operator.token.prefix} (provisioning)" in page
+    assert "limits_changed" in page or "limits changed" in page
+    beta = Panel(app, world.charlie).get("/audit").get_data(as_text=True)
+    assert operator.token.prefix not in beta

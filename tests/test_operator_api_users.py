@@ -48,8 +48,11 @@ def test_an_operator_adds_a_user_sets_the_role_and_removes_them(app: Flask, worl
         ("dana@acme.example", "admin"),
     ]
     url = f"{MEMBERS}/{dana['user_id']}"
-    changed = operator.patch(url, json={"role": "viewer"})
+    tag = {"If-Match": added.headers["ETag"]}
+    changed = operator.patch(url, json={"role": "viewer"}, headers=tag)
     assert changed.status_code == 200 and changed.get_json()["role"] == "viewer"
+    assert operator.patch(url, json={"role": "admin"}, headers=tag).status_code == 412
+    assert operator.delete(url, headers=tag).status_code == 412  # read before the change
     user = operator.get(f"/api/v1/admin/users/{dana['user_id']}").get_json()
     assert user["memberships"] == [{"tenant": "alpha", "role": "viewer"}]
     assert user["two_factor"] is False and user["is_operator"] is False

@@ -5,6 +5,8 @@ token as the actor: a membership's change in the tenant's log, a user's in the i
 
 from __future__ import annotations
 
+import hashlib
+
 from flask import Response, url_for
 from sqlalchemy import select
 from sqlalchemy.orm import selectinload
@@ -20,13 +22,33 @@ from webapp.api.admin_schemas import (
     UserQuery,
 )
 from webapp.api.admin_tenants import id_page, parsed, tenant_or_404
-from webapp.api.preconditions import idempotent
+from webapp.api.preconditions import idempotent, if_match, quoted
 from webapp.api.problems import Problem
 from webapp.api.views import answer, bp, query
 from webapp.extensions import db
 from webapp.models import Membership, Tenant, User
 from webapp.services import accounts
 from webapp.services.account_schema import UserIn
+
+
+def member_etag(member: MemberOut) -> str:
+    digest = hashlib.sha256(f"{member.user_id} {member.email} {member.role}".encode())
+    return quoted(digest.hexdigest()[:32])
+
+
+def member_answer(member: MemberOut, status: int = 200, location: str | None = None) -> Response:
+    """A membership with its ETag (for If-Match on PATCH and DELETE)."""
+    response = answer(member, status, location)
+    response.headers["ETag"] = member_etag(member)
+    return response
+
+
+def unchanged(member: MemberOut) -> MemberOut:
+    """The member, or 412 when If-Match names another version of the membership."""
+    precondition = if_match(member_etag, "membership")
+    if precondition is not None:
+        precondition(member)
+    return member
 
 
 def user_or_404(user_id: int) -> User:
@@ -69,15 +91,15 @@ def add_member(slug: str) -> Response:
     )
     member = member_or_404(tenant, added.user.id)
     if not added.joined:
-        return answer(member)
+        return member_answer(member)
     location = url_for("api.get_member", slug=tenant.slug, user_id=added.user.id)
-    return answer(member, 201, location)
+    return member_answer(member, 201, location)
 
 
 @bp.get("/v1/admin/tenants/<slug>/members/<id:user_id>")
 def get_member(slug: str, user_id: int) -> Response:
     """One member of the tenant and their role."""
-    return answer(member_or_404(tenant_or_404(slug), user_id))
+    return member_answer(member_or_404(tenant_or_404(slug), user_id))
 
 
 @bp.patch("/v1/admin/tenants/<slug>/members/<id:user_id>")
@@ -86,16 +108,16 @@ def set_role(slug: str, user_id: int) -> Response:
     tenant = tenant_or_404(slug)
     member = member_or_404(tenant, user_id)
     role = parsed(RolePatch)["role"]
+    unchanged(member)
     accounts.add_user(member.email, tenant.slug, role, None, actor=auth.actor())
-    return answer(member_or_404(tenant, user_id))
+    return member_answer(member_or_404(tenant, user_id))
 
 
 @bp.delete("/v1/admin/tenants/<slug>/members/<id:user_id>")
 def remove_member(slug: str, user_id: int) -> Response:
     """Takes the user out of the tenant and ends all their sessions; the user stays."""
-    tenant = tenant_or_404(slug)
-    member = member_or_404(tenant, user_id)
-    accounts.remove_member(member.email, tenant.slug, actor=auth.actor())
+    member = unchanged(member_or_404(tenant_or_404(slug), user_id))
+    accounts.remove_member(member.email, slug, actor=auth.actor())
     return Response(status=204)
 
 

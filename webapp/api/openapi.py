@@ -290,7 +290,8 @@ ERRORS = {
     401: "No token, or an unknown, revoked or expired one",
     403: "A token of the other kind: an operator token on the tenant endpoints, a tenant's "
     "token on the operator API (/api/v1/admin/); for a change, a token whose scope is read",
-    404: "No such object in the token's tenant",
+    404: "No such object in the token's tenant (on the operator API: no such tenant, member, "
+    "user or token)",
     405: "The URL does not take this method (`Allow` lists those it does)",
     406: "Not acceptable",
     413: "The body is larger than the server accepts",
@@ -316,8 +317,8 @@ HEADERS = {
         "name": "If-Match",
         "in": "header",
         "required": False,
-        "description": "The ETag of the object (schedule, calendar, tenant) as read: 412 if it "
-        "changed since",
+        "description": "The ETag of the object (schedule, calendar, tenant, membership) as read: "
+        "412 if it changed since",
         "schema": {"type": "string"},
     },
 }
@@ -336,7 +337,12 @@ ETAG = {
     "schema": {"type": "string"},
 }
 # The objects whose answers carry an ETag.
-TAGGED = (schemas.ScheduleOut, calendar_schemas.CalendarOut, admin_schemas.TenantOut)
+TAGGED = (
+    schemas.ScheduleOut,
+    calendar_schemas.CalendarOut,
+    admin_schemas.TenantOut,
+    admin_schemas.MemberOut,
+)
 
 
 def path_parameter(name: str) -> dict[str, Any]:
