@@ -17,6 +17,7 @@ FOUNDATION = {
     "database",
     "models",
     "calendar_models",
+    "sign_in_models",
     "token_models",
     "run_rules",
     "release",

@@ -100,7 +100,7 @@ def test_every_page_fits_the_width_and_keeps_its_controls_inside(
     for name, path in demo.logged_in().items():
         page.goto(demo.server.url + path)
         check_layout(page, name)
-        check_reachable(page, page.get_by_label("Tenant"), name)
+        check_reachable(page, page.get_by_label("Tenant", exact=True), name)
         check_reachable(page, page.get_by_role("button", name="Switch"), name)
         navigation = page.get_by_role("navigation", name="Main")
         for link in ("Schedules", "Next runs", "Run history", "Audit log"):

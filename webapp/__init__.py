@@ -74,6 +74,18 @@ def build_app(config: Mapping[str, Any] | None) -> Flask:
     if secure_cookies is None:
         secure_cookies = not (app.debug or app.testing)
     app.config.update(SESSION_COOKIE_SECURE=secure_cookies, REMEMBER_COOKIE_SECURE=secure_cookies)
+    if settings.framed:
+        # Shown in another site's frame, the panel's requests are cross-site: its cookies go
+        # along only as SameSite=None, which browsers take only with Secure (localhost counts
+        # as secure for that, so tests and `make run` work over http). Partitioned (CHIPS):
+        # kept per embedding site, so browsers that block third-party cookies still send it.
+        app.config.update(
+            SESSION_COOKIE_SAMESITE="None",
+            SESSION_COOKIE_SECURE=True,
+            SESSION_COOKIE_PARTITIONED=True,
+            REMEMBER_COOKIE_SAMESITE="None",
+            REMEMBER_COOKIE_SECURE=True,
+        )
 
     proxies = settings.SCHEDULER_TRUSTED_PROXIES
     if proxies:
@@ -99,7 +111,11 @@ def build_app(config: Mapping[str, Any] | None) -> Flask:
     with app.app_context():
         install_engine_hooks(db.engine)
 
-    from webapp import calendar_models, token_models  # noqa: F401  (their tables join the metadata)
+    from webapp import (  # noqa: F401  (their tables join the metadata)
+        calendar_models,
+        sign_in_models,
+        token_models,
+    )
     from webapp.catalog.current import install_catalog
     from webapp.cli import register_commands
     from webapp.web import auth

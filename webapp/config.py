@@ -4,6 +4,7 @@ environment (the test mapping given to `create_app` overrides all three)."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -72,6 +73,9 @@ RetentionDays = Annotated[
 ]
 # Comma-separated text (not JSON); in the instance file a list or a tuple of strings.
 Names = Annotated[list[str], Strict(False), from_text(parse_names)]
+# An origin as CSP's frame-ancestors takes it: a scheme, a host (a name, an IPv4 address or an
+# IPv6 one in brackets) and an optional port; nothing else.
+ORIGIN = re.compile(r"https?://(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
 
 
 class Settings(BaseModel):
@@ -151,8 +155,15 @@ class Settings(BaseModel):
     SCHEDULER_SMTP_PASSWORD: str = ""
     SCHEDULER_SMTP_FROM: str = "scheduler@localhost"
     SCHEDULER_SMTP_SECURITY: Literal["none", "starttls", "ssl"] = "none"
-    # The panel's address as users reach it, for links in notifications ("" : no links).
+    # The panel's address as users reach it, for links in notifications ("" : no links) and
+    # the URLs of sign-in links ("": the address the API request came to).
     SCHEDULER_BASE_URL: str = ""
+    # Seconds a one-time sign-in link (POST /api/v1/admin/sign-in-links) may be used.
+    SCHEDULER_SIGN_IN_LINK_TTL: Annotated[int, from_text(int), Field(ge=1, le=3600)] = 60
+    # Hosts a sign-in link's return_url may point to (the panel's "Back to <host>").
+    SCHEDULER_RETURN_URL_HOSTS: Names = []
+    # Origins (https://app.example.com) whose pages may show the panel in a frame; empty: none.
+    SCHEDULER_FRAME_ANCESTORS: Names = []
     # The bearer token /metrics asks for; empty: /metrics answers 404.
     SCHEDULER_METRICS_TOKEN: str = ""
     SCHEDULER_LOG_FORMAT: Literal["keyvalue", "json"] = "keyvalue"
@@ -186,7 +197,28 @@ class Settings(BaseModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def frame_ancestors_are_origins(self) -> Self:
+        for origin in self.SCHEDULER_FRAME_ANCESTORS:
+            if not ORIGIN.fullmatch(origin):
+                raise ValueError(
+                    f"SCHEDULER_FRAME_ANCESTORS: {origin!r} is not an origin: write "
+                    "scheme://host[:port] (https://app.example.com), no path, no wildcard"
+                )
+        if self.SCHEDULER_FRAME_ANCESTORS and self.SESSION_COOKIE_SECURE is False:
+            raise ValueError(
+                "SCHEDULER_FRAME_ANCESTORS needs SESSION_COOKIE_SECURE on: a framed panel's "
+                "cookies are SameSite=None, which browsers take only with Secure (over https, "
+                "or from http://localhost and http://127.0.0.1)"
+            )
+        return self
+
     # What the code reads: typed values, derived once from the settings above.
+
+    @property
+    def framed(self) -> bool:
+        """Whether other sites' pages may show the panel in a frame (SCHEDULER_FRAME_ANCESTORS)."""
+        return bool(self.SCHEDULER_FRAME_ANCESTORS)
 
     @property
     def lock_ttl(self) -> timedelta:

@@ -13,7 +13,14 @@ from typing import Any
 from flask import Flask, request
 from werkzeug.exceptions import HTTPException
 
-from webapp.api import admin_tenants, admin_tokens, admin_users, calendars, views
+from webapp.api import (
+    admin_sign_in,
+    admin_tenants,
+    admin_tokens,
+    admin_users,
+    calendars,
+    views,
+)
 from webapp.api.problems import from_http_exception
 from webapp.extensions import csrf
 
@@ -21,7 +28,9 @@ from webapp.extensions import csrf
 def install(app: Flask) -> None:
     bp = views.bp
     # The calendar and operator endpoints are on the API's blueprint.
-    assert all(m.bp is bp for m in (calendars, admin_tenants, admin_users, admin_tokens))
+    assert all(
+        m.bp is bp for m in (calendars, admin_tenants, admin_users, admin_tokens, admin_sign_in)
+    )
     csrf.exempt(bp)
     app.register_blueprint(bp)
     # No rule matched (404, 405), or the app's request guard refused the request before a

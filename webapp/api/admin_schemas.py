@@ -199,3 +199,10 @@ class TokenCreatedOut(TokenOut):
 
 class TokenPage(BaseModel):
     items: list[TokenOut]
+
+
+class SignInLinkOut(BaseModel):
+    """A one-time sign-in link: send the person's browser there (a redirect, or a frame's src)."""
+
+    url: str = Field(description="Works once, until expires_at")
+    expires_at: datetime = Field(description="SCHEDULER_SIGN_IN_LINK_TTL seconds after it was made")

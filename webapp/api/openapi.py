@@ -19,6 +19,7 @@ from webapp.api.schemas import MAX_ID
 from webapp.services.account_schema import SLUG, TenantIn, UserIn
 from webapp.services.calendar_schema import CalendarIn
 from webapp.services.schema import ScheduleIn
+from webapp.services.sign_in_links import LinkIn
 
 VERSION = "1.0.0"
 REF = "#/components/schemas/{model}"
@@ -264,6 +265,25 @@ OPERATIONS |= {
     ),
     "api.revoke_token": Operation(TOKENS, {200: admin_schemas.TokenOut}, writes=True),
 }
+OPERATIONS["api.create_sign_in_link"] = Operation(
+    USERS,
+    {200: admin_schemas.SignInLinkOut},
+    body=LinkIn,
+    example={
+        "tenant": "acme",
+        "email": "pat@acme.example",
+        "role": "admin",
+        "return_url": "https://app.example.com/settings",
+    },
+    writes=True,
+    idempotent=False,  # the answer holds the link's token: never stored to be replayed
+    errors={
+        400: "Malformed request, or an Idempotency-Key: the answer holds the link's token, "
+        "which is never stored to be replayed",
+        422: "Invalid input by field: no such tenant, an operator's email, a return_url that "
+        "is not an http(s) URL on a host of SCHEDULER_RETURN_URL_HOSTS",
+    },
+)
 # Errors every operation may answer (problem details), and what they mean.
 ERRORS = {
     400: "Malformed request: a query parameter, the JSON, the cursor",
@@ -432,6 +452,8 @@ def document() -> dict[str, Any]:
                 response["links"] = operation.links
             entry["responses"][str(status)] = response
         errors = {**ERRORS, **(WRITE_ERRORS if operation.writes or operation.body else {})}
+        if not operation.idempotent:
+            errors.pop(409, None)  # no key, so never one in progress
         errors.update(operation.errors)
         if operation.query is not None:
             errors.setdefault(422, WRITE_ERRORS[422])

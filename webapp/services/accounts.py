@@ -228,8 +228,17 @@ def find_user(email: str) -> User:
     return user
 
 
+# The password_hash of a user who has no password (made by a sign-in link): no password
+# matches it (check_password_hash answers False), until one is set (`add_user` with one).
+NO_PASSWORD = ""
+
+
 def hash_password(password: str) -> str:
     return generate_password_hash(password, method=PASSWORD_METHOD)
+
+
+def has_password(user: User) -> bool:
+    return user.password_hash != NO_PASSWORD
 
 
 def set_limits(slug: str, limits: Mapping[str, int | None]) -> Tenant:

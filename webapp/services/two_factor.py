@@ -7,8 +7,9 @@ for session tokens: they are random, not chosen). A TOTP code is accepted one ti
 side of now, and never twice: `totp_last_step` only grows, set by a conditional UPDATE, so two
 parallel uses of one code cannot both pass. A recovery code is deleted as it is used.
 
-Users who sign in by a one-time link or by single sign-on (not built yet) are exempt: their
-identity provider is the factor. Their login paths must skip `auth.begin_second_step`.
+Users who sign in by a one-time link (web.sign_in) or by single sign-on (not built yet) are
+exempt: their identity provider is the factor. Their login paths skip `auth.begin_second_step`,
+and a login by link is not sent to enrolment (`web.sign_in.by_link`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from webapp.extensions import db
 from webapp.models import RecoveryCode, Tenant, User
 from webapp.services import audit, sessions
 from webapp.services.account_schema import AccountError, email_of
+from webapp.services.accounts import has_password
 from webapp.services.audit import Actor
 from webapp.services.sessions import token_hash
 
@@ -70,6 +72,12 @@ def start_enrolment(user: User) -> Enrolment:
     """A new secret for `user`, not yet in force: a correct code from it turns it on."""
     if is_enabled(user):
         raise TwoFactorError("code", "Two-factor login is already on.")
+    if not has_password(user):  # made by a sign-in link: the host application is the factor
+        raise TwoFactorError(
+            "code",
+            "You have no password to protect: you sign in through the application that sent "
+            "you here. Two-factor login is for a password login.",
+        )
     secret = pyotp.random_base32()
     with write_transaction(db.session):
         user.totp_secret = secret

@@ -23,6 +23,7 @@ def register_panel(app: Flask) -> None:
         operator_charts,
         runs,
         schedules,
+        sign_in,
         tenants,
         tokens,
         two_factor,
@@ -44,6 +45,7 @@ def register_panel(app: Flask) -> None:
         notifications.bp,
         calendars.bp,
         two_factor.bp,
+        sign_in.bp,
     ):
         app.register_blueprint(blueprint)
     formatting.install(app)

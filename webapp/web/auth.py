@@ -29,7 +29,7 @@ from webapp.database import utcnow, write_transaction
 from webapp.extensions import db
 from webapp.models import User
 from webapp.services import sessions, two_factor
-from webapp.services.accounts import hash_password
+from webapp.services.accounts import has_password, hash_password
 from webapp.web import device_cookies, login_limiter
 
 bp = Blueprint("auth", __name__)
@@ -94,8 +94,11 @@ def login() -> str | Response | tuple[str, int, dict[str, str]] | tuple[str, int
         admission = login_limiter.admit(subjects, now)
         if admission.wait is not None:
             return too_many_attempts("auth/login.html", form, admission.wait)
-        password_hash = user.password_hash if user else unknown_user_hash()
-        if check_password_hash(password_hash, form.password.data or "") and user is not None:
+        # A user made by a sign-in link has no password: checked as an unknown one is (the
+        # same time), and never a match.
+        known = user is not None and has_password(user)
+        password_hash = user.password_hash if user and known else unknown_user_hash()
+        if check_password_hash(password_hash, form.password.data or "") and user and known:
             if two_factor.is_enabled(user):
                 return begin_second_step(user, admission)
             return complete_login(user, subjects, admission, now, request.args.get("next"))

@@ -6,20 +6,29 @@ from collections.abc import Iterable
 
 from flask import Flask, Response, abort, request
 
+from webapp.config import settings
 from webapp.database import text_problem
 
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-    "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors {ancestors}"
 )
 
 
 def install_headers(app: Flask) -> None:
+    """The security headers. Framing: refused everywhere (CSP `frame-ancestors 'none'` and
+    X-Frame-Options DENY for browsers without CSP 2), unless SCHEDULER_FRAME_ANCESTORS names
+    the origins that may frame the panel: then CSP names them and X-Frame-Options, which can
+    name no origin, is left out (a browser that reads CSP ignores it anyway)."""
+    ancestors = settings(app).SCHEDULER_FRAME_ANCESTORS
+    policy = CONTENT_SECURITY_POLICY.format(ancestors=" ".join(ancestors) or "'none'")
+
     @app.after_request
     def add_security_headers(response: Response) -> Response:
-        response.headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
+        response.headers.setdefault("Content-Security-Policy", policy)
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
-        response.headers.setdefault("X-Frame-Options", "DENY")
+        if not ancestors:
+            response.headers.setdefault("X-Frame-Options", "DENY")
         response.headers.setdefault("Referrer-Policy", "same-origin")
         return response
 

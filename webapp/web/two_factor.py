@@ -16,19 +16,23 @@ from webapp.database import utcnow
 from webapp.models import User
 from webapp.services import two_factor
 from webapp.web.common import htmx_redirect
+from webapp.web.sign_in import by_link
 
 bp = Blueprint("two_factor", __name__, url_prefix="/account/two-factor")
 bp.before_request(login_required(lambda: None))
 
-# Where an admin who must enrol may still go: this page, logging in and out, and what is no page.
-OPEN_BLUEPRINTS = {"two_factor", "auth", "api", "health", "metrics"}
+# Where an admin who must enrol may still go: this page, logging in and out (a sign-in link
+# too), and what is no page.
+OPEN_BLUEPRINTS = {"two_factor", "auth", "sign_in", "api", "health", "metrics"}
 
 
 @bp.before_app_request
 def send_admins_to_enrolment() -> Response | None:
+    """An admin whose tenant requires two-factor login goes to enrolment until it is on; not
+    after a sign-in by link, whose host is the factor."""
     if request.blueprint in OPEN_BLUEPRINTS or request.endpoint in (None, "static"):
         return None
-    if current_user.is_authenticated and two_factor.must_enrol(me()):
+    if current_user.is_authenticated and not by_link() and two_factor.must_enrol(me()):
         return redirect(url_for("two_factor.index"), 303)
     return None
 
@@ -44,7 +48,7 @@ def page(template: str, status: int = 200, **context: Any) -> tuple[str, int]:
     return render_template(
         template,
         enabled=two_factor.is_enabled(user),
-        required=two_factor.must_enrol(user),
+        required=two_factor.must_enrol(user) and not by_link(),
         user=user,
         **context,
     ), status
