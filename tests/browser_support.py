@@ -76,12 +76,13 @@ def log_out(page: Any) -> None:
 
 
 @contextmanager
-def live_server(sqlite_template: str, directory: str) -> Iterator[LiveServer]:
-    """The app served by werkzeug in a thread, on a copy of the migrated SQLite template."""
+def live_server(sqlite_template: str, directory: str, **config: object) -> Iterator[LiveServer]:
+    """The app (with `config`) served by werkzeug in a thread, on a copy of the migrated SQLite
+    template."""
     path = os.path.join(directory, "browser.db")
     shutil.copyfile(sqlite_template, path)
     database_url = f"sqlite:///{path}"
-    app = migrated_app(database_url)
+    app = migrated_app(database_url, **config)
     server = make_server("127.0.0.1", 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

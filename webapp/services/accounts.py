@@ -21,6 +21,9 @@ from webapp.services.defaults import materialise_defaults
 
 # scrypt is werkzeug's memory-hard default; naming it pins it against a future default change.
 PASSWORD_METHOD = "scrypt"
+# The password hash of a user without a password (made by single sign-on): no password matches
+# it, and the login checks a random hash instead, so that it takes as long as for others.
+NO_PASSWORD = "!"
 
 
 def find_tenant(slug: str) -> Tenant:
@@ -186,6 +189,10 @@ def find_user(email: str) -> User:
     if user is None:
         raise AccountError(f"no user {email!r}")
     return user
+
+
+def has_password(user: User) -> bool:
+    return user.password_hash != NO_PASSWORD
 
 
 def hash_password(password: str) -> str:

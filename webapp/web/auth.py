@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 import secrets
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Literal
 from urllib.parse import urlsplit
 
 from flask import (
@@ -29,10 +31,17 @@ from webapp.database import utcnow, write_transaction
 from webapp.extensions import db
 from webapp.models import User
 from webapp.services import sessions, two_factor
-from webapp.services.accounts import hash_password
+from webapp.services.accounts import has_password, hash_password
 from webapp.web import device_cookies, login_limiter
 
 bp = Blueprint("auth", __name__)
+
+
+@bp.context_processor
+def single_sign_on() -> dict[str, str | None]:
+    """The login page's "Sign in with ..." button: the provider's name, None without one."""
+    chosen = settings()
+    return {"sso_provider": chosen.sso_provider if chosen.single_sign_on else None}
 
 
 @functools.cache
@@ -94,11 +103,12 @@ def login() -> str | Response | tuple[str, int, dict[str, str]] | tuple[str, int
         admission = login_limiter.admit(subjects, now)
         if admission.wait is not None:
             return too_many_attempts("auth/login.html", form, admission.wait)
-        password_hash = user.password_hash if user else unknown_user_hash()
+        password_hash = user.password_hash if user and has_password(user) else unknown_user_hash()
         if check_password_hash(password_hash, form.password.data or "") and user is not None:
             if two_factor.is_enabled(user):
                 return begin_second_step(user, admission)
-            return complete_login(user, subjects, admission, now, request.args.get("next"))
+            counted = Counted(subjects, admission)
+            return complete_login(user, now, request.args.get("next"), counted=counted)
         if admission.flooded_wait is not None:
             return too_many_attempts("auth/login.html", form, admission.flooded_wait)
         flash("Wrong email or password.", "error")
@@ -106,29 +116,55 @@ def login() -> str | Response | tuple[str, int, dict[str, str]] | tuple[str, int
     return render_template("auth/login.html", form=form)
 
 
+@dataclass(frozen=True)
+class Counted:
+    """A password login's attempt as the login limiter counted it: forgotten when it succeeds."""
+
+    subjects: login_limiter.Subjects
+    admission: login_limiter.Admission
+
+
+# How the session's user signed in, in the signed session cookie: "password" (with its second
+# factor, when on), or "sso" (single sign-on: the identity provider is the factor).
+METHOD_KEY = "signed_in_with"
+SignInMethod = Literal["password", "sso"]
+
+
 def complete_login(
     user: User,
-    subjects: login_limiter.Subjects,
-    admission: login_limiter.Admission,
     now: datetime,
     target: str | None,
+    *,
+    counted: Counted | None = None,
+    method: SignInMethod = "password",
 ) -> Response:
-    """Starts the session of a user who passed every step, and sends them on to `target`."""
+    """Starts the session of a user who passed every step of `method`, and sends them on to
+    `target`: the one end of every way in, and the one place that decides whether a tenant's
+    requirement of two-factor login applies (a password login only)."""
     with write_transaction(db.session):
         user.last_login_at = now
-        login_limiter.forget_success(subjects, admission)
+        if counted is not None:
+            login_limiter.forget_success(counted.subjects, counted.admission)
         user = sessions.start(user, now, lifetimes())
     if target is None or not is_own_path(target):
         target = url_for("schedules.index")
     # A new session: nothing of the anonymous one (its CSRF token) outlives the login.
     session.clear()
+    session[METHOD_KEY] = method
     login_user(user)
-    if two_factor.must_enrol(user):  # a tenant of theirs requires it of its admins
+    if must_enrol_now(user):  # a tenant of theirs requires it of its admins
         flash("Your tenant requires two-factor login of its admins: set it up now.", "info")
         target = url_for("two_factor.index")
     response = redirect(target, 303)
     device_cookies.remember_device(response, user.email)
     return response
+
+
+def must_enrol_now(user: User) -> bool:
+    """Whether the session's user must set up two-factor login before anything else: a tenant
+    of theirs requires it of its admins, and they signed in with a password (single sign-on is
+    exempt: the identity provider is the factor)."""
+    return session.get(METHOD_KEY, "password") == "password" and two_factor.must_enrol(user)
 
 
 # The pending second step, in the signed session cookie: whose password was right, and until
@@ -189,7 +225,7 @@ def second_step() -> str | Response | tuple[str, int, dict[str, str]] | tuple[st
         accepted = two_factor.use_code(user, form.code.data or "", now)
     if accepted:
         target = session.pop(PENDING_KEY)["next"]
-        return complete_login(user, subjects, admission, now, target)
+        return complete_login(user, now, target, counted=Counted(subjects, admission))
     if admission.flooded_wait is not None:
         return too_many_attempts("auth/two_factor.html", form, admission.flooded_wait)
     form.code.errors = ["Wrong or already used code."]

@@ -15,20 +15,21 @@ from werkzeug.wrappers import Response
 from webapp.database import utcnow
 from webapp.models import User
 from webapp.services import two_factor
+from webapp.web.auth import must_enrol_now
 from webapp.web.common import htmx_redirect
 
 bp = Blueprint("two_factor", __name__, url_prefix="/account/two-factor")
 bp.before_request(login_required(lambda: None))
 
 # Where an admin who must enrol may still go: this page, logging in and out, and what is no page.
-OPEN_BLUEPRINTS = {"two_factor", "auth", "api", "health", "metrics"}
+OPEN_BLUEPRINTS = {"two_factor", "auth", "sso", "api", "health", "metrics"}
 
 
 @bp.before_app_request
 def send_admins_to_enrolment() -> Response | None:
     if request.blueprint in OPEN_BLUEPRINTS or request.endpoint in (None, "static"):
         return None
-    if current_user.is_authenticated and two_factor.must_enrol(me()):
+    if current_user.is_authenticated and must_enrol_now(me()):
         return redirect(url_for("two_factor.index"), 303)
     return None
 
@@ -44,7 +45,7 @@ def page(template: str, status: int = 200, **context: Any) -> tuple[str, int]:
     return render_template(
         template,
         enabled=two_factor.is_enabled(user),
-        required=two_factor.must_enrol(user),
+        required=must_enrol_now(user),
         user=user,
         **context,
     ), status
