@@ -68,9 +68,15 @@ def serving(application: Flask) -> Iterator[Flask]:
 
 
 @pytest.fixture
-def app(database_url: str, provider: Provider) -> Iterator[Flask]:
+def sso_settings() -> dict[str, str]:
+    """More settings for `app` (a test parametrizes this name to give them)."""
+    return {}
+
+
+@pytest.fixture
+def app(database_url: str, provider: Provider, sso_settings: dict[str, str]) -> Iterator[Flask]:
     """The panel with single sign-on through `provider` (overrides conftest's `app`)."""
-    with serving(sso_app(database_url, provider)) as application:
+    with serving(sso_app(database_url, provider, **sso_settings)) as application:
         yield application
 
 
@@ -283,53 +289,53 @@ def test_an_unreachable_provider_is_a_clear_page(database_url: str) -> None:
         refused(answer, 502, "cannot be reached right now")
 
 
-@contextmanager
-def creating_users(database_url: str, provider: Provider, setting: str) -> Iterator[Flask]:
-    """The panel with SCHEDULER_OIDC_CREATE_USERS=`setting`, and at the provider dora, who has
-    no account here."""
+def dora_at_the_provider(provider: Provider) -> None:
+    """Dora, whom the panel has no account for, signs in at the provider."""
     provider.user("dora", email="dora@example.com", email_verified=True)
-    creating = sso_app(database_url, provider, SCHEDULER_OIDC_CREATE_USERS=setting)
-    with serving(creating) as application:
-        yield application
 
 
+@pytest.mark.parametrize("sso_settings", [{"SCHEDULER_OIDC_CREATE_USERS": "alpha:viewer"}])
 def test_create_users_makes_a_member_without_a_password(
-    database_url: str, provider: Provider, world: World
+    app: Flask, provider: Provider, world: World
 ) -> None:
-    with creating_users(database_url, provider, "alpha:viewer") as application:
-        client = application.test_client()
-        assert sign_in(client, provider, "dora").status_code == 303 and logged_in(client)
-        dora = db.session.scalar(select(User).where(User.email == "dora@example.com"))
-        assert dora is not None
-        assert [(m.tenant_id, m.role) for m in dora.memberships] == [(world.alpha.id, "viewer")]
-        rows = db.session.execute(
-            select(AuditEvent.action, AuditEvent.tenant_id, AuditEvent.actor_label)
-            .where(AuditEvent.object_id == dora.id, AuditEvent.object_type == "user")
-            .order_by(AuditEvent.id)
-        ).all()
-        assert rows == [
-            ("user.created", None, "single sign-on"),
-            ("user.added", world.alpha.id, "single sign-on"),
-            ("user.signed_in", world.alpha.id, "dora@example.com"),
-        ]
-        # No password is hers until one is set: none logs her in.
-        for password in (PASSWORD, "!"):
-            tried = application.test_client()
-            assert log_in(tried, "dora@example.com", password).status_code == 401
-            assert not logged_in(tried)
-        # A second sign-in finds her; no second user.
-        assert sign_in(application.test_client(), provider, "dora").status_code == 303
-        assert db.session.scalar(select(func.count()).select_from(User)) == 4
+    dora_at_the_provider(provider)
+    client = app.test_client()
+    assert sign_in(client, provider, "dora").status_code == 303 and logged_in(client)
+    dora = db.session.scalar(select(User).where(User.email == "dora@example.com"))
+    assert dora is not None
+    assert [(m.tenant_id, m.role) for m in dora.memberships] == [(world.alpha.id, "viewer")]
+    rows = db.session.execute(
+        select(AuditEvent.action, AuditEvent.tenant_id, AuditEvent.actor_label)
+        .where(AuditEvent.object_id == dora.id, AuditEvent.object_type == "user")
+        .order_by(AuditEvent.id)
+    ).all()
+    assert rows == [
+        ("user.created", None, "single sign-on"),
+        ("user.added", world.alpha.id, "single sign-on"),
+        ("user.signed_in", world.alpha.id, "dora@example.com"),
+    ]
+    # No password is hers until one is set: none logs her in, and no code can be set up.
+    for password in (PASSWORD, "!"):
+        tried = app.test_client()
+        assert log_in(tried, "dora@example.com", password).status_code == 401
+        assert not logged_in(tried)
+    setup = Panel(app, dora).post("/account/two-factor/setup", htmx=False)
+    assert setup.status_code == 409
+    assert "your identity provider is your second factor" in setup.get_data(as_text=True)
+    # A second sign-in finds her; no second user.
+    assert sign_in(app.test_client(), provider, "dora").status_code == 303
+    assert db.session.scalar(select(func.count()).select_from(User)) == 4
 
 
+@pytest.mark.parametrize("sso_settings", [{"SCHEDULER_OIDC_CREATE_USERS": "gamma:admin"}])
 def test_create_users_naming_a_missing_tenant_writes_nothing(
-    database_url: str, provider: Provider, world: World
+    app: Flask, provider: Provider, world: World
 ) -> None:
-    with creating_users(database_url, provider, "gamma:admin") as application:
-        before = written()
-        answer = sign_in(application.test_client(), provider, "dora")
-        refused(answer, 409, "(&#39;gamma&#39;, SCHEDULER_OIDC_CREATE_USERS) does not exist")
-        assert written() == before
+    dora_at_the_provider(provider)
+    before = written()
+    answer = sign_in(app.test_client(), provider, "dora")
+    refused(answer, 409, "(&#39;gamma&#39;, SCHEDULER_OIDC_CREATE_USERS) does not exist")
+    assert written() == before
 
 
 def test_no_transaction_is_open_while_the_provider_is_asked(

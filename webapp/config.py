@@ -92,6 +92,8 @@ class Settings(BaseModel):
     # unless that is pooled: then workers poll).
     SCHEDULER_LISTEN_DATABASE_URL: str = ""
     SECRET_KEY: str | bytes = ""
+    # Keys SECRET_KEY had before: sessions signed and secrets sealed with them stay readable.
+    SECRET_KEY_FALLBACKS: Names = []
     # None: on, except in debug and tests. Plain-http loopback set-ups (`make run`) turn it off.
     SESSION_COOKIE_SECURE: OptionalFlag = None
     SCHEDULER_BATCH_SIZE: Int = 300
@@ -301,6 +303,8 @@ class Settings(BaseModel):
         }
         if self.SECRET_KEY:
             config["SECRET_KEY"] = self.SECRET_KEY
+        if self.SECRET_KEY_FALLBACKS:
+            config["SECRET_KEY_FALLBACKS"] = list(self.SECRET_KEY_FALLBACKS)
         if self.SESSION_COOKIE_SECURE is not None:
             config["SESSION_COOKIE_SECURE"] = self.SESSION_COOKIE_SECURE
         return config

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import secrets
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 from urllib.parse import urlsplit
@@ -77,12 +76,7 @@ def is_own_path(target: str | None) -> bool:
 
 
 def too_many_attempts(template: str, form: FlaskForm, wait: int) -> tuple[str, int, dict[str, str]]:
-    minutes = max(1, round(wait / 60))
-    flash(
-        f"Too many failed attempts. Wait {minutes} minute{'s' if minutes != 1 else ''} "
-        "before trying again.",
-        "error",
-    )
+    flash(login_limiter.wait_message(wait), "error")
     return render_template(template, form=form), 429, {"Retry-After": str(wait)}
 
 
@@ -107,21 +101,13 @@ def login() -> str | Response | tuple[str, int, dict[str, str]] | tuple[str, int
         if check_password_hash(password_hash, form.password.data or "") and user is not None:
             if two_factor.is_enabled(user):
                 return begin_second_step(user, admission)
-            counted = Counted(subjects, admission)
-            return complete_login(user, now, request.args.get("next"), counted=counted)
+            attempt = login_limiter.Attempt(subjects, admission)
+            return complete_login(user, now, request.args.get("next"), attempt=attempt)
         if admission.flooded_wait is not None:
             return too_many_attempts("auth/login.html", form, admission.flooded_wait)
         flash("Wrong email or password.", "error")
         return render_template("auth/login.html", form=form), 401
     return render_template("auth/login.html", form=form)
-
-
-@dataclass(frozen=True)
-class Counted:
-    """A password login's attempt as the login limiter counted it: forgotten when it succeeds."""
-
-    subjects: login_limiter.Subjects
-    admission: login_limiter.Admission
 
 
 # How the session's user signed in, in the signed session cookie: "password" (with its second
@@ -135,7 +121,7 @@ def complete_login(
     now: datetime,
     target: str | None,
     *,
-    counted: Counted | None = None,
+    attempt: login_limiter.Attempt | None = None,
     method: SignInMethod = "password",
 ) -> Response:
     """Starts the session of a user who passed every step of `method`, and sends them on to
@@ -143,8 +129,8 @@ def complete_login(
     requirement of two-factor login applies (a password login only)."""
     with write_transaction(db.session):
         user.last_login_at = now
-        if counted is not None:
-            login_limiter.forget_success(counted.subjects, counted.admission)
+        if attempt is not None:  # a password's (and its code's), as the limiter counted it
+            login_limiter.forget_success(attempt.subjects, attempt.admission)
         user = sessions.start(user, now, lifetimes())
     if target is None or not is_own_path(target):
         target = url_for("schedules.index")
@@ -225,7 +211,8 @@ def second_step() -> str | Response | tuple[str, int, dict[str, str]] | tuple[st
         accepted = two_factor.use_code(user, form.code.data or "", now)
     if accepted:
         target = session.pop(PENDING_KEY)["next"]
-        return complete_login(user, now, target, counted=Counted(subjects, admission))
+        attempt = login_limiter.Attempt(subjects, admission)
+        return complete_login(user, now, target, attempt=attempt)
     if admission.flooded_wait is not None:
         return too_many_attempts("auth/two_factor.html", form, admission.flooded_wait)
     form.code.errors = ["Wrong or already used code."]
