@@ -1,6 +1,6 @@
 """Single sign-on in a real browser, with and without JavaScript, against a real OpenID Connect
 provider on another origin: the login page's button, the provider's form, back to the page the
-login was asked for; and the clear page of a sign-in that is refused."""
+login was asked for; the clear page of a sign-in that is refused; axe-core on both pages."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ import pytest
 from tests.browser_support import LiveServer, PageErrors
 from tests.conftest import alpha_panel
 from tests.oidc_support import Provider, oidc_provider
+from tests.panel_pages import WIDTHS
+from tests.test_panel_axe import describe, fail_on, new_context, severe_violations
 
 pytestmark = pytest.mark.browser
 
@@ -66,3 +68,19 @@ def test_an_unverified_email_gets_a_clear_page(
     page.wait_for_url(live.url + "/login")
     refused = "the server responded with a status of 403"
     assert [message for message in errors.messages if refused not in message] == []
+
+
+@pytest.mark.parametrize("width", list(WIDTHS))
+def test_the_sso_pages_have_no_serious_or_critical_violation(
+    chromium: Any, sso_panel: tuple[LiveServer, Provider], width: str
+) -> None:
+    live, _provider = sso_panel
+    context = new_context(chromium, width)
+    page = context.new_page()
+    page.goto(live.url + "/login")
+    found = describe(f"login with its button at {width}", severe_violations(page))
+    page.goto(live.url + "/login/sso/callback?state=forged&code=forged")
+    page.get_by_role("heading", name="Sign-in with Example ID failed").wait_for()
+    found += describe(f"a refused sign-in at {width}", severe_violations(page))
+    context.close()
+    fail_on(found)
