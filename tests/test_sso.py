@@ -143,13 +143,15 @@ def test_the_login_page_offers_it_and_a_verified_email_signs_in(
             {"method": "single sign-on", "issuer": provider.url, "subject": "alice-at-idp"},
         )
     ]
+    log = Panel(app, world.alice).get("/audit").get_data(as_text=True)
+    assert "signed in" in log and "alice-at-idp" in log and provider.url in log
 
 
 def test_no_button_without_the_settings(database_url: str) -> None:
-    plain = migrated_app(database_url, **pooler_settings(database_url))
-    client = plain.test_client()
-    assert "Sign in with" not in client.get("/login").get_data(as_text=True)
-    assert client.get("/login/sso").status_code == 404
+    with serving(migrated_app(database_url, **pooler_settings(database_url))) as plain:
+        client = plain.test_client()
+        assert "Sign in with" not in client.get("/login").get_data(as_text=True)
+        assert client.get("/login/sso").status_code == 404
 
 
 def test_next_is_kept_through_the_provider(app: Flask, world: World, provider: Provider) -> None:
