@@ -8,6 +8,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -358,10 +359,17 @@ def make_run(
 def live_panel(sqlite_template: str, tmp_path: Path) -> Iterator[LiveServer]:
     """The panel served on a free port, on a fresh SQLite database: tenant alpha (Europe/Berlin)
     with alice (admin) and bob (viewer). Tests add what else they need in its app context."""
+    with alpha_panel(sqlite_template, tmp_path) as live:
+        yield live
+
+
+@contextmanager
+def alpha_panel(sqlite_template: str, tmp_path: Path, **config: object) -> Iterator[LiveServer]:
+    """`live_panel`'s server, with `config`."""
     from tests.browser_support import live_server, require_chromium
 
     require_chromium()
-    with live_server(sqlite_template, str(tmp_path)) as live, live.app.app_context():
+    with live_server(sqlite_template, str(tmp_path), **config) as live, live.app.app_context():
         create_tenant("alpha", "Alpha Corp", "Europe/Berlin")
         add_user("alice@example.com", "alpha", "admin", PASSWORD)
         add_user("bob@example.com", "alpha", "viewer", PASSWORD)

@@ -24,7 +24,7 @@ from webapp.extensions import db
 from webapp.models import AuditEvent, Membership, Tenant, User, UserSession
 from webapp.services import sign_in_links
 from webapp.services.account_schema import AccountError
-from webapp.services.accounts import add_user, remove_member, set_operator
+from webapp.services.accounts import NO_PASSWORD, add_user, remove_member, set_operator
 from webapp.services.audit import Actor
 from webapp.sign_in_models import SignInLink
 
@@ -97,7 +97,7 @@ def test_a_user_made_by_a_link_cannot_log_in_with_a_password_until_one_is_set(
 ) -> None:
     open_link(app.test_client(), make_link(app, role="viewer"))
     user = dora()
-    assert user is not None and user.password_hash == ""
+    assert user is not None and user.password_hash == NO_PASSWORD
     for password in (PASSWORD, "x" * 10):
         refused = log_in(app.test_client(), "dora@example.com", password)
         assert refused.status_code == 401

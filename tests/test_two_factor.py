@@ -3,6 +3,9 @@ turning it off, a tenant's requirement for its admins and the operator's reset."
 
 from __future__ import annotations
 
+import re
+
+import pyotp
 from flask import Flask
 from flask.testing import FlaskClient, FlaskCliRunner
 from sqlalchemy import select
@@ -12,8 +15,10 @@ from tests.conftest import PASSWORD, World
 from tests.panel_helpers import Panel, csrf_token, log_in
 from tests.test_panel_login import lock_account_from_many_addresses
 from tests.two_factor_helpers import Enrolled, enrol
+from webapp import create_app
 from webapp.extensions import db
 from webapp.models import AuditEvent, RecoveryCode, Tenant, User
+from webapp.services import sealing
 from webapp.web import login_limiter
 from webapp.web.auth import PENDING_KEY
 
@@ -248,3 +253,106 @@ def test_the_second_factor_gets_its_owner_through_a_lockout_made_elsewhere(
     # Bob has no second factor: the same lockout refuses his right password.
     lock_account_from_many_addresses("bob@example.com")
     assert log_in(app.test_client(), "bob@example.com").status_code == 429
+
+
+def stored_secret(user: User) -> str | None:
+    db.session.expire_all()
+    return db.session.scalar(select(User.totp_secret).where(User.id == user.id))
+
+
+def test_the_secret_is_sealed_at_rest(app: Flask, world: World) -> None:
+    """A copy of the database holds no usable secret: the column is encrypted under a key
+    derived from SECRET_KEY, and the login still reads it."""
+    enrolled = enrol(Panel(app, world.alice))
+    stored = stored_secret(world.alice)
+    assert stored is not None and stored.startswith("v1:") and enrolled.secret not in stored
+    client = app.test_client()
+    log_in(client, "alice@example.com")
+    assert second_step(client, enrolled.code()).status_code == 303 and logged_in(client)
+
+
+def test_a_secret_stored_in_plain_text_still_works_and_is_sealed_at_its_use(
+    app: Flask, world: World
+) -> None:
+    enrolled = enrol(Panel(app, world.alice))
+    alice = db.session.get(User, world.alice.id)
+    assert alice is not None
+    alice.totp_secret = enrolled.secret  # as the release before sealing stored it
+    db.session.commit()
+    client = app.test_client()
+    log_in(client, "alice@example.com")
+    assert second_step(client, enrolled.code()).status_code == 303 and logged_in(client)
+    stored = stored_secret(world.alice)
+    assert stored is not None and stored.startswith("v1:")
+
+
+def test_sealed_secrets_survive_a_new_secret_key_while_the_old_one_is_a_fallback(
+    app: Flask,
+) -> None:
+    sealed = sealing.seal("JBSWY3DPEHPK3PXP")
+    rotated = {"TESTING": True, "SQLALCHEMY_DATABASE_URI": "sqlite://", "SECRET_KEY": "new-key"}
+    with create_app(rotated).app_context():
+        assert sealing.unseal(sealed) is None
+    with create_app({**rotated, "SECRET_KEY_FALLBACKS": "test-secret"}).app_context():
+        assert sealing.unseal(sealed) == "JBSWY3DPEHPK3PXP"
+
+
+def test_wrong_codes_at_the_setup_count_in_the_login_limiter(app: Flask, world: World) -> None:
+    panel = Panel(app, world.alice)
+    setup = panel.post("/account/two-factor/setup", htmx=False).get_data(as_text=True)
+    found = re.search(r'id="totp-secret">([A-Z2-7]+)<', setup)
+    assert found
+    for _ in range(login_limiter.MAX_FAILURES_PER_PAIR):
+        wrong = panel.post("/account/two-factor/confirm", {"code": "000000"}, htmx=False)
+        assert wrong.status_code == 422
+    code = pyotp.TOTP(found.group(1)).now()
+    refused = panel.post("/account/two-factor/confirm", {"code": code}, htmx=False)
+    assert refused.status_code == 429 and "Retry-After" in refused.headers
+    assert "Too many failed attempts" in refused.get_data(as_text=True)
+    alice = db.session.get(User, world.alice.id)
+    assert alice is not None and alice.two_factor_enabled_at is None
+
+
+def test_wrong_codes_and_passwords_at_turning_it_off_count_in_the_login_limiter(
+    app: Flask, world: World
+) -> None:
+    panel = Panel(app, world.alice)
+    enrolled = enrol(panel)
+    guesses = [{"password": PASSWORD, "code": "000000"}, {"password": "guess", "code": "0"}]
+    for number in range(login_limiter.MAX_FAILURES_PER_PAIR):
+        wrong = panel.post("/account/two-factor/disable", guesses[number % 2], htmx=False)
+        assert wrong.status_code == 422
+    right = {"password": PASSWORD, "code": enrolled.code()}
+    refused = panel.post("/account/two-factor/disable", right, htmx=False)
+    assert refused.status_code == 429 and "Retry-After" in refused.headers
+    db.session.expire_all()
+    alice = db.session.get(User, world.alice.id)
+    assert alice is not None and alice.two_factor_enabled_at is not None
+
+
+def test_the_command_line_sets_a_tenants_requirement(
+    app: Flask, world: World, cli: FlaskCliRunner
+) -> None:
+    on = cli.invoke(args=["tenant", "set", "alpha", "--require-two-factor"])
+    assert on.exit_code == 0, on.output
+    assert "two-factor required for admins yes" in on.output
+    assert (
+        log_in(app.test_client(), "alice@example.com")
+        .headers["Location"]
+        .endswith("/account/two-factor")
+    )
+    off = cli.invoke(args=["tenant", "set", "alpha", "--no-require-two-factor"])
+    assert off.exit_code == 0 and "two-factor required for admins no" in off.output
+    assert log_in(app.test_client(), "alice@example.com").headers["Location"].endswith("/")
+    rows = db.session.execute(
+        select(AuditEvent.actor_label, AuditEvent.after).where(
+            AuditEvent.action == "tenant.two_factor_required"
+        )
+    ).all()
+    assert rows == [
+        ("cli", {"require_two_factor_admins": True}),
+        ("cli", {"require_two_factor_admins": False}),
+    ]
+    # Without the flag the line and the requirement stay as they were.
+    unchanged = cli.invoke(args=["tenant", "set", "alpha", "--max-schedules", "9"])
+    assert "two-factor" not in unchanged.output

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from types import MappingProxyType
 from typing import Annotated, Any, Literal, Self
+from urllib.parse import urlsplit
 
 from flask import Config, Flask, current_app
 from pydantic import (
@@ -23,7 +24,7 @@ from pydantic import (
 )
 from sqlalchemy.engine import make_url
 
-from webapp.models import MAX_NOTIFY_EMAILS
+from webapp.models import MAX_NOTIFY_EMAILS, ROLES, Role
 
 TRUE_WORDS = {"1", "true", "yes", "on"}
 FALSE_WORDS = {"0", "false", "no", "off", ""}
@@ -95,6 +96,8 @@ class Settings(BaseModel):
     # unless that is pooled: then workers poll).
     SCHEDULER_LISTEN_DATABASE_URL: str = ""
     SECRET_KEY: str | bytes = ""
+    # Keys SECRET_KEY had before: sessions signed and secrets sealed with them stay readable.
+    SECRET_KEY_FALLBACKS: Names = []
     # None: on, except in debug and tests. Plain-http loopback set-ups (`make run`) turn it off.
     SESSION_COOKIE_SECURE: OptionalFlag = None
     SCHEDULER_BATCH_SIZE: Int = 300
@@ -177,6 +180,14 @@ class Settings(BaseModel):
     SCHEDULER_CELERY_QUEUE: Annotated[str, Field(min_length=1)] = "scheduler"
     # Runs a worker has sent to Celery that no Celery worker has started yet, at most.
     SCHEDULER_CELERY_MAX_IN_FLIGHT: Positive = 1000
+    # Single sign-on with OpenID Connect (README, Single sign-on): all three, or none.
+    SCHEDULER_OIDC_ISSUER: str = ""
+    SCHEDULER_OIDC_CLIENT_ID: str = ""
+    SCHEDULER_OIDC_CLIENT_SECRET: str = ""
+    SCHEDULER_OIDC_NAME: str = ""  # the login button's "Sign in with <name>"
+    # "TENANT:ROLE": a verified email without an account gets one, in that tenant with that
+    # role; "": single sign-on never creates users.
+    SCHEDULER_OIDC_CREATE_USERS: str = ""
 
     @model_validator(mode="after")
     def listen_on_postgresql(self) -> Self:
@@ -213,12 +224,47 @@ class Settings(BaseModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def single_sign_on_complete(self) -> Self:
+        given = [name for name in OIDC_CLIENT if getattr(self, name)]
+        if given and len(given) < len(OIDC_CLIENT):
+            missing = " and ".join(name for name in OIDC_CLIENT if name not in given)
+            raise ValueError(
+                f"single sign-on needs {', '.join(OIDC_CLIENT)}: {missing} not set "
+                "(README, Single sign-on)"
+            )
+        if self.SCHEDULER_OIDC_ISSUER:
+            problem = issuer_problem(self.SCHEDULER_OIDC_ISSUER)
+            if problem:
+                raise ValueError(f"SCHEDULER_OIDC_ISSUER={self.SCHEDULER_OIDC_ISSUER!r} {problem}")
+        if self.SCHEDULER_OIDC_CREATE_USERS:
+            if not self.SCHEDULER_OIDC_ISSUER:
+                raise ValueError("SCHEDULER_OIDC_CREATE_USERS needs SCHEDULER_OIDC_ISSUER")
+            new_users_of(self.SCHEDULER_OIDC_CREATE_USERS)
+        return self
+
     # What the code reads: typed values, derived once from the settings above.
 
     @property
     def framed(self) -> bool:
         """Whether other sites' pages may show the panel in a frame (SCHEDULER_FRAME_ANCESTORS)."""
         return bool(self.SCHEDULER_FRAME_ANCESTORS)
+
+    @property
+    def single_sign_on(self) -> bool:
+        """Whether the login offers single sign-on (SCHEDULER_OIDC_ISSUER and its client)."""
+        return bool(self.SCHEDULER_OIDC_ISSUER)
+
+    @property
+    def sso_provider(self) -> str:
+        """The provider's name on the login button: "Sign in with <name>"."""
+        return self.SCHEDULER_OIDC_NAME or "single sign-on"
+
+    @property
+    def oidc_new_users(self) -> tuple[str, Role] | None:
+        """The tenant's slug and the role of users single sign-on creates, or None: it creates
+        none (SCHEDULER_OIDC_CREATE_USERS)."""
+        return new_users_of(self.SCHEDULER_OIDC_CREATE_USERS)
 
     @property
     def lock_ttl(self) -> timedelta:
@@ -289,9 +335,44 @@ class Settings(BaseModel):
         }
         if self.SECRET_KEY:
             config["SECRET_KEY"] = self.SECRET_KEY
+        if self.SECRET_KEY_FALLBACKS:
+            config["SECRET_KEY_FALLBACKS"] = list(self.SECRET_KEY_FALLBACKS)
         if self.SESSION_COOKIE_SECURE is not None:
             config["SESSION_COOKIE_SECURE"] = self.SESSION_COOKIE_SECURE
         return config
+
+
+OIDC_CLIENT = ("SCHEDULER_OIDC_ISSUER", "SCHEDULER_OIDC_CLIENT_ID", "SCHEDULER_OIDC_CLIENT_SECRET")
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
+def new_users_of(text: str) -> tuple[str, Role] | None:
+    """SCHEDULER_OIDC_CREATE_USERS read: the tenant's slug and the role, or None when empty."""
+    if not text:
+        return None
+    slug, _, role = text.partition(":")
+    roles = {known: known for known in ROLES}
+    if slug and slug == slug.strip() and role in roles:
+        return slug, roles[role]
+    raise ValueError(
+        f"SCHEDULER_OIDC_CREATE_USERS={text!r} must be TENANT:ROLE, a tenant's slug and one of "
+        f"{', '.join(ROLES)} (e.g. acme:viewer)"
+    )
+
+
+def issuer_problem(issuer: str) -> str | None:
+    """What is wrong with an OpenID Connect issuer URL, or None: HTTPS (plain HTTP only on this
+    machine, for development and tests), a host, no query or fragment."""
+    try:
+        parts = urlsplit(issuer)
+        host = parts.hostname
+    except ValueError:
+        return "is not a URL"
+    if not host or parts.query or parts.fragment:
+        return "must be the provider's URL, without a query or fragment"
+    if parts.scheme != "https" and not (parts.scheme == "http" and host in LOOPBACK_HOSTS):
+        return "must be an https:// URL (http:// only for localhost)"
+    return None
 
 
 # The only settings a job receives as ctx.config: those the bundled jobs and the validation of

@@ -143,7 +143,7 @@ class User(UserMixin, Model):
     is_operator: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_login_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    totp_secret: Mapped[str | None] = mapped_column(String(32))
+    totp_secret: Mapped[str | None] = mapped_column(String(255))  # sealed: services.sealing
     totp_last_step: Mapped[int | None] = mapped_column(Integer)  # services.two_factor
     two_factor_enabled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 

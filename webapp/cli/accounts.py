@@ -158,6 +158,11 @@ LIMIT_OPTIONS = {
     help="Default spread of a run's start after its fire time (0-3600 s) for the tenant's "
     "schedules without their own; 'default' for none.",
 )
+@click.option(
+    "--require-two-factor/--no-require-two-factor",
+    default=None,
+    help="Require two-factor login of the tenant's admins (password logins), or stop.",
+)
 @reports_errors
 def set_tenant(
     slug: str,
@@ -166,9 +171,10 @@ def set_tenant(
     retention_days: str | None,
     max_running: str | None,
     jitter_seconds: str | None,
+    require_two_factor: bool | None,
 ) -> None:
-    """Set a tenant's quotas, run retention, cap on running runs and default jitter (unset
-    options keep their value)."""
+    """Set a tenant's quotas, run retention, cap on running runs, default jitter and whether
+    its admins must use two-factor login (unset options keep their value)."""
     tenant = accounts.find_tenant(slug)
     limits = {field: getattr(tenant, field) for field in LIMIT_OPTIONS}
     given_options = zip(
@@ -201,9 +207,14 @@ def set_tenant(
         if jitter_seconds is not None or tenant.jitter_seconds is not None
         else ""
     )
+    # Likewise the requirement, which the panel's Settings page also sets.
+    required = ""
+    if require_two_factor is not None:
+        two_factor.require_for_admins(tenant, require_two_factor, Actor.cli())
+        required = f", two-factor required for admins {'yes' if require_two_factor else 'no'}"
     click.echo(
         f"tenant {tenant.slug}: max schedules {shown['--max-schedules']}, "
         f"min interval {shown['--min-interval']}, retention days {shown['--retention-days']}, "
         f"max running {shown['--max-running']}"
-        f"{jitter}"
+        f"{jitter}{required}"
     )

@@ -21,6 +21,10 @@ from webapp.services.defaults import materialise_defaults
 
 # scrypt is werkzeug's memory-hard default; naming it pins it against a future default change.
 PASSWORD_METHOD = "scrypt"
+# The password hash of a user without a password (made by single sign-on or a sign-in link):
+# no password matches it until one is set, and the login checks a random hash instead, so that
+# it takes as long as for others.
+NO_PASSWORD = "!"
 
 
 class Conflict(AccountError):
@@ -226,11 +230,6 @@ def find_user(email: str) -> User:
     if user is None:
         raise AccountError(f"no user {email!r}")
     return user
-
-
-# The password_hash of a user who has no password (made by a sign-in link): no password
-# matches it (check_password_hash answers False), until one is set (`add_user` with one).
-NO_PASSWORD = ""
 
 
 def hash_password(password: str) -> str:

@@ -7,9 +7,12 @@ for session tokens: they are random, not chosen). A TOTP code is accepted one ti
 side of now, and never twice: `totp_last_step` only grows, set by a conditional UPDATE, so two
 parallel uses of one code cannot both pass. A recovery code is deleted as it is used.
 
-Users who sign in by a one-time link (web.sign_in) or by single sign-on (not built yet) are
-exempt: their identity provider is the factor. Their login paths skip `auth.begin_second_step`,
-and a login by link is not sent to enrolment (`web.sign_in.by_link`).
+The secret is stored sealed (`services/sealing.py`: encrypted under a key derived from
+SECRET_KEY); one stored in plain text before is read as it is and sealed at its next use.
+
+Users who sign in by single sign-on (or a one-time link) are exempt: their identity provider is
+the factor. `auth.complete_login` is told how a user signed in, and only a password login asks
+for the code or sends an admin to enrolment.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from werkzeug.security import check_password_hash
 from webapp.database import write_transaction
 from webapp.extensions import db
 from webapp.models import RecoveryCode, Tenant, User
-from webapp.services import audit, sessions
+from webapp.services import audit, sealing, sessions
 from webapp.services.account_schema import AccountError, email_of
 from webapp.services.accounts import has_password
 from webapp.services.audit import Actor
@@ -72,23 +75,29 @@ def start_enrolment(user: User) -> Enrolment:
     """A new secret for `user`, not yet in force: a correct code from it turns it on."""
     if is_enabled(user):
         raise TwoFactorError("code", "Two-factor login is already on.")
-    if not has_password(user):  # made by a sign-in link: the host application is the factor
+    if not has_password(user):  # single sign-on or a sign-in link: their provider is the factor
         raise TwoFactorError(
             "code",
-            "You have no password to protect: you sign in through the application that sent "
-            "you here. Two-factor login is for a password login.",
+            "You have no password to protect: you sign in with single sign-on or through the "
+            "application that sent you here, which is your second factor.",
         )
     secret = pyotp.random_base32()
     with write_transaction(db.session):
-        user.totp_secret = secret
+        user.totp_secret = sealing.seal(secret)
         user.totp_last_step = None
     return enrolment_of(user, secret)
 
 
+def secret_of(user: User) -> str | None:
+    """The user's TOTP secret, unsealed (None: none, or sealed under a key no longer known)."""
+    return None if user.totp_secret is None else sealing.unseal(user.totp_secret)
+
+
 def pending_enrolment(user: User) -> Enrolment | None:
-    if is_enabled(user) or user.totp_secret is None:
+    secret = secret_of(user)
+    if is_enabled(user) or secret is None:
         return None
-    return enrolment_of(user, user.totp_secret)
+    return enrolment_of(user, secret)
 
 
 def matching_step(secret: str, code: str, now: datetime) -> int | None:
@@ -107,11 +116,14 @@ def matching_step(secret: str, code: str, now: datetime) -> int | None:
 def use_totp(user: User, code: str, now: datetime) -> bool:
     """Whether `code` is the user's current TOTP code and was not used before; records its step
     (in the caller's transaction)."""
-    if user.totp_secret is None:
+    secret = secret_of(user)
+    if secret is None:
         return False
-    step = matching_step(user.totp_secret, code, now)
+    step = matching_step(secret, code, now)
     if step is None:
         return False
+    if user.totp_secret is not None and not sealing.is_sealed(user.totp_secret):
+        user.totp_secret = sealing.seal(secret)  # stored in plain text before sealing came
     used = db.session.execute(
         update(User)
         .where(
@@ -180,10 +192,11 @@ def codes_left(user: User) -> int:
 def confirm_enrolment(user: User, code: str, now: datetime) -> list[str]:
     """Turns two-factor login on if `code` is correct for the pending secret; returns the new
     recovery codes (audited)."""
-    if is_enabled(user) or user.totp_secret is None:
+    secret = secret_of(user)
+    if is_enabled(user) or secret is None:
         raise TwoFactorError("code", "Start the setup again: there is no new secret to confirm.")
     with write_transaction(db.session):
-        step = matching_step(user.totp_secret, code, now)
+        step = matching_step(secret, code, now)
         if step is None:
             raise TwoFactorError(
                 "code", "That code is not the current one. Enter the 6 digits your app shows now."

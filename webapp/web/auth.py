@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import secrets
 from datetime import datetime, timedelta
+from typing import Literal
 from urllib.parse import urlsplit
 
 from flask import (
@@ -33,6 +34,13 @@ from webapp.services.accounts import has_password, hash_password
 from webapp.web import device_cookies, login_limiter
 
 bp = Blueprint("auth", __name__)
+
+
+@bp.context_processor
+def single_sign_on() -> dict[str, str | None]:
+    """The login page's "Sign in with ..." button: the provider's name, None without one."""
+    chosen = settings()
+    return {"sso_provider": chosen.sso_provider if chosen.single_sign_on else None}
 
 
 @functools.cache
@@ -68,12 +76,7 @@ def is_own_path(target: str | None) -> bool:
 
 
 def too_many_attempts(template: str, form: FlaskForm, wait: int) -> tuple[str, int, dict[str, str]]:
-    minutes = max(1, round(wait / 60))
-    flash(
-        f"Too many failed attempts. Wait {minutes} minute{'s' if minutes != 1 else ''} "
-        "before trying again.",
-        "error",
-    )
+    flash(login_limiter.wait_message(wait), "error")
     return render_template(template, form=form), 429, {"Retry-After": str(wait)}
 
 
@@ -101,7 +104,8 @@ def login() -> str | Response | tuple[str, int, dict[str, str]] | tuple[str, int
         if check_password_hash(password_hash, form.password.data or "") and user and known:
             if two_factor.is_enabled(user):
                 return begin_second_step(user, admission)
-            return complete_login(user, subjects, admission, now, request.args.get("next"))
+            attempt = login_limiter.Attempt(subjects, admission)
+            return complete_login(user, now, request.args.get("next"), attempt=attempt)
         if admission.flooded_wait is not None:
             return too_many_attempts("auth/login.html", form, admission.flooded_wait)
         flash("Wrong email or password.", "error")
@@ -109,29 +113,48 @@ def login() -> str | Response | tuple[str, int, dict[str, str]] | tuple[str, int
     return render_template("auth/login.html", form=form)
 
 
+# How the session's user signed in, in the signed session cookie: "password" (with its second
+# factor, when on), "sso" (single sign-on) or "link" (a one-time sign-in link, web.sign_in): for
+# the last two the identity provider (the host application) is the factor.
+METHOD_KEY = "signed_in_with"
+SignInMethod = Literal["password", "sso", "link"]
+
+
 def complete_login(
     user: User,
-    subjects: login_limiter.Subjects,
-    admission: login_limiter.Admission,
     now: datetime,
     target: str | None,
+    *,
+    attempt: login_limiter.Attempt | None = None,
+    method: SignInMethod = "password",
 ) -> Response:
-    """Starts the session of a user who passed every step, and sends them on to `target`."""
+    """Starts the session of a user who passed every step of `method`, and sends them on to
+    `target`: the one end of every way in, and the one place that decides whether a tenant's
+    requirement of two-factor login applies (a password login only)."""
     with write_transaction(db.session):
         user.last_login_at = now
-        login_limiter.forget_success(subjects, admission)
+        if attempt is not None:  # a password's (and its code's), as the limiter counted it
+            login_limiter.forget_success(attempt.subjects, attempt.admission)
         user = sessions.start(user, now, lifetimes())
     if target is None or not is_own_path(target):
         target = url_for("schedules.index")
     # A new session: nothing of the anonymous one (its CSRF token) outlives the login.
     session.clear()
+    session[METHOD_KEY] = method
     login_user(user)
-    if two_factor.must_enrol(user):  # a tenant of theirs requires it of its admins
+    if must_enrol_now(user):  # a tenant of theirs requires it of its admins
         flash("Your tenant requires two-factor login of its admins: set it up now.", "info")
         target = url_for("two_factor.index")
     response = redirect(target, 303)
     device_cookies.remember_device(response, user.email)
     return response
+
+
+def must_enrol_now(user: User) -> bool:
+    """Whether the session's user must set up two-factor login before anything else: a tenant
+    of theirs requires it of its admins, and they signed in with a password (single sign-on is
+    exempt: the identity provider is the factor)."""
+    return session.get(METHOD_KEY, "password") == "password" and two_factor.must_enrol(user)
 
 
 # The pending second step, in the signed session cookie: whose password was right, and until
@@ -192,7 +215,8 @@ def second_step() -> str | Response | tuple[str, int, dict[str, str]] | tuple[st
         accepted = two_factor.use_code(user, form.code.data or "", now)
     if accepted:
         target = session.pop(PENDING_KEY)["next"]
-        return complete_login(user, subjects, admission, now, target)
+        attempt = login_limiter.Attempt(subjects, admission)
+        return complete_login(user, now, target, attempt=attempt)
     if admission.flooded_wait is not None:
         return too_many_attempts("auth/two_factor.html", form, admission.flooded_wait)
     form.code.errors = ["Wrong or already used code."]

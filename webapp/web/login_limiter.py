@@ -95,6 +95,26 @@ class Admission:
     flooded_wait: int | None = None  # the address is past its flood guard: wrong answers 429
 
 
+@dataclass(frozen=True)
+class Attempt:
+    """An attempt as `admit` counted it, kept until its outcome is known."""
+
+    subjects: Subjects
+    admission: Admission
+
+    def forget(self) -> None:
+        """It succeeded: `forget_success`, in a transaction of its own."""
+        with write_transaction(db.session):
+            forget_success(self.subjects, self.admission)
+
+
+def wait_message(wait: int) -> str:
+    """What a refused attempt is told: how long until the next one is counted again."""
+    minutes = max(1, round(wait / 60))
+    plural = "s" if minutes != 1 else ""
+    return f"Too many failed attempts. Wait {minutes} minute{plural} before trying again."
+
+
 def wait_for(subject: str, limit: int, now: datetime) -> int | None:
     """Seconds until `subject` is below `limit` failures in the window, or None if it is now."""
     recent = (

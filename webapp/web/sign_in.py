@@ -8,8 +8,9 @@ as someone else is signed out of that login first (the page says so before): the
 has just vouched for the person at this browser, and whoever was signed in here is not them.
 
 A login by link asks for no second factor (the host is the factor): the session remembers how it
-began (`by_link`), and a tenant's "require two-factor login for admins" does not send it to
-enrolment. With the link's return URL, the header shows "Back to <host>" for that session.
+began (`auth.METHOD_KEY`, "link"), and a tenant's "require two-factor login for admins" does not
+send it to enrolment (`auth.must_enrol_now`). With the link's return URL, the header shows
+"Back to <host>" for that session.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from werkzeug.wrappers import Response
 from webapp.database import utcnow
 from webapp.services import sign_in_links
 from webapp.services.sign_in_links import LinkRefused
-from webapp.web import tenancy
+from webapp.web import auth, tenancy
 from webapp.web.auth import lifetimes
 
 bp = Blueprint("sign_in", __name__)
@@ -60,6 +61,7 @@ def use(slug: str, token: str) -> Response | tuple[str, int]:
         return refused(refusal)
     session.clear()  # nothing of the session before (its CSRF token) outlives the sign-in
     login_user(signed.user)
+    session[auth.METHOD_KEY] = "link"  # no second factor asked, no enrolment required
     session[tenancy.SESSION_KEY] = signed.tenant.id
     session[SESSION_KEY] = {"return_url": signed.return_url}
     return redirect(url_for("schedules.index"), 303)

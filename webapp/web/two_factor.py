@@ -15,15 +15,16 @@ from werkzeug.wrappers import Response
 from webapp.database import utcnow
 from webapp.models import User
 from webapp.services import two_factor
+from webapp.web import login_limiter
+from webapp.web.auth import must_enrol_now
 from webapp.web.common import htmx_redirect
-from webapp.web.sign_in import by_link
 
 bp = Blueprint("two_factor", __name__, url_prefix="/account/two-factor")
 bp.before_request(login_required(lambda: None))
 
-# Where an admin who must enrol may still go: this page, logging in and out (a sign-in link
-# too), and what is no page.
-OPEN_BLUEPRINTS = {"two_factor", "auth", "sign_in", "api", "health", "metrics"}
+# Where an admin who must enrol may still go: this page, logging in and out (single sign-on
+# and a sign-in link too), and what is no page.
+OPEN_BLUEPRINTS = {"two_factor", "auth", "sso", "sign_in", "api", "health", "metrics"}
 
 
 @bp.before_app_request
@@ -32,7 +33,7 @@ def send_admins_to_enrolment() -> Response | None:
     after a sign-in by link, whose host is the factor."""
     if request.blueprint in OPEN_BLUEPRINTS or request.endpoint in (None, "static"):
         return None
-    if current_user.is_authenticated and not by_link() and two_factor.must_enrol(me()):
+    if current_user.is_authenticated and must_enrol_now(me()):
         return redirect(url_for("two_factor.index"), 303)
     return None
 
@@ -48,7 +49,7 @@ def page(template: str, status: int = 200, **context: Any) -> tuple[str, int]:
     return render_template(
         template,
         enabled=two_factor.is_enabled(user),
-        required=two_factor.must_enrol(user) and not by_link(),
+        required=must_enrol_now(user),
         user=user,
         **context,
     ), status
@@ -72,36 +73,65 @@ def setup() -> tuple[str, int]:
     return page("account/two_factor_setup.html", enrolment=enrolment)
 
 
-@bp.post("/confirm")
-def confirm() -> tuple[str, int] | Response:
-    """A correct code turns two-factor login on; the recovery codes are shown this once."""
+Answer = tuple[str, int] | tuple[str, int, dict[str, str]] | Response
+
+
+def counted() -> login_limiter.Attempt:
+    """A code (or password) typed here is counted by the login limiter as one typed at the
+    login, before it is checked: a stolen session must not guess the password, nor anyone the
+    code, faster here than there."""
     user = me()
+    subjects = login_limiter.Subjects.of(
+        request.remote_addr, user.email, second_factor=two_factor.is_enabled(user)
+    )
+    return login_limiter.Attempt(subjects, login_limiter.admit(subjects, utcnow()))
+
+
+def setup_page(status: int, error: str, **headers: str) -> Answer:
+    """The setup page again, its code refused with `error` (or the start, without a setup)."""
+    enrolment = two_factor.pending_enrolment(me())
+    if enrolment is None:
+        return redirect(url_for("two_factor.index"), 303)
+    html, status = page(
+        "account/two_factor_setup.html", status, enrolment=enrolment, errors={"code": error}
+    )
+    return html, status, headers
+
+
+@bp.post("/confirm")
+def confirm() -> Answer:
+    """A correct code turns two-factor login on; the recovery codes are shown this once."""
+    attempt = counted()
+    wait = attempt.admission.wait
+    if wait is not None:
+        return setup_page(429, login_limiter.wait_message(wait), **{"Retry-After": str(wait)})
     try:
-        codes = two_factor.confirm_enrolment(user, request.form.get("code", ""), utcnow())
+        codes = two_factor.confirm_enrolment(me(), request.form.get("code", ""), utcnow())
     except two_factor.TwoFactorError as error:
-        enrolment = two_factor.pending_enrolment(user)
-        if enrolment is None:
-            return redirect(url_for("two_factor.index"), 303)
-        return page(
-            "account/two_factor_setup.html",
-            422,
-            enrolment=enrolment,
-            errors={error.field: str(error)},
-        )
+        return setup_page(422, str(error))
+    attempt.forget()
     return page("account/recovery_codes.html", codes=codes)
 
 
 @bp.post("/disable")
-def disable() -> tuple[str, int] | Response:
+def disable() -> Answer:
     """Turn two-factor login off: the password and a current code (or a recovery code)."""
     user = me()
+    attempt = counted()
+    wait = attempt.admission.wait
+    if wait is not None:
+        errors = {"code": login_limiter.wait_message(wait)}
+        left = two_factor.codes_left(user)
+        html, status = page("account/two_factor.html", 429, codes_left=left, errors=errors)
+        return html, status, {"Retry-After": str(wait)}
     try:
         two_factor.disable(
             user, request.form.get("password", ""), request.form.get("code", ""), utcnow()
         )
     except two_factor.TwoFactorError as error:
-        left = two_factor.codes_left(user) if two_factor.is_enabled(user) else None
+        still = two_factor.codes_left(user) if two_factor.is_enabled(user) else None
         return page(
-            "account/two_factor.html", 422, codes_left=left, errors={error.field: str(error)}
+            "account/two_factor.html", 422, codes_left=still, errors={error.field: str(error)}
         )
+    attempt.forget()
     return htmx_redirect("Two-factor login is off.", url_for("two_factor.index"))
