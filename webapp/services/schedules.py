@@ -26,7 +26,7 @@ from webapp.database import is_postgresql, retry_lost_race, write_transaction
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule, Scope, Tenant
 from webapp.scheduler import claims, runs
-from webapp.scheduler.calendar_fires import take_at
+from webapp.scheduler.calendar_fires import fire_of, take_at
 from webapp.scheduler.calendar_rules import calendar_of
 from webapp.scheduler.fire_ahead import withdraw_fires_ahead
 from webapp.scheduler.jitter import effective_jitter
@@ -112,14 +112,26 @@ def first_take(asked: ScheduleIn, calendar_id: int | None, fire: datetime) -> da
     return take_at(rules, asked.calendar_policy, fire, spec, None)
 
 
-def restart_cadence(schedule: Schedule, asked: ScheduleIn, now: datetime) -> dict[str, Any]:
+def restart_cadence(
+    schedule: Schedule, asked: ScheduleIn, now: datetime, calendar_id: int | None
+) -> dict[str, Any]:
     """What an edit changes besides its fields: a new cron or zone, or a re-activation,
     restarts the cadence from now (missed fires skipped, as resuming without catch-up does);
-    otherwise the cadence goes on. The one rule for the form, the import and the API."""
+    otherwise the cadence goes on. A new calendar (`calendar_id`) or policy takes the next fire
+    when it now says (first_take). The one rule for the form, the import and the API."""
     reactivated = asked.active and not schedule.active
     changes: dict[str, Any] = {}
+    fire = None
     if reactivated or (asked.cron, asked.time_zone) != (schedule.cron, schedule.time_zone):
-        changes["next_run_at"] = asked.next_fire_after(now)
+        fire = asked.next_fire_after(now)
+    elif schedule.next_run_at is not None and (calendar_id, asked.calendar_policy) != (
+        schedule.calendar_id,
+        schedule.calendar_policy,
+    ):
+        spec = cron.validate(asked.cron, asked.time_zone)
+        fire = fire_of(schedule.next_run_at, spec, schedule.calendar_id is not None)
+    if fire is not None:
+        changes["next_run_at"] = first_take(asked, calendar_id, fire)
     if reactivated:
         changes["inactive_reason"] = None
     return changes
@@ -307,10 +319,11 @@ def update_schedule(
             raise ScheduleError({"key": f"a schedule with key '{key}' already exists"})
         before = schedule_snapshot(schedule)
         take_back_fires_ahead(session, schedule, now)
+        stored = stored_values(asked, calendar_ids(tenant.id))
         values = {
-            **stored_values(asked, calendar_ids(tenant.id)),
+            **stored,
             "key": key,
-            **restart_cadence(schedule, asked, now),
+            **restart_cadence(schedule, asked, now, stored["calendar_id"]),
         }
         for name, value in values.items():
             setattr(schedule, name, value)

@@ -151,7 +151,7 @@ def import_schedules(tenant: Tenant, text: str, actor: Actor, now: datetime) -> 
             except ScheduleError as error:
                 raise ImportProblems([f"key {asked.key!r}: {error}"]) from None
             row = {**stored, "id": schedule.id, "updated_at": now}
-            row.update(restart_cadence(schedule, asked, now))
+            row.update(restart_cadence(schedule, asked, now, stored["calendar_id"]))
             changes.append(row)
             audits.append(
                 audit_row(actor, "schedule.updated", {**row, "tenant_id": tenant.id}, old, changed)
