@@ -19,6 +19,7 @@ FOUNDATION = {
     "calendar_models",
     "sign_in_models",
     "token_models",
+    "rollup_models",
     "run_rules",
     "release",
 }

@@ -113,6 +113,7 @@ def build_app(config: Mapping[str, Any] | None) -> Flask:
 
     from webapp import (  # noqa: F401  (their tables join the metadata)
         calendar_models,
+        rollup_models,
         sign_in_models,
         token_models,
     )

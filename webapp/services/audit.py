@@ -56,6 +56,8 @@ AUDITED_FIELDS = (
     "notify_webhook_url",
     "pause_after_failures",
     "jitter_seconds",
+    "calendar",
+    "calendar_policy",
 )
 
 

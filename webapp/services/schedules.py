@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
@@ -18,13 +18,16 @@ from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from webapp import cron
+from webapp.calendar_models import Calendar
 from webapp.catalog import JobSpec, UnknownJobError, args_path, size_errors
 from webapp.catalog.current import current_catalog
 from webapp.config import settings
 from webapp.database import is_postgresql, retry_lost_race, write_transaction
 from webapp.extensions import db
-from webapp.models import AuditEvent, Run, Schedule, Scope, Tenant
+from webapp.models import AuditEvent, CalendarPolicy, Run, Schedule, Scope, Tenant
 from webapp.scheduler import claims, runs
+from webapp.scheduler.calendar_fires import fire_of, take_at
+from webapp.scheduler.calendar_rules import calendar_of
 from webapp.scheduler.fire_ahead import withdraw_fires_ahead
 from webapp.scheduler.jitter import effective_jitter
 from webapp.scheduler.run_rows import manual_run_row
@@ -65,25 +68,71 @@ def tenant_limits(tenant: Tenant) -> Limits:
     )
 
 
-def tenant_rules(limits: Limits, now: datetime) -> ScheduleRules:
-    """How a tenant's schedules are checked: the app's catalog and settings, the tenant's quota."""
+def tenant_rules(
+    limits: Limits, now: datetime, tenant_id: int, more_calendars: Iterable[str] = ()
+) -> ScheduleRules:
+    """How a tenant's schedules are checked: the app's catalog and settings, the tenant's quota,
+    its calendars (and `more_calendars`, an import's own, written first)."""
     return ScheduleRules(
         catalog=current_catalog(),
         settings=settings().job_settings(),
         now=now,
         min_interval=limits.min_interval,
         max_recipients=settings().SCHEDULER_NOTIFY_MAX_RECIPIENTS,
+        calendars=frozenset(calendar_ids(tenant_id)) | frozenset(more_calendars),
     )
 
 
-def restart_cadence(schedule: Schedule, asked: ScheduleIn, now: datetime) -> dict[str, Any]:
+def calendar_ids(tenant_id: int) -> dict[str, int]:
+    """The tenant's calendars: key -> id."""
+    query = scope.calendars(tenant_id).with_only_columns(Calendar.key, Calendar.id)
+    return {key: calendar_id for key, calendar_id in db.session.execute(query)}
+
+
+def stored_values(asked: ScheduleIn, calendars: Mapping[str, int]) -> dict[str, Any]:
+    """A checked schedule's fields as its columns: the calendar's key becomes its id
+    (`calendars`: the tenant's, read in the saving transaction; a calendar deleted since the
+    check is a field error)."""
+    values = asked.model_dump(exclude={"calendar"})
+    values["calendar_id"] = None
+    if asked.calendar is not None:
+        if asked.calendar not in calendars:
+            raise ScheduleError({"calendar": f"no calendar with key {asked.calendar!r}"})
+        values["calendar_id"] = calendars[asked.calendar]
+    return values
+
+
+def first_take(
+    spec: cron.CronSpec, calendar_id: int | None, policy: CalendarPolicy, fire: datetime
+) -> datetime:
+    """When the tick first takes a schedule whose next fire is `fire`: earlier when its calendar
+    moves that fire to a previous business day (calendar_fires.take_at). A time already past
+    is taken at once; a fire already recorded meanwhile is refused by the database."""
+    if calendar_id is None or policy != "previous_business_day":
+        return fire
+    return take_at(calendar_of(db.session(), calendar_id), policy, fire, spec, None)
+
+
+def restart_cadence(
+    schedule: Schedule, asked: ScheduleIn, now: datetime, calendar_id: int | None
+) -> dict[str, Any]:
     """What an edit changes besides its fields: a new cron or zone, or a re-activation,
     restarts the cadence from now (missed fires skipped, as resuming without catch-up does);
-    otherwise the cadence goes on. The one rule for the form, the import and the API."""
+    otherwise the cadence goes on. A new calendar (`calendar_id`) or policy takes the next fire
+    when it now says (first_take). The one rule for the form, the import and the API."""
     reactivated = asked.active and not schedule.active
     changes: dict[str, Any] = {}
+    spec = cron.validate(asked.cron, asked.time_zone)
+    fire = None
     if reactivated or (asked.cron, asked.time_zone) != (schedule.cron, schedule.time_zone):
-        changes["next_run_at"] = asked.next_fire_after(now)
+        fire = spec.next_fire_after(now)
+    elif schedule.next_run_at is not None and (
+        (calendar_id, asked.calendar_policy) != (schedule.calendar_id, schedule.calendar_policy)
+        or asked.calendar_policy == "previous_business_day"  # a fire withdrawn: taken early again
+    ):
+        fire = fire_of(schedule.next_run_at, spec, schedule.calendar_id is not None)
+    if fire is not None:
+        changes["next_run_at"] = first_take(spec, calendar_id, asked.calendar_policy, fire)
     if reactivated:
         changes["inactive_reason"] = None
     return changes
@@ -202,16 +251,23 @@ def add_schedules(
         return []
     if quota is not None:
         check_quota(*quota, adding=len(new))
-    rows = [
-        {
-            **item.asked.model_dump(),
-            "tenant_id": item.tenant_id,
-            "scope": item.scope,
-            "next_run_at": item.asked.next_fire_after(now),
-            "created_by": actor.user_id,
-        }
-        for item in new
-    ]
+    calendars = calendar_ids(quota[0].id) if quota is not None else {}
+    rows = []
+    for item in new:
+        values = stored_values(item.asked, calendars)
+        spec = cron.validate(item.asked.cron, item.asked.time_zone)
+        first = first_take(
+            spec, values["calendar_id"], item.asked.calendar_policy, spec.next_fire_after(now)
+        )
+        rows.append(
+            {
+                **values,
+                "tenant_id": item.tenant_id,
+                "scope": item.scope,
+                "next_run_at": first,
+                "created_by": actor.user_id,
+            }
+        )
     statement = insert(Schedule).returning(Schedule, sort_by_parameter_order=True)
     schedules = list(session.scalars(statement, rows))
     events = [
@@ -230,7 +286,7 @@ def create_schedule(
     with write_transaction(db.session) as session:
         lock_tenant(session, tenant)
         limits = tenant_limits(tenant)
-        asked = ScheduleIn.check(data, tenant_rules(limits, now))
+        asked = ScheduleIn.check(data, tenant_rules(limits, now, tenant.id))
         key = asked.key or free_key(tenant, asked.name)
         if key_taken(tenant, key):
             raise ScheduleError({"key": f"a schedule with key '{key}' already exists"})
@@ -260,15 +316,21 @@ def update_schedule(
         if precondition is not None:
             session.refresh(schedule)  # as it is now that changes wait for this one
             precondition(schedule)
-        asked = ScheduleIn.check(data, tenant_rules(tenant_limits(tenant), now))
+        asked = ScheduleIn.check(data, tenant_rules(tenant_limits(tenant), now, tenant.id))
         key = asked.key or schedule.key
         if key != schedule.key and key_taken(tenant, key):
             raise ScheduleError({"key": f"a schedule with key '{key}' already exists"})
         before = schedule_snapshot(schedule)
         take_back_fires_ahead(session, schedule, now)
-        values = {**asked.model_dump(), "key": key, **restart_cadence(schedule, asked, now)}
+        stored = stored_values(asked, calendar_ids(tenant.id))
+        values = {
+            **stored,
+            "key": key,
+            **restart_cadence(schedule, asked, now, stored["calendar_id"]),
+        }
         for name, value in values.items():
             setattr(schedule, name, value)
+        session.expire(schedule, ["calendar_row"])  # read again by the new calendar_id
         old, new = changed_fields(before, schedule_snapshot(schedule))
         if new:
             record(session, audit_row(actor, "schedule.updated", schedule, old, new))
@@ -320,7 +382,9 @@ def resume_schedule(schedule: Schedule, actor: Actor, now: datetime, catch_up: b
         except cron.CronError as error:
             raise ScheduleError({"resume": f"cannot resume: {error}; edit it first"}) from None
         if not catch_up or schedule.next_run_at is None:
-            schedule.next_run_at = spec.next_fire_after(now)
+            fire = spec.next_fire_after(now)
+            policy = schedule.calendar_policy
+            schedule.next_run_at = first_take(spec, schedule.calendar_id, policy, fire)
         schedule.active = True
         schedule.inactive_reason = None
         record(

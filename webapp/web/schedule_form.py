@@ -16,6 +16,7 @@ from webapp.config import settings
 from webapp.cron.builder import MONTH_ON, MONTHS, NTH_WEEKDAY, REPEATS, WEEKDAYS
 from webapp.database import utcnow
 from webapp.models import Schedule
+from webapp.services.calendars import tenant_calendars
 from webapp.services.schedules import (
     ScheduleError,
     preview_cron,
@@ -25,6 +26,7 @@ from webapp.services.schedules import (
 from webapp.web import tenancy
 from webapp.web.common import htmx_redirect, page_or_partial
 from webapp.web.forms import (
+    CALENDAR_POLICY_CHOICES,
     FIELD_LABELS,
     MISFIRE_CHOICES,
     OVERLAP_CHOICES,
@@ -45,6 +47,8 @@ def form_context(form: ScheduleForm, schedule: Schedule | None) -> dict[str, Any
         "params": spec.form_fields(settings().job_settings()) if spec else [],
         "misfire_choices": MISFIRE_CHOICES,
         "overlap_choices": OVERLAP_CHOICES,
+        "calendars": tenant_calendars(tenancy.current_tenant().id),
+        "calendar_policy_choices": CALENDAR_POLICY_CHOICES,
         "time_zones": time_zone_names(),
         "tenant_jitter": tenancy.current_tenant().jitter_seconds,
         "preview": cron_preview(
