@@ -44,6 +44,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that start processes or a browser first (each takes seconds): under `make test`
     (pytest -n) they then start early instead of one of them running last on its own."""
     items.sort(key=lambda item: not {"slow", "browser"} & {m.name for m in item.iter_markers()})
+    for item in items:  # pytest-xdist would make a third queue of a test marked for two
+        queues = {mark.args[0] for mark in item.iter_markers("xdist_group")}
+        assert len(queues) <= 1, f"{item.nodeid} is in two xdist groups: {queues}"
 
 
 def migrated_app(url: str, **config: object) -> Flask:
