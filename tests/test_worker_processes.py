@@ -34,10 +34,10 @@ from webapp.services.audit import Actor
 from webapp.services.schedules import ScheduleInput, create_schedule, run_now
 from webapp.services.transfer import import_schedules
 
-# The tests whose workers race a short bound (a lease, a wake-up, stopping at once) run one at a
-# time (one_at_a_time); the bursts and those that race a generous bound (a grace, a job's timeout,
-# a reconnection, a poll) in the second queue (heavy_one_at_a_time); the console-script and
-# start-failure tests only wait for an outcome and run beside the rest of the suite.
+# The tests whose workers race a short bound (a wake-up, stopping at once) run one at a time
+# (one_at_a_time); the bursts and those that race a generous bound (a grace, a job's timeout, a
+# reconnection, a poll, the lease of a killed worker) in the second queue (heavy_one_at_a_time);
+# the console-script and start-failure tests only wait for an outcome and run beside the rest.
 pytestmark = pytest.mark.slow
 
 
@@ -82,7 +82,7 @@ def test_workers_in_burst_fire_every_due_schedule_exactly_once(
     assert warnings_in(workers.logs()) == []
 
 
-@one_at_a_time
+@heavy_one_at_a_time  # killed: no live worker races its lease
 def test_a_run_of_a_killed_worker_is_finished_by_another(
     app: Flask, world: World, workers: Workers
 ) -> None:
