@@ -363,7 +363,9 @@ def test_behind_pgbouncer_without_a_listen_url_a_worker_polls_for_run_now(
     schedule = yearly_echo(world)
     workers.start(SCHEDULER_LISTEN_DATABASE_URL="", SCHEDULER_POLL_INTERVAL="1")
     wait_for(lambda: db.session.scalar(select(Worker.id)), 30, "the worker to register")
-    assert "action=wakeups_by_polling" in workers.logs()
+    # Said once it has registered (at load 12 the test read the log before it was written).
+    said = "action=wakeups_by_polling"
+    wait_for(lambda: said in workers.logs(), 10, "the worker to say that it polls")
     run = run_now(schedule, Actor.cli(), datetime.now(UTC))
     wait_for(lambda: get_run(run.id).status == "succeeded", 15, "the polling worker to run it")
     assert warnings_in(workers.logs()) == []
