@@ -41,7 +41,8 @@ run: $(VENV)/.runtime instance/config.py
 
 # In 4 processes (pytest-xdist; each with its own PostgreSQL cluster, Redis and temp folders):
 # many tests wait on worker processes or a browser, so 2 CPUs keep more than 2 busy. loadgroup:
-# the files marked xdist_group run on one process (tests/worker_support.py, one_at_a_time).
+# the tests of one xdist_group run on one process, one at a time: the two queues of real-worker
+# tests (tests/worker_support.py, one_at_a_time and heavy_one_at_a_time) and two browser files.
 TEST_PROCESSES ?= 4
 
 test: $(VENV)/.dev

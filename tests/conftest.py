@@ -8,6 +8,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -45,6 +46,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that start processes or a browser first (each takes seconds): under `make test`
     (pytest -n) they then start early instead of one of them running last on its own."""
     items.sort(key=lambda item: not {"slow", "browser"} & {m.name for m in item.iter_markers()})
+    for item in items:  # pytest-xdist would make a third queue of a test marked for two
+        queues = {mark.args[0] for mark in item.iter_markers("xdist_group")}
+        assert len(queues) <= 1, f"{item.nodeid} is in two xdist groups: {queues}"
 
 
 def migrated_app(url: str, **config: object) -> Flask:
@@ -79,6 +83,10 @@ class PostgresServer:
         self.admin_url = admin_url
         self.cluster = cluster
         self.template_ready = False
+        # The next test's database, cloned from the template while this test runs: a clone costs
+        # a few tenths of a second, which a test that waits on a process or a browser hides.
+        self.cloning = ThreadPoolExecutor(max_workers=1)
+        self.spare: Future[str] | None = None
 
     def conninfo(self, database: str = "postgres") -> str:
         url = make_url(self.admin_url).set(drivername="postgresql", database=database)
@@ -93,18 +101,32 @@ class PostgresServer:
             connection.execute(sql)
 
     def create_database(self, migrated: bool = True) -> str:
-        if migrated and not self.template_ready:
+        """A new database of its own, empty or at `upgrade head` (a clone of the template)."""
+        if not migrated:
+            return self.new_database("")
+        if not self.template_ready:
             self.execute(f'DROP DATABASE IF EXISTS "{self.TEMPLATE}" WITH (FORCE)')
             self.execute(f'CREATE DATABASE "{self.TEMPLATE}"')
             run_migrations(self.sqlalchemy_url(self.TEMPLATE))
             self.template_ready = True
+        name = self.spare.result() if self.spare else self.new_database(self.TEMPLATE)
+        self.spare = self.cloning.submit(self.new_database, self.TEMPLATE)
+        return name
+
+    def new_database(self, template: str) -> str:
         name = f"test_{uuid.uuid4().hex[:12]}"
-        template = f' TEMPLATE "{self.TEMPLATE}"' if migrated else ""
-        self.execute(f'CREATE DATABASE "{name}"{template}')
+        self.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
         return name
 
     def drop_database(self, name: str) -> None:
         self.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def close(self) -> None:
+        """Drops the spare clone (a server given by SCHEDULER_TEST_POSTGRES_URL outlives us)."""
+        self.cloning.shutdown()
+        if self.spare:
+            self.drop_database(self.spare.result())
+            self.spare = None
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -126,7 +148,9 @@ def postgres_server() -> Iterator[PostgresServer | str]:
     """The PostgreSQL server, or the reason there is none (a string)."""
     given = os.environ.get("SCHEDULER_TEST_POSTGRES_URL")
     if given:
-        yield PostgresServer(given, None)
+        server = PostgresServer(given, None)
+        yield server
+        server.close()
         return
     try:
         cluster = start_cluster()
@@ -134,7 +158,9 @@ def postgres_server() -> Iterator[PostgresServer | str]:
         yield str(reason)
         return
     try:
-        yield PostgresServer(cluster.admin_url, cluster)
+        server = PostgresServer(cluster.admin_url, cluster)
+        yield server
+        server.close()
     finally:
         cluster.stop()
 

@@ -21,17 +21,18 @@ from tests.scheduler_helpers import all_runs, get_run
 from tests.worker_support import (
     Workers,
     also_pgbouncer,
+    heavy_one_at_a_time,
     one_at_a_time,
     postgresql_only,
     wait_for,
 )
-from webapp.database import database_now
+from webapp.database import database_now, write_transaction
 from webapp.extensions import db
 from webapp.models import Run, Schedule, Tenant, Worker
 from webapp.scheduler.leases import reap_once
 from webapp.scheduler.runs import LOST_ERROR
 
-pytestmark = [pytest.mark.slow, one_at_a_time]
+pytestmark = pytest.mark.slow
 
 MINUTE = timedelta(minutes=1)
 
@@ -125,6 +126,7 @@ def fired_lines(log: Path) -> int:
     return log.read_text(errors="replace").count("action=schedule_fired")
 
 
+@one_at_a_time
 @also_pgbouncer
 def test_kill_9_during_ticks_leaves_every_fire_recorded_exactly_once(
     app: Flask, world: World, workers: Workers, tmp_path: Path
@@ -159,8 +161,8 @@ def test_kill_9_during_ticks_leaves_every_fire_recorded_exactly_once(
             seen[index] = count
         time.sleep(0.02)
     assert killed, "no worker was seen firing"
-    wait_for(
-        lambda: nothing_due_or_unfinished(started), 60, "every fire recorded and every run ended"
+    wait_for(  # 1,500 fires one per batch: over 60 s on SQLite at load 12
+        lambda: nothing_due_or_unfinished(started), 120, "every fire recorded and every run ended"
     )
     alive = [process for process in workers.processes if process.poll() is None]
     assert len(alive) == 3
@@ -181,6 +183,7 @@ def test_kill_9_during_ticks_leaves_every_fire_recorded_exactly_once(
     assert set(outcomes) <= {("failed", LOST_ERROR)}, outcomes
 
 
+@one_at_a_time
 def test_a_tick_longer_than_the_lock_ttl_does_not_let_its_workers_leases_expire(
     app: Flask, world: World, workers: Workers
 ) -> None:
@@ -205,14 +208,16 @@ def test_a_tick_longer_than_the_lock_ttl_does_not_let_its_workers_leases_expire(
     assert "schedule_fired" in workers.logs()  # the tick ran while the sleep did
 
 
+@one_at_a_time
 def test_kill_9_during_runs_hands_them_to_another_worker_as_their_next_attempt(
     app: Flask, world: World, workers: Workers
 ) -> None:
-    """Worker A runs 3 sleeps of 20 s on its 3 threads (the oldest runs); B starts and takes the
+    """Worker A runs 3 sleeps of 60 s on its 3 threads (the oldest runs); B starts and takes the
     3 short sleeps queued after them (A has no free thread); A is killed mid-run. B's reaper
-    takes A's runs back once their lease expires (TTL 2 s) and runs them as attempt 2; B's own
-    runs end at attempt 1. The long sleeps outlast B's start-up on a loaded machine (15 s seen
-    in CI; with 8 s sleeps A ran the short ones itself before B was up)."""
+    takes A's runs back once their lease expires (TTL 2 s) and runs them as attempt 2 (sleeps of
+    1 s by then: A had read their arguments, so their length costs nothing); B's own runs end at
+    attempt 1. The long sleeps outlast B's start-up on a loaded machine (15 s seen in CI, over
+    20 s at load 12; with 8 s sleeps A ran the short ones itself before B was up)."""
 
     def running_on(worker_id: int | None) -> set[int]:
         return set(
@@ -221,7 +226,7 @@ def test_kill_9_during_runs_hands_them_to_another_worker_as_their_next_attempt(
             )
         )
 
-    long_runs = add_sleeps(world.alpha, 20, 3)
+    long_runs = add_sleeps(world.alpha, 60, 3)
     short_runs = add_sleeps(world.alpha, 1, 3)  # written now: SQLite has no live writer yet
     settings = {"SCHEDULER_LOCK_TTL": "2"}
     first = workers.start("--concurrency", "3", **settings)
@@ -234,11 +239,13 @@ def test_kill_9_during_runs_hands_them_to_another_worker_as_their_next_attempt(
             (run.status, run.worker_id not in (None, first_id)) == ("running", True)
             for run in map(get_run, short_runs)
         ),
-        30,
+        50,
         "worker B to take the short sleeps",
     )
     second_id = db.session.scalar(select(Worker.id).where(Worker.id != first_id))
     assert running_on(first_id) == set(long_runs), "A's sleeps must still be running"
+    with write_transaction(db.session) as session:
+        session.execute(update(Run).where(Run.id.in_(long_runs)).values(args={"seconds": 1}))
     first.send_signal(signal.SIGKILL)
     first.wait(10)
     runs = long_runs + short_runs
@@ -260,6 +267,7 @@ def test_kill_9_during_runs_hands_them_to_another_worker_as_their_next_attempt(
     assert second.wait(30) == 0
 
 
+@one_at_a_time
 def test_kill_9_behind_a_long_job_spends_no_attempt_of_the_runs_it_never_started(
     app: Flask, world: World, workers: Workers
 ) -> None:
@@ -337,6 +345,8 @@ class Terminator(threading.Thread):
                 self.terminated += int(row[0]) if row else 0
 
 
+# A TTL of 10 s, far above its ticks: it loads the machine, its workers race no short bound.
+@heavy_one_at_a_time
 @postgresql_only
 def test_terminating_every_connection_in_a_loop_loses_and_repeats_no_fire(
     app: Flask, world: World, workers: Workers, database_url: str

@@ -21,7 +21,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from tests.api_helpers import NEW, Api
 from tests.conftest import World
 from tests.settings_support import reconfigure
-from tests.worker_support import Workers, one_at_a_time, postgresql_only
+from tests.worker_support import Workers, heavy_one_at_a_time, postgresql_only
 from webapp.catalog.current import current_catalog
 from webapp.config import settings
 from webapp.database import TRIES, retry_lost_race, utcnow, write_transaction
@@ -29,7 +29,7 @@ from webapp.extensions import db
 from webapp.models import Tenant
 from webapp.scheduler.tick import TickSettings, tick
 
-pytestmark = [postgresql_only, one_at_a_time]
+pytestmark = [postgresql_only, heavy_one_at_a_time]
 
 SECONDS = 60
 SCHEDULES = 4

@@ -21,6 +21,7 @@ from tests.scheduler_helpers import get_run
 from tests.worker_support import (
     Workers,
     also_pgbouncer,
+    heavy_one_at_a_time,
     one_at_a_time,
     postgresql_and_pgbouncer,
     postgresql_only,
@@ -33,13 +34,14 @@ from webapp.services.audit import Actor
 from webapp.services.schedules import ScheduleInput, create_schedule, run_now
 from webapp.services.transfer import import_schedules
 
-# The tests whose workers race a bound (a lease, a grace, a timeout, a wake-up) run one at a time
-# (one_at_a_time); the burst, console-script and start-failure tests only wait for an outcome and
-# run beside the rest of the suite.
+# The tests whose workers race a short bound (a wake-up, stopping at once) run one at a time
+# (one_at_a_time); the bursts and those that race a generous bound (a grace, a job's timeout, a
+# reconnection, a poll, the lease of a killed worker) in the second queue (heavy_one_at_a_time);
+# the console-script and start-failure tests only wait for an outcome and run beside the rest.
 pytestmark = pytest.mark.slow
 
 
-@one_at_a_time
+@heavy_one_at_a_time
 @also_pgbouncer
 def test_workers_in_burst_fire_every_due_schedule_exactly_once(
     app: Flask, world: World, workers: Workers, database_url: str
@@ -80,7 +82,7 @@ def test_workers_in_burst_fire_every_due_schedule_exactly_once(
     assert warnings_in(workers.logs()) == []
 
 
-@one_at_a_time
+@heavy_one_at_a_time  # killed: no live worker races its lease
 def test_a_run_of_a_killed_worker_is_finished_by_another(
     app: Flask, world: World, workers: Workers
 ) -> None:
@@ -129,7 +131,7 @@ def test_sigterm_stops_an_idle_worker_at_once(app: Flask, world: World, workers:
     assert db.session.scalar(select(Worker.stopped_at)) is not None
 
 
-@one_at_a_time
+@heavy_one_at_a_time
 def test_sigterm_lets_a_running_job_finish_within_the_grace(
     app: Flask, world: World, workers: Workers
 ) -> None:
@@ -151,7 +153,7 @@ def test_sigterm_lets_a_running_job_finish_within_the_grace(
     assert get_run(run.id).status == "succeeded"
 
 
-@one_at_a_time
+@heavy_one_at_a_time
 def test_sigterm_returns_a_job_that_outlasts_the_grace_to_the_queue(
     app: Flask, world: World, workers: Workers
 ) -> None:
@@ -203,7 +205,7 @@ def assert_timed_out_and_slot_freed(
     assert get_run(after).status == "succeeded"
 
 
-@one_at_a_time
+@heavy_one_at_a_time
 def test_the_thread_pool_fails_a_job_over_its_timeout_and_frees_its_slot(
     app: Flask, world: World, workers: Workers, tmp_path: Path
 ) -> None:
@@ -219,7 +221,7 @@ def test_the_thread_pool_fails_a_job_over_its_timeout_and_frees_its_slot(
     assert f"run_id={stubborn} " in abandoned[0] and "abandoned_threads=1" in abandoned[0]
 
 
-@one_at_a_time
+@heavy_one_at_a_time
 def test_the_process_pool_kills_a_job_over_its_timeout_and_frees_its_slot(
     app: Flask, world: World, workers: Workers, tmp_path: Path
 ) -> None:
@@ -351,7 +353,7 @@ def test_run_now_wakes_an_idle_worker_at_once_on_postgresql(
     assert warnings_in(workers.logs()) == []
 
 
-@one_at_a_time
+@heavy_one_at_a_time
 @pytest.mark.parametrize("database_url", ["pgbouncer"], indirect=True)
 def test_behind_pgbouncer_without_a_listen_url_a_worker_polls_for_run_now(
     app: Flask, world: World, workers: Workers
@@ -361,13 +363,15 @@ def test_behind_pgbouncer_without_a_listen_url_a_worker_polls_for_run_now(
     schedule = yearly_echo(world)
     workers.start(SCHEDULER_LISTEN_DATABASE_URL="", SCHEDULER_POLL_INTERVAL="1")
     wait_for(lambda: db.session.scalar(select(Worker.id)), 30, "the worker to register")
-    assert "action=wakeups_by_polling" in workers.logs()
+    # Said once it has registered (at load 12 the test read the log before it was written).
+    said = "action=wakeups_by_polling"
+    wait_for(lambda: said in workers.logs(), 10, "the worker to say that it polls")
     run = run_now(schedule, Actor.cli(), datetime.now(UTC))
     wait_for(lambda: get_run(run.id).status == "succeeded", 15, "the polling worker to run it")
     assert warnings_in(workers.logs()) == []
 
 
-@one_at_a_time
+@heavy_one_at_a_time
 @postgresql_only
 def test_a_lost_database_connection_is_retried_not_fatal(
     app: Flask, world: World, workers: Workers, database_url: str

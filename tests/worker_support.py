@@ -26,12 +26,17 @@ also_pgbouncer = pytest.mark.parametrize(
 postgresql_and_pgbouncer = pytest.mark.parametrize(
     "database_url", ["postgresql", "pgbouncer"], indirect=True
 )
-# Tests whose worker processes race leases of a few seconds (kill -9, SIGSTOP, a wake-up within a
-# bound), and the few that load the machine for long (the minute of lock-order races, a burst of
-# workers): under `make test` (pytest -n, --dist loadgroup) the tests marked so run on one test
-# process, one at a time, so that two of them never starve each other's workers of the CPU. A
-# worker test that only waits for an outcome (a --burst worker, a start failure) is not marked.
+# Two queues for the tests that start real worker processes, each run on one test process of
+# `make test` (pytest -n, --dist loadgroup), one test at a time, the two queues side by side:
+# - one_at_a_time: the tests whose workers race a bound of a few seconds (a lease against kill -9
+#   or SIGSTOP, a wake-up within a bound): two of them side by side would starve each other's
+#   workers of the CPU;
+# - heavy_one_at_a_time: the tests that load the machine for long (the minute of lock-order races,
+#   a burst of workers) or whose workers race only a generous bound (a grace, a job's timeout, a
+#   reconnection): one at a time among themselves, so that two loads never add up.
+# A worker test that only waits for an outcome (a --burst worker, a start failure) is in neither.
 one_at_a_time = pytest.mark.xdist_group("real-workers")
+heavy_one_at_a_time = pytest.mark.xdist_group("heavy-workers")
 
 
 class Workers:

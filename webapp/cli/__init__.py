@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any, NoReturn, Protocol, TypeVar
 
 import click
 from flask import Flask
@@ -29,6 +29,34 @@ def reports_errors(command: F) -> F:
             raise click.ClickException(f"cannot use the database: {reason}") from None
 
     return wrapper  # type: ignore[return-value]
+
+
+class Imported(Protocol):
+    """What an import wrote (services.transfer's ImportResult, calendar_files' CalendarImport)."""
+
+    @property
+    def created(self) -> int: ...
+    @property
+    def updated(self) -> int: ...
+    @property
+    def unchanged(self) -> int: ...
+
+
+def report_import(tenant_slug: str, result: Imported) -> None:
+    """The one line of an import that was written."""
+    click.echo(
+        f"imported into {tenant_slug}: {result.created} created, {result.updated} updated, "
+        f"{result.unchanged} unchanged"
+    )
+
+
+def refuse_import(problems: Iterable[str]) -> NoReturn:
+    """An import refused whole: a line on stderr per problem, then that nothing was written, and
+    exit code 1."""
+    for line in problems:
+        click.echo(line, err=True)
+    click.echo("nothing was imported", err=True)
+    raise click.exceptions.Exit(1)
 
 
 def register_commands(app: Flask) -> None:

@@ -9,7 +9,7 @@ import click
 from flask.cli import AppGroup
 from pydantic import ValidationError
 
-from webapp.cli import reports_errors
+from webapp.cli import refuse_import, report_import, reports_errors
 from webapp.cron import FIRST_YEAR, LAST_YEAR
 from webapp.cron.business_days import DEFAULT_CLOSED_WEEKDAYS
 from webapp.database import utcnow
@@ -161,14 +161,8 @@ def import_command(file: IO[str], tenant_slug: str) -> None:
     try:
         result = files.import_calendars(tenant, file.read(), Actor.cli(), utcnow())
     except CalendarProblems as problems:
-        for field, message in problems.errors.items():
-            click.echo(f"{field}: {message}", err=True)
-        click.echo("nothing was imported", err=True)
-        raise click.exceptions.Exit(1) from None
-    click.echo(
-        f"imported into {tenant.slug}: {result.created} created, {result.updated} updated, "
-        f"{result.unchanged} unchanged"
-    )
+        refuse_import(f"{field}: {message}" for field, message in problems.errors.items())
+    report_import(tenant.slug, result)
 
 
 @calendar_cli.command("export")

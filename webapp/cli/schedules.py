@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import click
 from flask.cli import AppGroup
 
-from webapp.cli import reports_errors
+from webapp.cli import refuse_import, report_import, reports_errors
 from webapp.database import utcnow
 from webapp.services import accounts
 from webapp.services.audit import Actor
@@ -32,14 +32,8 @@ def import_command(file: IO[str], tenant_slug: str) -> None:
     try:
         result = import_schedules(tenant, file.read(), Actor.cli(), utcnow())
     except ImportProblems as problems:
-        for line in problems.problems:
-            click.echo(line, err=True)
-        click.echo("nothing was imported", err=True)
-        raise click.exceptions.Exit(1) from None
-    click.echo(
-        f"imported into {tenant.slug}: {result.created} created, {result.updated} updated, "
-        f"{result.unchanged} unchanged"
-    )
+        refuse_import(problems.problems)
+    report_import(tenant.slug, result)
     if result.calendars is not None:
         click.echo(
             f"calendars: {result.calendars.created} created, {result.calendars.updated} "

@@ -11,6 +11,8 @@ page reads that tenant's data through the same helpers below, and every write an
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from flask import abort, g, session
 from flask_login import current_user
 from sqlalchemy import select
@@ -21,6 +23,8 @@ from webapp.models import Membership, Run, Schedule, Tenant
 from webapp.services import scope
 from webapp.token_models import ApiToken
 from webapp.web.auth import renew_login
+
+T = TypeVar("T")
 
 SESSION_KEY = "tenant_id"
 # The tenant an operator views without being a member of it (see operator_view).
@@ -153,33 +157,33 @@ def switch_tenant(tenant_id: int) -> Tenant:
 
 def get_schedule_or_404(schedule_id: int) -> Schedule:
     """One of the current tenant's schedules, or 404."""
-    statement = scope.schedules(current_tenant().id).where(Schedule.id == schedule_id)
-    schedule = db.session.scalar(statement)
-    if schedule is None:
-        abort(404)
+    schedule: Schedule = db.first_or_404(
+        scope.schedules(current_tenant().id).where(Schedule.id == schedule_id)
+    )
     return schedule
 
 
 def get_run_or_404(run_id: int) -> Run:
     """One of the current tenant's runs, or 404."""
-    run = db.session.scalar(scope.runs(current_tenant().id).where(Run.id == run_id))
-    if run is None:
-        abort(404)
+    run: Run = db.first_or_404(scope.runs(current_tenant().id).where(Run.id == run_id))
     return run
+
+
+def for_admin(found: T) -> T:
+    """What a loader found, for an admin: 403 for a viewer (after the loader's 404 for another
+    tenant's id, so that a viewer learns nothing of other tenants either)."""
+    require_admin()
+    return found
 
 
 def get_rw_run_or_404(run_id: int) -> Run:
     """A run the current user may cancel: 404 for another tenant's id, 403 for a viewer."""
-    run = get_run_or_404(run_id)
-    require_admin()
-    return run
+    return for_admin(get_run_or_404(run_id))
 
 
 def get_rw_schedule_or_404(schedule_id: int) -> Schedule:
     """A schedule the current user may change: 404 for another tenant's id, 403 for a viewer."""
-    schedule = get_schedule_or_404(schedule_id)
-    require_admin()
-    return schedule
+    return for_admin(get_schedule_or_404(schedule_id))
 
 
 def get_rw_token_or_404(token_id: int) -> ApiToken:
@@ -194,15 +198,12 @@ def get_rw_token_or_404(token_id: int) -> ApiToken:
 
 def get_calendar_or_404(calendar_id: int) -> Calendar:
     """One of the current tenant's business calendars, or 404."""
-    statement = scope.calendars(current_tenant().id).where(Calendar.id == calendar_id)
-    calendar = db.session.scalar(statement)
-    if calendar is None:
-        abort(404)
+    calendar: Calendar = db.first_or_404(
+        scope.calendars(current_tenant().id).where(Calendar.id == calendar_id)
+    )
     return calendar
 
 
 def get_rw_calendar_or_404(calendar_id: int) -> Calendar:
     """A calendar the current user may change: 404 for another tenant's id, 403 for a viewer."""
-    calendar = get_calendar_or_404(calendar_id)
-    require_admin()
-    return calendar
+    return for_admin(get_calendar_or_404(calendar_id))
