@@ -41,6 +41,7 @@ from webapp.api.schemas import (
     SchedulePage,
     ScheduleQuery,
 )
+from webapp.calendar_models import Calendar
 from webapp.catalog.current import current_catalog
 from webapp.database import RETRY_AFTER, bad_text, load_user_json, utcnow
 from webapp.extensions import db
@@ -49,6 +50,7 @@ from webapp.services import backfill as backfills
 from webapp.services import cancellation
 from webapp.services import schedules as service
 from webapp.services.audit import AUDITED_FIELDS
+from webapp.services.calendar_schema import rules_of
 from webapp.services.history import filter_runs, filter_values
 from webapp.services.schema import ScheduleError, field_errors
 
@@ -380,8 +382,22 @@ def catalog() -> Response:
 def cron_preview() -> Response:
     """A cron expression in words and its next fire times in a zone, or what is wrong."""
     asked = query(PreviewQuery)
+    rules = None
+    if asked.calendar:
+        found = db.session.scalar(auth.calendars().where(Calendar.key == asked.calendar))
+        if found is None:
+            message = f"this tenant has no calendar {asked.calendar!r}"
+            raise Problem.invalid({"calendar": message}, status=400)
+        rules = rules_of(found)
     try:
-        preview = service.preview_cron(asked.expression, asked.time_zone, utcnow(), asked.count)
+        preview = service.preview_cron(
+            asked.expression,
+            asked.time_zone,
+            utcnow(),
+            asked.count,
+            calendar=rules,
+            policy=asked.calendar_policy,
+        )
     except ScheduleError as error:
         renamed = {"cron": "expression"}
         errors = {renamed.get(field, field): message for field, message in error.errors.items()}

@@ -11,7 +11,7 @@ import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import insert, select
@@ -21,6 +21,7 @@ from webapp import cron
 from webapp.catalog import JobSpec, UnknownJobError, args_path, size_errors
 from webapp.catalog.current import current_catalog
 from webapp.config import settings
+from webapp.cron.business_days import BusinessCalendar
 from webapp.database import is_postgresql, retry_lost_race, write_transaction
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule, Scope, Tenant
@@ -31,6 +32,7 @@ from webapp.scheduler.run_rows import manual_run_row
 from webapp.scheduler.wakeup import notify_workers
 from webapp.services import scope
 from webapp.services.audit import Actor, audit_row, changed_fields, record, schedule_snapshot
+from webapp.services.calendar_marks import CalendarMark, calendar_marks
 from webapp.services.schema import (
     ScheduleError,
     ScheduleIn,
@@ -399,7 +401,7 @@ def run_at_problem(at: datetime, now: datetime, time_zone: str) -> str | None:
 @dataclass(frozen=True)
 class CronPreview:
     description: str
-    fires: list[tuple[datetime, str, str | None]]  # (UTC, local label, DST note)
+    fires: list[PreviewFire]
     clock_changes: list[cron.ClockChange]  # the zone's next two, and what the schedule does
     no_clock_changes: str | None  # what to say instead when the zone has none
     time_zone: str  # the zone as it is named (`europe/berlin` asked: `Europe/Berlin`)
@@ -407,6 +409,13 @@ class CronPreview:
     jitter_error: str | None = None  # the jitter asked for is out of the schedule's bounds
     zone_warning: str | None = None  # a legacy fixed offset (cron.zone_warning)
     interval_error: str | None = None  # fires more often than the tenant allows: refused on save
+
+
+class PreviewFire(NamedTuple):
+    at: datetime  # UTC
+    label: str  # local
+    note: str | None  # how a DST change moved it
+    mark: CalendarMark | None  # what the schedule's calendar does to it
 
 
 def local_label(moment: datetime, time_zone: str) -> str:
@@ -446,11 +455,14 @@ def preview_cron(
     jitter: int | None = None,
     tenant_jitter: int | None = None,
     min_interval: int | None = None,
+    calendar: BusinessCalendar | None = None,
+    policy: str = "skip",
 ) -> CronPreview:
     """The description, the next fire times after ``now`` (or from the start of the local day
     ``start``) and the zone's next clock changes, or ScheduleError naming the field at fault;
     with the refusal a save would meet when it fires more often than ``min_interval`` (the
-    tenant's limit) allows."""
+    tenant's limit) allows; with a business `calendar`, each fire marked as `policy` treats it
+    (skipped or moved, and why: calendar_marks)."""
     try:
         time_zone = cron.check_time_zone(time_zone)
     except cron.CronError as error:
@@ -471,7 +483,12 @@ def preview_cron(
     jitter_line, jitter_error = jitter_words(spec, jitter, tenant_jitter, now)
     return CronPreview(
         description=cron.describe(spec),
-        fires=[(fire, local_label(fire, time_zone), spec.dst_note(fire)) for fire in fires],
+        fires=[
+            PreviewFire(fire, local_label(fire, time_zone), spec.dst_note(fire), mark)
+            for fire, mark in zip(
+                fires, calendar_marks(fires, time_zone, calendar, policy), strict=True
+            )
+        ],
         clock_changes=changes,
         no_clock_changes=None if changes else cron.no_clock_changes(time_zone),
         time_zone=time_zone,

@@ -16,6 +16,8 @@ from webapp.config import settings
 from webapp.cron.builder import MONTH_ON, MONTHS, NTH_WEEKDAY, REPEATS, WEEKDAYS
 from webapp.database import utcnow
 from webapp.models import Schedule
+from webapp.services import scope
+from webapp.services.calendar_schema import rules_of
 from webapp.services.schedules import (
     ScheduleError,
     preview_cron,
@@ -76,10 +78,13 @@ def cron_preview(
     jitter: str | int | None = None,
     in_form: bool = False,
     phrase: str = "",
+    calendar: str = "",
+    policy: str = "skip",
 ) -> dict[str, Any]:
     """The preview's context; `jitter` as typed in the form (blank: the tenant's default);
     `in_form`: with the refusal a save would meet for firing more often than the tenant allows;
-    a `phrase` ("Describe it"), or a cron field that holds one, previews its cron (`cron`)."""
+    a `phrase` ("Describe it"), or a cron field that holds one, previews its cron (`cron`);
+    `calendar` (a calendar's key; blank: none) marks the fires it skips or moves by `policy`."""
     typed = phrase.strip() or expression.strip()
     if not typed:
         return {"empty": True}
@@ -96,6 +101,12 @@ def cron_preview(
             }
         }
     tenant = tenancy.current_tenant()
+    rules = None
+    if calendar.strip():
+        found = scope.calendar_by_key(tenant.id, calendar.strip())
+        if found is None:
+            return {"errors": {"calendar": f"the tenant has no calendar {calendar.strip()!r}"}}
+        rules = rules_of(found)
     try:
         result = preview_cron(
             expression,
@@ -106,6 +117,8 @@ def cron_preview(
             jitter=asked,
             tenant_jitter=tenant.jitter_seconds,
             min_interval=tenant_limits(tenant).min_interval if in_form else None,
+            calendar=rules,
+            policy=policy,
         )
     except ScheduleError as error:
         return {"errors": error.errors, "cron": from_phrase}
@@ -148,18 +161,27 @@ def form_ready(form: ScheduleForm, schedule: Schedule | None) -> Response | None
     )
 
 
-def builder_preview(form: ScheduleForm, start: date | None, jitter: str) -> dict[str, Any]:
+def builder_preview(
+    form: ScheduleForm, start: date | None, jitter: str, calendar: str = "", policy: str = "skip"
+) -> dict[str, Any]:
     """The live preview of the builder's fields (Custom: of the cron field); each error says
-    which field it is about."""
+    which field it is about. `calendar`: cron_preview's `calendar` and `policy`."""
     try:
         built = form.built_cron()
     except cron.BuilderError as error:
         return {
             "errors": {name: f"{FIELD_LABELS[name]}: {text}" for name, text in error.errors.items()}
         }
+    result = cron_preview(
+        form.cron if built is None else built,
+        form.time_zone,
+        start=start,
+        jitter=jitter,
+        in_form=True,
+        calendar=calendar,
+        policy=policy,
+    )
     if built is None:
-        return cron_preview(form.cron, form.time_zone, start=start, jitter=jitter, in_form=True)
+        return result
     form.cron = built
-    return cron_preview(built, form.time_zone, start=start, jitter=jitter, in_form=True) | {
-        "cron": built
-    }
+    return result | {"cron": built}

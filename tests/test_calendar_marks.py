@@ -1,0 +1,104 @@
+"""What a business calendar does to a schedule's next fires, as the previews show it, on both
+databases: the form's live preview and the API's cron preview mark each fire a calendar skips
+or moves, with the reason; a schedule whose next fires are all skipped still lists them."""
+
+from __future__ import annotations
+
+import html
+import re
+from datetime import datetime
+from typing import Any
+
+from flask import Flask
+
+from tests.api_helpers import Api, problem_fields
+from tests.conftest import World
+from tests.panel_helpers import Panel
+from webapp.database import utcnow
+from webapp.services import calendars
+from webapp.services.audit import Actor
+
+US = {"key": "us", "name": "US business days", "country": "US", "closed_weekdays": ["sat", "sun"]}
+
+
+def make_calendar(world: World, **fields: Any) -> None:
+    calendars.create_calendar(world.alpha, {**US, **fields}, Actor.cli(), utcnow())
+
+
+def preview(app: Flask, world: World, **query: str) -> str:
+    asked = {"time_zone": "America/New_York", **query}
+    response = Panel(app, world.alice).get("/schedules/form/preview", htmx=True, query_string=asked)
+    assert response.status_code == 200
+    return response.get_data(as_text=True)
+
+
+def fires(page: str) -> list[str]:
+    """Each listed fire's line, tags removed."""
+    items = re.findall(r"<li>(.*?)</li>", page.split('class="fires"', 1)[1], re.S)
+    return [html.unescape(" ".join(re.sub(r"<[^>]+>", " ", item).split())) for item in items]
+
+
+def marked(app: Flask, world: World, cron: str, policy: str = "skip") -> list[str]:
+    """The form preview's fires from 2027-01-01 in New York, with the calendar "us"."""
+    page = preview(
+        app, world, cron=cron, preview_from="2027-01-01", calendar="us", calendar_policy=policy
+    )
+    return fires(page)
+
+
+def test_the_form_preview_marks_skipped_fires_with_their_reason(app: Flask, world: World) -> None:
+    make_calendar(world)
+    listed = marked(app, world, "0 9 25 12 *")
+    # Christmas falls on a holiday every year: all five are skipped, and still listed.
+    assert len(listed) == 5
+    assert all("skipped: Christmas Day (US holidays)" in line for line in listed)
+    assert listed[0].startswith("2027-12-25 09:00 EST")
+    plain = preview(app, world, cron="0 9 25 12 *", preview_from="2027-01-01")
+    assert "skipped" not in plain  # no calendar chosen: nothing marked
+
+
+def test_the_form_preview_marks_moved_fires_with_where_and_why(app: Flask, world: World) -> None:
+    make_calendar(world)
+    listed = marked(app, world, "0 9 1 1,2 *", "next_business_day")
+    # Friday 1 January 2027 is New Year's Day: its run is on Monday the 4th at the same time.
+    assert "moved to Mon 4 Jan 09:00: New Year's Day (US holidays)" in listed[0]
+    assert "moved" not in listed[1] and "skipped" not in listed[1]  # Mon 1 Feb 2027 is open
+    # 1 January 2028 is a Saturday (and a holiday): moved to Monday the 3rd.
+    assert "moved to Mon 3 Jan 09:00" in listed[2]
+    back = marked(app, world, "0 9 1 1 *", "previous_business_day")
+    assert "moved to Thu 31 Dec 09:00: New Year's Day (US holidays)" in back[0]
+
+
+def test_a_maintenance_window_moves_a_fire_to_its_end(app: Flask, world: World) -> None:
+    window = {"from": "2027-01-12T01:00", "to": "2027-01-12T05:00", "label": "DB upgrade"}
+    make_calendar(world, windows=[window])
+    listed = marked(app, world, "30 2 12 1 *", "next_business_day")
+    assert "moved to Tue 12 Jan 05:00: DB upgrade, 2027-01-12 01:00 to 05:00" in listed[0]
+
+
+def test_an_unknown_calendar_is_said_in_the_preview(app: Flask, world: World) -> None:
+    page = preview(app, world, cron="0 9 * * *", calendar="nope")
+    assert "the tenant has no calendar &#39;nope&#39;" in page
+
+
+def test_the_api_cron_preview_marks_skipped_and_moved_fires(app: Flask, world: World) -> None:
+    make_calendar(world)
+    api = Api(app, world.alpha, world.alice, scope="read")
+    asked = {"expression": "0 9 25 12 *", "time_zone": "America/New_York", "calendar": "us"}
+    skipped = api.get("/api/v1/cron/preview", query_string={**asked, "count": 3}).get_json()
+    assert [(f["calendar"], f["reason"]) for f in skipped["fires"]] == [
+        ("skipped", "Christmas Day (US holidays)")
+    ] * 3
+    moved = api.get(
+        "/api/v1/cron/preview",
+        query_string={**asked, "expression": "0 9 1 1 *", "calendar_policy": "next_business_day"},
+    ).get_json()["fires"]
+    assert {fire["calendar"] for fire in moved} == {"moved"}
+    for fire in moved:
+        assert fire["reason"].startswith("New Year's Day")
+        moved_to = datetime.fromisoformat(fire["moved_to"])
+        assert moved_to.weekday() < 5 and moved_to.day > 1 and moved_to.hour == 9
+    plain = api.get("/api/v1/cron/preview", query_string={**asked, "calendar": ""}).get_json()
+    assert {fire["calendar"] for fire in plain["fires"]} == {None}
+    unknown = api.get("/api/v1/cron/preview", query_string={**asked, "calendar": "nope"})
+    assert unknown.status_code == 400 and "calendar" in problem_fields(unknown)
