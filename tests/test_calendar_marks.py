@@ -12,7 +12,7 @@ from typing import Any
 from flask import Flask
 
 from tests.api_helpers import Api, problem_fields
-from tests.conftest import World
+from tests.conftest import World, make_run, make_schedule
 from tests.panel_helpers import Panel
 from webapp.database import utcnow
 from webapp.services import calendars
@@ -102,3 +102,55 @@ def test_the_api_cron_preview_marks_skipped_and_moved_fires(app: Flask, world: W
     assert {fire["calendar"] for fire in plain["fires"]} == {None}
     unknown = api.get("/api/v1/cron/preview", query_string={**asked, "calendar": "nope"})
     assert unknown.status_code == 400 and "calendar" in problem_fields(unknown)
+
+
+def test_the_history_shows_why_a_run_was_skipped(app: Flask, world: World) -> None:
+    schedule = make_schedule(world.alpha)
+    skipped = make_run(schedule, "skipped", 60, error="Christmas Day (US holidays)")
+    failed = make_run(schedule, "failed", 30, error="Traceback: boom")
+    panel = Panel(app, world.alice)
+    for url in ("/runs", f"/schedules/{schedule.id}"):
+        page = panel.get(url).get_data(as_text=True)
+        row = page.split(f'id="run-{skipped.id}"', 1)[1].split("</tr>", 1)[0]
+        assert '<div class="skip-reason small">Christmas Day (US holidays)</div>' in row
+        # A failure's error is not a reason to skip: the row does not show it.
+        assert "Traceback: boom" not in page.split(f'id="run-{failed.id}"', 1)[1].split("</tr>")[0]
+
+
+# --- A calendar's changes: the audit log, and when they take effect ------------------------
+
+
+def test_a_change_to_a_calendar_says_it_applies_to_fires_not_yet_queued(
+    app: Flask, world: World
+) -> None:
+    make_calendar(world)
+    calendar = calendars.find_calendar(world.alpha, "us")
+    panel = Panel(app, world.alice)
+    base = f"/calendars/{calendar.id}"
+    days = {"day_from": "2027-05-03", "day_to": "", "day_label": "Bridge day"}
+    added = panel.post(f"{base}/days", days, htmx=False)
+    page = panel.get(added.location).get_data(as_text=True)
+    assert "Closed days added. A change applies to fires not yet queued" in html.unescape(page)
+    # The page says it also before any change, to viewers too.
+    viewer = Panel(app, world.bob).get(base).get_data(as_text=True)
+    assert 'id="calendar-applies"' in viewer and "fires not yet queued" in viewer
+    api = Api(app, world.alpha, world.alice, scope="read")
+    answer = api.get(f"/api/v1/calendars/{calendar.id}").get_json()
+    assert answer["applies"].startswith("A change applies to fires not yet queued")
+
+
+def test_the_audit_log_shows_a_calendars_changes_linked_to_it(app: Flask, world: World) -> None:
+    make_calendar(world)
+    calendar = calendars.find_calendar(world.alpha, "us")
+    panel = Panel(app, world.alice)
+    base = f"/calendars/{calendar.id}"
+    days = {"day_from": "2027-05-03", "day_to": "", "day_label": "Bridge day"}
+    panel.post(f"{base}/days", days, htmx=False)
+    entry = next(e for e in calendars.find_calendar(world.alpha, "us").entries)
+    panel.post(f"{base}/entries/{entry.id}/remove", htmx=False)
+    panel.post(base, {"key": "us", "name": "US days", "country": "US"}, htmx=False)
+    log = html.unescape(panel.get("/audit").get_data(as_text=True))
+    link = f'<a href="/calendars/{calendar.id}">'
+    for action in ("created", "entries added", "entry removed", "updated"):
+        assert f'<span class="action">{action}</span>\n    calendar\n    {link}' in log
+    assert "Bridge day, 2027-05-03" in log and "US days" in log

@@ -259,8 +259,9 @@ def test_the_form_sends_its_preview_date_with_every_preview_request(
 ) -> None:
     page = Panel(app, world.alice).get("/schedules/new").get_data(as_text=True)
     assert '<label for="preview_from">Preview from</label>' in page
-    assert 'hx-include="#time_zone, #preview_from, #jitter_seconds"' in page
-    assert 'hx-include="#cron, #preview_from, #jitter_seconds"' in page
+    calendar = "#calendar, #calendar_policy"
+    assert f'hx-include="#time_zone, #preview_from, #jitter_seconds, {calendar}"' in page
+    assert f'hx-include="#cron, #preview_from, #jitter_seconds, {calendar}"' in page
 
 
 def test_saving_creates_through_the_service_with_an_audit_event(app: Flask, world: World) -> None:
