@@ -69,6 +69,13 @@ def test_the_form_preview_marks_moved_fires_with_where_and_why(app: Flask, world
     assert "moved to Thu 31 Dec 09:00: New Year's Day (US holidays)" in back[0]
 
 
+def test_two_fires_moved_onto_one_time_are_one_run(app: Flask, world: World) -> None:
+    make_calendar(world)
+    weekend = marked(app, world, "0 9 * * 6,0", "next_business_day")
+    assert "moved to Mon 4 Jan 09:00: Saturday" in weekend[0]
+    assert "skipped: Sunday; moved to Mon 4 Jan 09:00, which already has a run" in weekend[1]
+
+
 def test_a_maintenance_window_moves_a_fire_to_its_end(app: Flask, world: World) -> None:
     window = {"from": "2027-01-12T01:00", "to": "2027-01-12T05:00", "label": "DB upgrade"}
     make_calendar(world, windows=[window])

@@ -14,7 +14,8 @@ from flask import Flask
 from tests.conftest import World, make_run, make_schedule
 from tests.panel_helpers import Panel, counted_statements
 from webapp.extensions import db
-from webapp.models import Run, RunRollup, Schedule, User
+from webapp.models import Run, Schedule, User
+from webapp.rollup_models import RunRollup
 from webapp.services.forecast import MINUTES, fires_per_minute
 from webapp.services.schedule_stats import DayStats, last_days
 from webapp.web.charts import (

@@ -16,7 +16,8 @@ from tests.browser_support import (
 )
 from tests.conftest import make_run, make_schedule
 from webapp.extensions import db
-from webapp.models import RunRollup, User
+from webapp.models import User
+from webapp.rollup_models import RunRollup
 from webapp.services.accounts import find_tenant
 from webapp.services.audit import Actor
 

@@ -18,7 +18,8 @@ from webapp.catalog.maintenance import PruneParams, prune_runs
 from webapp.catalog.retention import PruneReport, prune
 from webapp.config import ConfigError, load_settings
 from webapp.extensions import db
-from webapp.models import AuditEvent, Run, RunRollup, RunStatus, Schedule, Tenant
+from webapp.models import AuditEvent, Run, RunStatus, Schedule, Tenant
+from webapp.rollup_models import RunRollup
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 # 90 days before NOW is 2026-03-03 12:00: days up to 2026-03-02 have wholly expired.

@@ -99,7 +99,7 @@ def build_app(config: Mapping[str, Any] | None) -> Flask:
     with app.app_context():
         install_engine_hooks(db.engine)
 
-    from webapp import calendar_models  # noqa: F401  (its tables join the metadata)
+    from webapp import calendar_models, rollup_models  # noqa: F401  (their tables join the metadata)
     from webapp.catalog.current import install_catalog
     from webapp.cli import register_commands
     from webapp.web import auth

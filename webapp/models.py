@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import date, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from flask_login import UserMixin
@@ -11,8 +11,6 @@ from sqlalchemy import (
     JSON,
     Boolean,
     CheckConstraint,
-    Date,
-    Float,
     ForeignKey,
     Index,
     Integer,
@@ -40,6 +38,8 @@ Role = Literal["admin", "viewer"]
 Scope = Literal["tenant", "system"]
 MisfirePolicy = Literal["fire_once", "fire_all", "skip"]
 OverlapPolicy = Literal["allow", "skip"]
+# What a fire at a time its calendar closes does: recorded as skipped, or run on an open day.
+CalendarPolicy = Literal["skip", "next_business_day", "previous_business_day"]
 # backfill: an admin asked for the fire times of a past window (one run each, like the tick's).
 Trigger = Literal["schedule", "manual", "catchup", "backfill"]
 # cancelled: an admin cancelled it while queued, or a running job stopped when asked to.
@@ -58,6 +58,7 @@ ROLES: tuple[Role, ...] = get_args(Role)
 SCOPES: tuple[Scope, ...] = get_args(Scope)
 MISFIRE_POLICIES: tuple[MisfirePolicy, ...] = get_args(MisfirePolicy)
 OVERLAP_POLICIES: tuple[OverlapPolicy, ...] = get_args(OverlapPolicy)
+CALENDAR_POLICIES: tuple[CalendarPolicy, ...] = get_args(CalendarPolicy)
 TRIGGERS: tuple[Trigger, ...] = get_args(Trigger)
 RUN_STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
 NOTIFICATION_EVENTS: tuple[NotificationEvent, ...] = get_args(NotificationEvent)
@@ -234,6 +235,7 @@ class Schedule(Model):
         ),
         CheckConstraint(one_of("misfire_policy", MISFIRE_POLICIES), name="misfire_policy"),
         CheckConstraint(one_of("overlap_policy", OVERLAP_POLICIES), name="overlap_policy"),
+        CheckConstraint(one_of("calendar_policy", CALENDAR_POLICIES), name="calendar_policy"),
         NEVER_REUSE_IDS,
     )
 
@@ -266,11 +268,23 @@ class Schedule(Model):
     # Each run starts up to this many seconds after its fire time (a deterministic spread, see
     # the tick); NULL: the tenant's default.
     jitter_seconds: Mapped[int | None] = mapped_column(Integer)
+    # The business calendar its fires follow (NULL: none; a calendar in use is not deleted) and
+    # what a fire on a closed day or in a maintenance window does (scheduler.calendar_fires).
+    calendar_id: Mapped[int | None] = mapped_column(ForeignKey("calendars.id", ondelete="RESTRICT"))
+    calendar_policy: Mapped[CalendarPolicy] = mapped_column(
+        String(32), default="skip", server_default="skip"
+    )
     created_by: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
 
     tenant: Mapped[Tenant | None] = relationship()
+    calendar_row: Mapped[Any] = relationship("Calendar", viewonly=True)
+
+    @property
+    def calendar(self) -> str | None:
+        """The calendar's key: the field's public name (the form, the API, the export)."""
+        return self.calendar_row.key if self.calendar_row is not None else None
 
 
 class Worker(Model):
@@ -568,33 +582,4 @@ class Notification(Model):
     worker_id: Mapped[int | None] = mapped_column(ForeignKey("workers.id", ondelete="SET NULL"))
     sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     error: Mapped[str | None] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-
-
-class RunRollup(Model):
-    """One schedule's runs of one UTC day, folded in before `maintenance.prune_runs` deletes
-    them: the history's shape outlives its rows (kept SCHEDULER_ROLLUP_RETENTION_DAYS)."""
-
-    __tablename__ = "run_rollups"
-    __table_args__ = (
-        UniqueConstraint("schedule_id", "day"),
-        Index("ix_run_rollups_tenant_day", "tenant_id", "day"),
-        NEVER_REUSE_IDS,
-    )
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
-    schedule_id: Mapped[int | None] = mapped_column(ForeignKey("schedules.id", ondelete="SET NULL"))
-    job: Mapped[str] = mapped_column(String(200))
-    day: Mapped[date] = mapped_column(Date)  # the UTC day of the runs' fire times
-    runs: Mapped[int] = mapped_column(Integer, default=0)
-    succeeded: Mapped[int] = mapped_column(Integer, default=0)
-    failed: Mapped[int] = mapped_column(Integer, default=0)
-    skipped: Mapped[int] = mapped_column(Integer, default=0)
-    # Of the runs that started: seconds from start to finish, and from when each was meant to
-    # start (meant_to_start) to its start.
-    duration_p50_seconds: Mapped[float | None] = mapped_column(Float)
-    duration_p95_seconds: Mapped[float | None] = mapped_column(Float)
-    lag_mean_seconds: Mapped[float | None] = mapped_column(Float)
-    lag_max_seconds: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr
 from webapp import cron
 from webapp.catalog import JobSpec
 from webapp.models import (
+    CalendarPolicy,
     MisfirePolicy,
     OverlapPolicy,
     Run,
@@ -61,6 +62,14 @@ class ScheduleOut(BaseModel):
         description="Each run starts up to this many seconds after its fire time (a fixed "
         "spread per fire); null: the tenant's default"
     )
+    calendar: str | None = Field(
+        description="The key of the tenant's business calendar its fires follow; null: none"
+    )
+    calendar_policy: CalendarPolicy = Field(
+        description="A fire at a time the calendar closes: skip (recorded as a skipped run with "
+        "the reason), or run at the same local time on the next or previous business day (out "
+        "of a maintenance window: at its end)"
+    )
     next_run_at: datetime | None
     last_run_at: datetime | None
     created_at: datetime
@@ -95,6 +104,8 @@ class ScheduleOut(BaseModel):
             notify_webhook_url=schedule.notify_webhook_url,
             pause_after_failures=schedule.pause_after_failures,
             jitter_seconds=schedule.jitter_seconds,
+            calendar=schedule.calendar,
+            calendar_policy=schedule.calendar_policy,
             next_run_at=schedule.next_run_at,
             last_run_at=schedule.last_run_at,
             created_at=schedule.created_at,
@@ -356,6 +367,8 @@ class SchedulePatch(Strict):
     notify_webhook_url: StrictStr | None = None
     pause_after_failures: int | None = None
     jitter_seconds: int | None = None
+    calendar: StrictStr | None = None
+    calendar_policy: CalendarPolicy | None = None
 
 
 class ResumeIn(Strict):

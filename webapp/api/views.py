@@ -41,7 +41,6 @@ from webapp.api.schemas import (
     SchedulePage,
     ScheduleQuery,
 )
-from webapp.calendar_models import Calendar
 from webapp.catalog.current import current_catalog
 from webapp.database import RETRY_AFTER, bad_text, load_user_json, utcnow
 from webapp.extensions import db
@@ -50,7 +49,7 @@ from webapp.services import backfill as backfills
 from webapp.services import cancellation
 from webapp.services import schedules as service
 from webapp.services.audit import AUDITED_FIELDS
-from webapp.services.calendar_schema import rules_of
+from webapp.services.calendar_marks import calendar_rules
 from webapp.services.history import filter_runs, filter_values
 from webapp.services.schema import ScheduleError, field_errors
 
@@ -306,10 +305,18 @@ def backfill(schedule_id: int) -> Response:
 
 @bp.get("/v1/schedules/<id:schedule_id>/fires")
 def schedule_fires(schedule_id: int) -> Response:
-    """The schedule's next `count` fire times, in UTC and in its zone."""
+    """The schedule's next `count` fire times, in UTC and in its zone; those its business
+    calendar skips or moves say so, with the reason."""
     schedule = auth.schedule_or_404(schedule_id)
     asked = query(FiresQuery)
-    preview = service.preview_cron(schedule.cron, schedule.time_zone, utcnow(), asked.count)
+    preview = service.preview_cron(
+        schedule.cron,
+        schedule.time_zone,
+        utcnow(),
+        asked.count,
+        calendar=calendar_rules(auth.current_token().tenant_id, calendar_id=schedule.calendar_id),
+        policy=schedule.calendar_policy,
+    )
     return answer(FiresOut.of(preview.description, preview.fires, schedule.time_zone))
 
 
@@ -382,13 +389,10 @@ def catalog() -> Response:
 def cron_preview() -> Response:
     """A cron expression in words and its next fire times in a zone, or what is wrong."""
     asked = query(PreviewQuery)
-    rules = None
-    if asked.calendar:
-        found = db.session.scalar(auth.calendars().where(Calendar.key == asked.calendar))
-        if found is None:
-            message = f"this tenant has no calendar {asked.calendar!r}"
-            raise Problem.invalid({"calendar": message}, status=400)
-        rules = rules_of(found)
+    rules = calendar_rules(auth.current_token().tenant_id, key=asked.calendar or None)
+    if asked.calendar and rules is None:
+        message = f"this tenant has no calendar {asked.calendar!r}"
+        raise Problem.invalid({"calendar": message}, status=400)
     try:
         preview = service.preview_cron(
             asked.expression,

@@ -31,7 +31,8 @@ from sqlalchemy import ColumnElement, and_, delete, insert, or_, select, tuple_
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from webapp.database import write_transaction
-from webapp.models import RUN_STATUSES, UNFINISHED_STATUSES, Run, RunRollup, Tenant
+from webapp.models import RUN_STATUSES, UNFINISHED_STATUSES, Run, Tenant
+from webapp.rollup_models import RunRollup
 from webapp.run_rules import meant_to_start
 
 FINISHED = tuple(status for status in RUN_STATUSES if status not in UNFINISHED_STATUSES)

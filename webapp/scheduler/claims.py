@@ -25,6 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session
 
+from webapp.calendar_models import Calendar
 from webapp.database import (
     UTCDateTime,
     is_postgresql,
@@ -47,6 +48,14 @@ DUE_COLUMNS = (
     Schedule.misfire_policy,
     Schedule.overlap_policy,
     Schedule.jitter_seconds,
+    Schedule.calendar_id,
+    Schedule.calendar_policy,
+    # The calendar's version: its rules are cached by it (scheduler.calendar_rules), so a tick
+    # reads no calendar that has not changed, and none when no schedule has one.
+    select(Calendar.updated_at)
+    .where(Calendar.id == Schedule.calendar_id)
+    .scalar_subquery()
+    .label("calendar_updated_at"),
     # The tenant's default jitter, for a schedule without its own (a system schedule has none).
     select(Tenant.jitter_seconds)
     .where(Tenant.id == Schedule.tenant_id)

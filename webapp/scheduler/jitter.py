@@ -72,7 +72,11 @@ def jitter_offset(schedule_id: int, fire: datetime, jitter: int) -> int:
     return int.from_bytes(digest, "big") % (jitter + 1)
 
 
-def available_at(schedule_id: int, fire: datetime, jitter: int, now: datetime) -> datetime:
-    """When the run of this fire may start: its fire time plus its offset, or now when that has
-    passed already (a late tick, a catch-up run: waiting longer would only add lag)."""
-    return max(now, fire + timedelta(seconds=jitter_offset(schedule_id, fire, jitter)))
+def available_at(
+    schedule_id: int, fire: datetime, jitter: int, now: datetime, start: datetime | None = None
+) -> datetime:
+    """When the run of this fire may start: its fire time (or the `start` its calendar moved it
+    to) plus its offset, or now when that has passed already (a late tick, a catch-up run, a
+    fire moved to an earlier day: waiting longer would only add lag)."""
+    offset = timedelta(seconds=jitter_offset(schedule_id, fire, jitter))
+    return max(now, (start or fire) + offset)

@@ -30,6 +30,9 @@ class PlannedRun:
     status: RunStatus
     fires_covered: int = 1
     reason: str | None = None
+    # When its run may start, before jitter, if not at its fire time: a business calendar moved
+    # it (scheduler.calendar_fires).
+    starts_at: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,8 @@ def run_row(
 ) -> dict[str, Any]:
     """The run of one planned fire; a queued one may start `jitter`'s share after its fire."""
     finished = planned.status != "queued"
-    start = now if finished else available_at(schedule.id, planned.scheduled_for, jitter, now)
+    fire = planned.scheduled_for
+    start = now if finished else available_at(schedule.id, fire, jitter, now, planned.starts_at)
     return {
         "tenant_id": schedule.tenant_id,
         "schedule_id": schedule.id,

@@ -7,7 +7,7 @@ index on runs (schedule_id, scheduled_for) refuses a fire that another worker al
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,8 +18,12 @@ from sqlalchemy.orm import Session
 from webapp import cron
 from webapp.catalog import ArgsError, Catalog, UnknownJobError, size_errors
 from webapp.config import DEFAULTS, Settings
+from webapp.cron.business_days import BusinessCalendar
 from webapp.database import write_transaction
 from webapp.scheduler import claims, runs
+from webapp.scheduler.calendar_fires import FirePlan as CalendarPlan
+from webapp.scheduler.calendar_fires import apply_calendar, fire_of, take_at
+from webapp.scheduler.calendar_rules import load_calendars
 from webapp.scheduler.jitter import effective_jitter
 from webapp.scheduler.misfire import FirePlan, MisfireSettings, PlannedRun, plan_fires
 from webapp.scheduler.run_rows import apply_overlap, run_row
@@ -125,6 +129,7 @@ def tick_once(
         busy = claims.schedules_with_unfinished_runs(
             session, (s.id for s in due if s.overlap_policy == "skip")
         )
+        calendars = batch_calendars(session, due)
         rows: list[dict[str, Any]] = []
         advances: list[dict[str, Any]] = []
         deactivations: list[dict[str, Any]] = []
@@ -139,12 +144,14 @@ def tick_once(
                 line = {"schedule_id": schedule.id, "reason": why}
                 lines.append((logging.WARNING, "schedule_deactivated", line))
                 continue
-            if schedule.next_run_at > now:
-                plan = plan_ahead(spec, schedule.next_run_at)
+            rules = calendars.get(schedule.calendar_id) if schedule.calendar_id else None
+            fire = fire_of(schedule.next_run_at, spec, rules is not None)
+            if fire > now:
+                plan = plan_ahead(spec, fire)
             else:
                 plan = plan_fires(
                     spec,
-                    first_due=schedule.next_run_at,
+                    first_due=fire,
                     now=now,
                     policy=schedule.misfire_policy,
                     settings=settings.misfire,
@@ -157,10 +164,15 @@ def tick_once(
                 schedule.time_zone,
                 now,
             )
-            for planned, reason in apply_overlap(plan.runs, schedule.overlap_policy, running):
-                rows.append(run_row(schedule, planned, now, max_attempts, reason, jitter))
+            policy = schedule.calendar_policy
+            planned = apply_calendar(plan.runs, rules, policy, spec, now)
+            lines.extend(shift_lines(schedule.id, planned))
+            queued = [run for run, _ in planned]
+            for run, reason in apply_overlap(queued, schedule.overlap_policy, running):
+                rows.append(run_row(schedule, run, now, max_attempts, reason, jitter))
+            next_run_at = take_at(rules, policy, plan.next_run_at, spec, plan.last_fire)
             advances.append(
-                {"id": schedule.id, "next_run_at": plan.next_run_at, "last_run_at": plan.last_fire}
+                {"id": schedule.id, "next_run_at": next_run_at, "last_run_at": plan.last_fire}
             )
         inserted = runs.insert_runs(session, rows)
         for row in rows:
@@ -171,6 +183,32 @@ def tick_once(
     for level, action, fields in lines:  # committed
         log.log(level, action, extra={"action": action, **fields})
     return result
+
+
+def batch_calendars(session: Session, due: Sequence[Row[Any]]) -> dict[int, BusinessCalendar]:
+    """The rules of the batch's calendars: none read when no schedule has one, and only those
+    changed since they were cached otherwise."""
+    versions = {s.calendar_id: s.calendar_updated_at for s in due if s.calendar_id is not None}
+    return load_calendars(session, versions) if versions else {}
+
+
+def shift_lines(schedule_id: int, planned: list[tuple[PlannedRun, CalendarPlan]]) -> list[LogLine]:
+    """A log line for each fire its calendar moved (the run's own row keeps no reason: its
+    outcome's error replaces it)."""
+    return [
+        (
+            logging.INFO,
+            "fire_shifted",
+            {
+                "schedule_id": schedule_id,
+                "scheduled_for": run.scheduled_for.isoformat(),
+                "available_at": fate.available_at.isoformat(),
+                "reason": fate.reason,
+            },
+        )
+        for run, fate in planned
+        if fate.kind == "shifted"
+    ]
 
 
 def plan_ahead(spec: cron.CronSpec, fire: datetime) -> FirePlan:

@@ -54,6 +54,8 @@ AUDITED_FIELDS = (
     "notify_webhook_url",
     "pause_after_failures",
     "jitter_seconds",
+    "calendar",
+    "calendar_policy",
 )
 
 

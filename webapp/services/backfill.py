@@ -22,6 +22,8 @@ from webapp.database import retry_lost_race, write_transaction
 from webapp.extensions import db
 from webapp.models import Run, Schedule
 from webapp.scheduler import runs
+from webapp.scheduler.calendar_fires import apply_calendar
+from webapp.scheduler.calendar_rules import calendar_of
 from webapp.scheduler.misfire import PlannedRun
 from webapp.scheduler.run_rows import run_row
 from webapp.scheduler.wakeup import notify_workers
@@ -202,12 +204,25 @@ def backfill(
         raise ScheduleError({"window": "no fire time in this window: nothing to queue"})
     with write_transaction(db.session) as session:
         max_attempts = check_job(schedule)
+        # Its calendar as the tick's: a closed fire recorded skipped with the reason, or moved.
+        planned = apply_calendar(
+            [PlannedRun(fire, "backfill", "queued") for fire in plan.fires],
+            calendar_of(session, schedule.calendar_id),
+            schedule.calendar_policy,
+            plan.spec,
+            now,
+        )
         rows: list[dict[str, Any]] = [
-            {**run_row(schedule, planned, now, max_attempts, None), "requested_by": actor.user_id}
-            for planned in (PlannedRun(fire, "backfill", "queued") for fire in plan.fires)
+            {**run_row(schedule, run, now, max_attempts, run.reason), "requested_by": actor.user_id}
+            for run, _ in planned
         ]
-        queued = len(runs.insert_runs(session, rows))
-        result = BackfillResult(plan=plan, queued=queued, skipped=len(rows) - queued)
+        inserted = runs.insert_runs(session, rows)
+        queued = sum(
+            1
+            for row in rows
+            if row["status"] == "queued" and (row["schedule_id"], row["scheduled_for"]) in inserted
+        )
+        result = BackfillResult(plan=plan, queued=queued, skipped=len(rows) - len(inserted))
         record_event(
             session,
             actor,

@@ -26,13 +26,9 @@ from webapp.calendar_models import MAX_LABEL, Calendar, CalendarEntry
 from webapp.cron import FIRST_YEAR, LAST_YEAR
 from webapp.cron.business_days import (
     DEFAULT_CLOSED_WEEKDAYS,
-    BusinessCalendar,
     CalendarError,
-    DayOff,
-    Window,
     check_region,
     parse_weekdays,
-    weekday_numbers,
 )
 from webapp.database import bad_text, name_problem
 from webapp.services.schema import ScheduleIn, field_errors
@@ -270,23 +266,3 @@ def calendar_version(calendar: Calendar) -> str:
     """A digest of what a user may change in the calendar: its ETag."""
     fields = json.dumps([calendar.id, calendar_document(calendar)], sort_keys=True)
     return hashlib.sha256(fields.encode()).hexdigest()[:32]
-
-
-def rules_of(calendar: Calendar) -> BusinessCalendar:
-    """The calendar as the pure rules the scheduler asks (cron.business_days)."""
-    days_off, windows = [], []
-    for entry in calendar.entries:
-        if entry.kind == "day_off":
-            assert entry.first_day is not None and entry.last_day is not None
-            days_off.append(DayOff(entry.first_day, entry.last_day, entry.label))
-        else:
-            assert entry.window_start is not None and entry.window_end is not None
-            windows.append(Window(entry.window_start, entry.window_end, entry.label))
-    return BusinessCalendar(
-        key=calendar.key,
-        country=calendar.country,
-        subdivision=calendar.subdivision,
-        closed_weekdays=weekday_numbers(calendar.closed_weekdays),
-        days_off=tuple(days_off),
-        windows=tuple(windows),
-    )

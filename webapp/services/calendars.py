@@ -21,7 +21,8 @@ from webapp.cron import load_zone
 from webapp.cron.business_days import WEEKDAY_NAMES, Window
 from webapp.database import retry_lost_race, write_transaction
 from webapp.extensions import db
-from webapp.models import Tenant
+from webapp.models import Schedule, Tenant
+from webapp.scheduler.calendar_rules import rules_of
 from webapp.services import scope
 from webapp.services.audit import Actor, changed_fields, record_event
 from webapp.services.calendar_schema import (
@@ -31,7 +32,6 @@ from webapp.services.calendar_schema import (
     DayOffIn,
     WindowIn,
     calendar_document,
-    rules_of,
     too_many,
 )
 from webapp.services.schedules import lock_tenant
@@ -76,13 +76,10 @@ class CalendarInUse(CalendarProblems):
 
 
 def schedules_using(calendar: Calendar) -> list[str]:
-    """The keys of the schedules that name this calendar, which its delete refuses.
-
-    Schedules have no `calendar` column yet: the slice that adds it (issue 34, item 5) makes
-    this a query of the tenant's schedules by that column; until then no schedule can use a
-    calendar and the list is empty."""
-    del calendar
-    return []
+    """The keys of the schedules that name this calendar, by key: its delete refuses them."""
+    mine = scope.schedules(calendar.tenant_id).with_only_columns(Schedule.key)
+    query = mine.where(Schedule.calendar_id == calendar.id).order_by(Schedule.key)
+    return list(db.session.scalars(query))
 
 
 def audit(actor: Actor, action: str, calendar: Calendar, **changes: Any) -> None:

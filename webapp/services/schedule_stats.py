@@ -32,7 +32,8 @@ from sqlalchemy import (
 
 from webapp.database import UTCDateTime
 from webapp.extensions import db
-from webapp.models import Run, RunRollup
+from webapp.models import Run
+from webapp.rollup_models import RunRollup
 from webapp.run_rules import meant_to_start
 
 DAYS = 30

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any, NamedTuple
@@ -18,14 +18,17 @@ from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from webapp import cron
+from webapp.calendar_models import Calendar
 from webapp.catalog import JobSpec, UnknownJobError, args_path, size_errors
 from webapp.catalog.current import current_catalog
 from webapp.config import settings
 from webapp.cron.business_days import BusinessCalendar
 from webapp.database import is_postgresql, retry_lost_race, write_transaction
 from webapp.extensions import db
-from webapp.models import AuditEvent, Run, Schedule, Scope, Tenant
+from webapp.models import AuditEvent, CalendarPolicy, Run, Schedule, Scope, Tenant
 from webapp.scheduler import claims, runs
+from webapp.scheduler.calendar_fires import take_at
+from webapp.scheduler.calendar_rules import calendar_of
 from webapp.scheduler.fire_ahead import withdraw_fires_ahead
 from webapp.scheduler.jitter import effective_jitter
 from webapp.scheduler.run_rows import manual_run_row
@@ -67,15 +70,48 @@ def tenant_limits(tenant: Tenant) -> Limits:
     )
 
 
-def tenant_rules(limits: Limits, now: datetime) -> ScheduleRules:
-    """How a tenant's schedules are checked: the app's catalog and settings, the tenant's quota."""
+def tenant_rules(
+    limits: Limits, now: datetime, tenant_id: int, more_calendars: Iterable[str] = ()
+) -> ScheduleRules:
+    """How a tenant's schedules are checked: the app's catalog and settings, the tenant's quota,
+    its calendars (and `more_calendars`, an import's own, written first)."""
     return ScheduleRules(
         catalog=current_catalog(),
         settings=settings().job_settings(),
         now=now,
         min_interval=limits.min_interval,
         max_recipients=settings().SCHEDULER_NOTIFY_MAX_RECIPIENTS,
+        calendars=frozenset(calendar_ids(tenant_id)) | frozenset(more_calendars),
     )
+
+
+def calendar_ids(tenant_id: int) -> dict[str, int]:
+    """The tenant's calendars: key -> id."""
+    query = scope.calendars(tenant_id).with_only_columns(Calendar.key, Calendar.id)
+    return {key: calendar_id for key, calendar_id in db.session.execute(query)}
+
+
+def stored_values(asked: ScheduleIn, calendars: Mapping[str, int]) -> dict[str, Any]:
+    """A checked schedule's fields as its columns: the calendar's key becomes its id
+    (`calendars`: the tenant's, read in the saving transaction; a calendar deleted since the
+    check is a field error)."""
+    values = asked.model_dump(exclude={"calendar"})
+    values["calendar_id"] = None
+    if asked.calendar is not None:
+        if asked.calendar not in calendars:
+            raise ScheduleError({"calendar": f"no calendar with key {asked.calendar!r}"})
+        values["calendar_id"] = calendars[asked.calendar]
+    return values
+
+
+def first_take(asked: ScheduleIn, calendar_id: int | None, fire: datetime) -> datetime:
+    """When the tick first takes a schedule whose next fire is `fire`: earlier when its calendar
+    moves that fire to a previous business day (calendar_fires.take_at)."""
+    if calendar_id is None or asked.calendar_policy != "previous_business_day":
+        return fire
+    rules = calendar_of(db.session(), calendar_id)
+    spec = cron.validate(asked.cron, asked.time_zone)
+    return take_at(rules, asked.calendar_policy, fire, spec, None)
 
 
 def restart_cadence(schedule: Schedule, asked: ScheduleIn, now: datetime) -> dict[str, Any]:
@@ -204,16 +240,21 @@ def add_schedules(
         return []
     if quota is not None:
         check_quota(*quota, adding=len(new))
-    rows = [
-        {
-            **item.asked.model_dump(),
-            "tenant_id": item.tenant_id,
-            "scope": item.scope,
-            "next_run_at": item.asked.next_fire_after(now),
-            "created_by": actor.user_id,
-        }
-        for item in new
-    ]
+    calendars = calendar_ids(quota[0].id) if quota is not None else {}
+    rows = []
+    for item in new:
+        values = stored_values(item.asked, calendars)
+        fire = item.asked.next_fire_after(now)
+        first = first_take(item.asked, values["calendar_id"], fire)
+        rows.append(
+            {
+                **values,
+                "tenant_id": item.tenant_id,
+                "scope": item.scope,
+                "next_run_at": first,
+                "created_by": actor.user_id,
+            }
+        )
     statement = insert(Schedule).returning(Schedule, sort_by_parameter_order=True)
     schedules = list(session.scalars(statement, rows))
     events = [
@@ -232,7 +273,7 @@ def create_schedule(
     with write_transaction(db.session) as session:
         lock_tenant(session, tenant)
         limits = tenant_limits(tenant)
-        asked = ScheduleIn.check(data, tenant_rules(limits, now))
+        asked = ScheduleIn.check(data, tenant_rules(limits, now, tenant.id))
         key = asked.key or free_key(tenant, asked.name)
         if key_taken(tenant, key):
             raise ScheduleError({"key": f"a schedule with key '{key}' already exists"})
@@ -262,15 +303,20 @@ def update_schedule(
         if precondition is not None:
             session.refresh(schedule)  # as it is now that changes wait for this one
             precondition(schedule)
-        asked = ScheduleIn.check(data, tenant_rules(tenant_limits(tenant), now))
+        asked = ScheduleIn.check(data, tenant_rules(tenant_limits(tenant), now, tenant.id))
         key = asked.key or schedule.key
         if key != schedule.key and key_taken(tenant, key):
             raise ScheduleError({"key": f"a schedule with key '{key}' already exists"})
         before = schedule_snapshot(schedule)
         take_back_fires_ahead(session, schedule, now)
-        values = {**asked.model_dump(), "key": key, **restart_cadence(schedule, asked, now)}
+        values = {
+            **stored_values(asked, calendar_ids(tenant.id)),
+            "key": key,
+            **restart_cadence(schedule, asked, now),
+        }
         for name, value in values.items():
             setattr(schedule, name, value)
+        session.expire(schedule, ["calendar_row"])  # read again by the new calendar_id
         old, new = changed_fields(before, schedule_snapshot(schedule))
         if new:
             record(session, audit_row(actor, "schedule.updated", schedule, old, new))
@@ -456,7 +502,7 @@ def preview_cron(
     tenant_jitter: int | None = None,
     min_interval: int | None = None,
     calendar: BusinessCalendar | None = None,
-    policy: str = "skip",
+    policy: CalendarPolicy = "skip",
 ) -> CronPreview:
     """The description, the next fire times after ``now`` (or from the start of the local day
     ``start``) and the zone's next clock changes, or ScheduleError naming the field at fault;
@@ -485,9 +531,7 @@ def preview_cron(
         description=cron.describe(spec),
         fires=[
             PreviewFire(fire, local_label(fire, time_zone), spec.dst_note(fire), mark)
-            for fire, mark in zip(
-                fires, calendar_marks(fires, time_zone, calendar, policy), strict=True
-            )
+            for fire, mark in zip(fires, calendar_marks(fires, spec, calendar, policy), strict=True)
         ],
         clock_changes=changes,
         no_clock_changes=None if changes else cron.no_clock_changes(time_zone),

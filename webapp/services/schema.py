@@ -44,6 +44,7 @@ from webapp.models import (
     MAX_SCHEDULE_NAME,
     MAX_URL,
     SCHEDULE_KEY,
+    CalendarPolicy,
     MisfirePolicy,
     OverlapPolicy,
     Scope,
@@ -99,6 +100,8 @@ class ScheduleInput(TypedDict, total=False):
     notify_webhook_url: str | None
     pause_after_failures: int | None
     jitter_seconds: int | None
+    calendar: str | None
+    calendar_policy: CalendarPolicy
 
 
 def check_notify_emails(addresses: list[str], limit: int) -> list[str]:
@@ -146,6 +149,8 @@ class ScheduleRules:
     min_interval: int | None = None  # seconds between fires at the least; None: no quota
     # Email addresses a schedule may notify (SCHEDULER_NOTIFY_MAX_RECIPIENTS).
     max_recipients: int = MAX_NOTIFY_EMAILS
+    # The keys of the tenant's business calendars, which a schedule may name.
+    calendars: frozenset[str] = frozenset()
 
 
 def problem(message: str) -> NoReturn:
@@ -188,6 +193,10 @@ class ScheduleIn(BaseModel):
     jitter_seconds: int | None = Field(
         default=None, strict=True, json_schema_extra={"minimum": 0, "maximum": MAX_JITTER}
     )
+    # The key of the tenant's business calendar its fires follow (None: none), and what a fire
+    # at a time the calendar closes does (scheduler.calendar_fires).
+    calendar: StrictStr | None = None
+    calendar_policy: CalendarPolicy = "skip"
 
     @classmethod
     def check(cls, data: object, rules: ScheduleRules) -> Self:
@@ -310,6 +319,17 @@ class ScheduleIn(BaseModel):
         if refused:
             problem(refused)
         return seconds
+
+    @field_validator("calendar")
+    @classmethod
+    def check_calendar(cls, key: str | None, info: ValidationInfo) -> str | None:
+        """One of the tenant's calendars, by key (blank: none)."""
+        key = (key or "").strip() or None
+        known = rules_of(info).calendars
+        if key is not None and key not in known:
+            valid = ", ".join(sorted(known)) if known else "none: this tenant has no calendars"
+            problem(f"no calendar with key {key!r}; the valid keys: {valid}")
+        return key
 
 
 def interval_problem(spec: cron.CronSpec, min_interval: int | None, now: datetime) -> str | None:

@@ -39,9 +39,11 @@ from webapp.services.calendar_schema import CalendarIn, CalendarProblems
 from webapp.services.schedules import (
     NewSchedule,
     add_schedules,
+    calendar_ids,
     lock_tenant,
     restart_cadence,
     schedule_warnings,
+    stored_values,
     tenant_limits,
     tenant_rules,
 )
@@ -102,7 +104,7 @@ def import_schedules(tenant: Tenant, text: str, actor: Actor, now: datetime) -> 
     """Creates or updates (by key) every schedule of the file, or nothing at all."""
     items, calendars = parse_items(text)
     limits = tenant_limits(tenant)
-    rules = tenant_rules(limits, now)
+    rules = tenant_rules(limits, now, tenant.id, [c.key for c in calendars or ()])
     problems: list[str] = []
     cleaned: list[ImportItem] = []
     first_index: dict[str, int] = {}
@@ -133,6 +135,7 @@ def import_schedules(tenant: Tenant, text: str, actor: Actor, now: datetime) -> 
             schedule.key: schedule for schedule in session.scalars(scope.schedules(tenant.id))
         }
         new = [NewSchedule(asked, tenant.id) for asked in cleaned if asked.key not in existing]
+        calendars_now = calendar_ids(tenant.id)
         changes, audits = [], []
         for asked in cleaned:
             schedule = existing.get(asked.key)
@@ -143,7 +146,11 @@ def import_schedules(tenant: Tenant, text: str, actor: Actor, now: datetime) -> 
             old, changed = changed_fields(before, values)
             if not changed:
                 continue
-            row = {**values, "id": schedule.id, "updated_at": now}
+            try:  # a calendar deleted since the check
+                stored = stored_values(asked, calendars_now)
+            except ScheduleError as error:
+                raise ImportProblems([f"key {asked.key!r}: {error}"]) from None
+            row = {**stored, "id": schedule.id, "updated_at": now}
             row.update(restart_cadence(schedule, asked, now))
             changes.append(row)
             audits.append(

@@ -5,7 +5,7 @@ cron, phrase or builder) and what a post does before and after a save. The views
 from __future__ import annotations
 
 from datetime import date
-from typing import Any
+from typing import Any, cast
 
 from flask import request, url_for
 from werkzeug.wrappers import Response
@@ -15,9 +15,8 @@ from webapp.catalog.current import current_catalog
 from webapp.config import settings
 from webapp.cron.builder import MONTH_ON, MONTHS, NTH_WEEKDAY, REPEATS, WEEKDAYS
 from webapp.database import utcnow
-from webapp.models import Schedule
-from webapp.services import scope
-from webapp.services.calendar_schema import rules_of
+from webapp.models import CALENDAR_POLICIES, CalendarPolicy, Schedule
+from webapp.services.calendar_marks import calendar_rules
 from webapp.services.schedules import (
     ScheduleError,
     preview_cron,
@@ -80,11 +79,13 @@ def cron_preview(
     phrase: str = "",
     calendar: str = "",
     policy: str = "skip",
+    calendar_id: int | None = None,
 ) -> dict[str, Any]:
     """The preview's context; `jitter` as typed in the form (blank: the tenant's default);
     `in_form`: with the refusal a save would meet for firing more often than the tenant allows;
     a `phrase` ("Describe it"), or a cron field that holds one, previews its cron (`cron`);
-    `calendar` (a calendar's key; blank: none) marks the fires it skips or moves by `policy`."""
+    `calendar` (a calendar's key; blank: none), or a saved schedule's `calendar_id`, marks the
+    fires it skips or moves by `policy`."""
     typed = phrase.strip() or expression.strip()
     if not typed:
         return {"empty": True}
@@ -101,12 +102,11 @@ def cron_preview(
             }
         }
     tenant = tenancy.current_tenant()
-    rules = None
-    if calendar.strip():
-        found = scope.calendar_by_key(tenant.id, calendar.strip())
-        if found is None:
-            return {"errors": {"calendar": f"the tenant has no calendar {calendar.strip()!r}"}}
-        rules = rules_of(found)
+    if policy not in CALENDAR_POLICIES:
+        return {"errors": {"calendar_policy": f"{policy!r} is not a calendar policy"}}
+    rules = calendar_rules(tenant.id, key=calendar.strip() or None, calendar_id=calendar_id)
+    if calendar.strip() and rules is None:
+        return {"errors": {"calendar": f"the tenant has no calendar {calendar.strip()!r}"}}
     try:
         result = preview_cron(
             expression,
@@ -118,7 +118,7 @@ def cron_preview(
             tenant_jitter=tenant.jitter_seconds,
             min_interval=tenant_limits(tenant).min_interval if in_form else None,
             calendar=rules,
-            policy=policy,
+            policy=cast(CalendarPolicy, policy),
         )
     except ScheduleError as error:
         return {"errors": error.errors, "cron": from_phrase}

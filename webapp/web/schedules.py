@@ -328,7 +328,12 @@ def detail_context(schedule_id: int) -> dict[str, Any]:
         "schedule": schedule,
         "spec": spec,
         "preview": cron_preview(
-            schedule.cron, schedule.time_zone, count=10, jitter=schedule.jitter_seconds
+            schedule.cron,
+            schedule.time_zone,
+            count=10,
+            jitter=schedule.jitter_seconds,
+            policy=schedule.calendar_policy,
+            calendar_id=schedule.calendar_id,
         ),
         "runs": runs[:DETAIL_RUNS],
         "waiting": waiting(runs[:DETAIL_RUNS]),
