@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import html
 import re
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from flask import Flask
@@ -15,6 +15,7 @@ from tests.api_helpers import Api, problem_fields
 from tests.conftest import World, make_run, make_schedule
 from tests.panel_helpers import Panel
 from webapp.database import utcnow
+from webapp.models import Schedule
 from webapp.services import calendars
 from webapp.services.audit import Actor
 
@@ -109,6 +110,49 @@ def test_the_api_cron_preview_marks_skipped_and_moved_fires(app: Flask, world: W
     assert {fire["calendar"] for fire in plain["fires"]} == {None}
     unknown = api.get("/api/v1/cron/preview", query_string={**asked, "calendar": "nope"})
     assert unknown.status_code == 400 and "calendar" in problem_fields(unknown)
+
+
+def retreat(world: World, policy: str, cron: str = "0 * * * *") -> Schedule:
+    """A schedule (UTC) whose calendar closes today and the next two days (UTC)."""
+    today = datetime.now(UTC).date()
+    days = {"from": today.isoformat(), "to": (today + timedelta(days=2)).isoformat()}
+    make_calendar(
+        world,
+        key="retreat",
+        country=None,
+        closed_weekdays=[],
+        days_off=[{**days, "label": "Company retreat"}],
+    )
+    return make_schedule(
+        world.alpha, by=world.alice, cron=cron, calendar="retreat", calendar_policy=policy
+    )
+
+
+def test_next_runs_marks_the_fires_a_calendar_skips(app: Flask, world: World) -> None:
+    retreat(world, "skip")
+    page = html.unescape(Panel(app, world.alice).get("/upcoming").get_data(as_text=True))
+    rows = [row for row in re.findall(r"<tr>(.*?)</tr>", page, re.S) if "<td" in row]
+    assert len(rows) >= 23  # every hour of the next 24, none folded: each says why
+    assert all("skipped: Company retreat" in row for row in rows)
+
+
+def test_the_schedule_page_marks_its_next_fires(app: Flask, world: World) -> None:
+    now = datetime.now(UTC)
+    first = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    # Once a year, at the next hour: moved to the day after the retreat at the same time.
+    yearly = f"0 {first.hour} {first.day} {first.month} *"
+    schedule = retreat(world, "next_business_day", yearly)
+    listed = fires(Panel(app, world.alice).get(f"/schedules/{schedule.id}").get_data(as_text=True))
+    assert len(listed) == 10
+    moved_to = datetime.combine(now.date() + timedelta(days=3), first.timetz())
+    label = f"{moved_to:%a} {moved_to.day} {moved_to:%b %H:%M}"
+    assert f"moved to {label}: Company retreat" in listed[0]
+    assert "retreat" not in listed[1]  # next year's is open
+    api = Api(app, world.alpha, world.alice, scope="read")
+    answer = api.get(f"/api/v1/schedules/{schedule.id}/fires?count=2").get_json()["fires"]
+    assert answer[0]["calendar"] == "moved" and answer[0]["reason"] == "Company retreat"
+    assert datetime.fromisoformat(answer[0]["moved_to"]) == moved_to
+    assert answer[1]["calendar"] is None
 
 
 def test_the_history_shows_why_a_run_was_skipped(app: Flask, world: World) -> None:
