@@ -18,8 +18,9 @@ from sqlalchemy import func, select
 
 from tests.api_helpers import Api, problem_fields
 from tests.conftest import World, make_schedule
-from tests.panel_helpers import Panel
+from tests.panel_helpers import Panel, schedule_form
 from tests.test_calendar_cli import invoke
+from tests.test_panel_builder import post_new, stored, text
 from webapp.api.openapi import EXAMPLE_CALENDAR
 from webapp.calendar_models import Calendar
 from webapp.database import utcnow
@@ -182,3 +183,41 @@ def test_an_import_naming_an_unknown_calendar_writes_nothing(
     assert schedule_count() == 0
     with pytest.raises(ScheduleError):
         make_schedule(world.alpha, "Report", by=world.alice, now=NOW, calendar="uk")
+
+
+def test_the_form_shows_a_bad_calendar_or_policy_next_to_its_field(
+    app: Flask, world: World
+) -> None:
+    us_business(world)
+    panel = Panel(app, world.alice)
+    form = schedule_form(calendar="uk", calendar_policy="whenever")
+    refused = panel.post("/schedules/new", data=form)
+    page = html.unescape(refused.get_data(as_text=True))
+    assert refused.status_code == 422
+    assert 'id="calendar-error"' in page and "no calendar with key 'uk'" in page
+    assert 'id="calendar_policy-error"' in page and "'whenever' is not one of skip" in page
+    assert schedule_count() == 0
+    saved = panel.post("/schedules/new", data=schedule_form(calendar="us-business"))
+    assert saved.status_code in (200, 302) and schedule_count() == 1
+
+
+LAST_BUSINESS_DAY = {"repeat": "monthly", "on": "LB", "times": "17:00"}
+
+
+def test_the_builder_offers_the_last_business_day_by_name(app: Flask, world: World) -> None:
+    us_business(world)
+    alice = Panel(app, world.alice)
+    refused = post_new(alice, LAST_BUSINESS_DAY)  # no calendar chosen
+    assert refused.status_code == 422
+    assert "the last business day counts the days of a calendar: choose one" in text(refused)
+    assert stored() is None
+    post_new(alice, LAST_BUSINESS_DAY, calendar="us-business")
+    schedule = stored()
+    assert schedule is not None
+    assert (schedule.cron, schedule.calendar, schedule.calendar_policy) == (
+        "0 17 L * *",
+        "us-business",
+        "previous_business_day",
+    )
+    edit = text(alice.get(f"/schedules/{schedule.id}/edit"))
+    assert '<option value="LB" selected>The last business day' in edit

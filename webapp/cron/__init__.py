@@ -31,6 +31,7 @@ cron field's input as cron or as a phrase; ``builder`` the schedule builder's sh
 
 from .builder import FIELDS as BUILDER_FIELDS
 from .builder import (
+    LAST_BUSINESS_DAY,
     BuilderError,
     Shape,
     builder_defaults,
@@ -65,6 +66,7 @@ __all__ = [
     "BUILDER_FIELDS",
     "FIRST_DAY",
     "FIRST_YEAR",
+    "LAST_BUSINESS_DAY",
     "LAST_DAY",
     "LAST_YEAR",
     "MAX_EXPRESSION_LENGTH",

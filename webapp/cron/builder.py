@@ -30,15 +30,16 @@ REPEATS = {
     "yearly": "Every year",
     "custom": "Custom (the cron expression below)",
 }
-# A monthly schedule's day: a day number, the last day, the last weekday, or the first to
-# fifth or the last of a day of the week (the Weekday select).
-# Item 5 of issue 34 (business calendars) adds "The last business day" here: `L` with the
-# calendar policy previous_business_day, a schedule field rather than cron, so that shape will
-# also set the policy.
+# A monthly schedule's day: a day number, the last day, the last weekday, the last business
+# day, or the first to fifth or the last of a day of the week (the Weekday select).
+# The last business day is `L` with a calendar and its policy previous_business_day: schedule
+# fields rather than cron, which the form sets with it (web/forms.py, ScheduleForm).
+LAST_BUSINESS_DAY = "LB"
 MONTH_ON = {
     "day": "A day of the month",
     "L": "The last day",
     "LW": "The last weekday (Monday to Friday)",
+    LAST_BUSINESS_DAY: "The last business day (of the calendar chosen below)",
     "1": "The first …",
     "2": "The second …",
     "3": "The third …",
@@ -120,7 +121,7 @@ class Shape:
         elif self.repeat == "monthly" and self.on in NTH_WEEKDAY:
             weekday = f"{self.weekday}#{'L' if self.on == 'last' else self.on}"
         elif self.repeat == "monthly":
-            day = str(self.day) if self.on == "day" else self.on
+            day = {"day": str(self.day), LAST_BUSINESS_DAY: "L"}.get(self.on, self.on)
         elif self.repeat == "yearly":
             day, month = str(self.day), str(self.month)
         return f"{minute} {hour} {day} {month} {weekday}"

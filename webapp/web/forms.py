@@ -16,7 +16,13 @@ from werkzeug.datastructures import MultiDict
 
 from webapp import cron
 from webapp.catalog import Catalog, FormField, JobSpec, UnknownJobError
-from webapp.models import MISFIRE_POLICIES, OVERLAP_POLICIES, Schedule, Tenant
+from webapp.models import (
+    CALENDAR_POLICIES,
+    MISFIRE_POLICIES,
+    OVERLAP_POLICIES,
+    Schedule,
+    Tenant,
+)
 
 # The schedule form's labels by field name; the audit log names changed fields with them too.
 FIELD_LABELS = {
@@ -34,6 +40,8 @@ FIELD_LABELS = {
     "notify_webhook_url": "Notify webhook URL",
     "pause_after_failures": "Pause after N failed runs",
     "jitter_seconds": "Jitter (seconds)",
+    "calendar": "Calendar",
+    "calendar_policy": "When the calendar is closed",
     # The schedule builder's fields (webapp/cron/builder.py): they write the cron expression.
     "repeat": "Repeat",
     "repeat_minutes": "Every (minutes)",
@@ -57,6 +65,12 @@ OVERLAP_CHOICES = {
     "allow": "Allow overlapping runs (default)",
     "skip": "Skip a run while the previous one is unfinished",
 }
+CALENDAR_POLICY_CHOICES = {
+    "skip": "Skip the run",
+    "next_business_day": "Run on the next business day",
+    "previous_business_day": "Run on the previous business day",
+}
+assert set(CALENDAR_POLICY_CHOICES) == set(CALENDAR_POLICIES)
 assert set(MISFIRE_CHOICES) == set(MISFIRE_POLICIES)
 assert set(OVERLAP_CHOICES) == set(OVERLAP_POLICIES)
 # Form-level errors: fields without an input of their own.
@@ -90,6 +104,8 @@ class ScheduleForm:
     notify_webhook_url: str = ""
     pause_after_failures: str = ""
     jitter_seconds: str = ""  # blank: the tenant's default
+    calendar: str = ""  # a calendar's key; blank: none
+    calendar_policy: str = "skip"
     phrase: str = ""  # "Describe it": plain English for the cron field
     cron_as_shown: str = ""  # the cron field as the form showed it, to tell a hand edit
     builder: dict[str, str] = field(default_factory=dict)  # the builder's fields, as typed
@@ -126,6 +142,8 @@ class ScheduleForm:
             notify_webhook_url=schedule.notify_webhook_url or "",
             pause_after_failures=str(schedule.pause_after_failures or ""),
             jitter_seconds=optional_text(schedule.jitter_seconds),
+            calendar=schedule.calendar or "",
+            calendar_policy=schedule.calendar_policy,
             args=args,
         )
         form.sync_builder()  # opens in the builder's shape of its cron, or Custom
@@ -145,6 +163,8 @@ class ScheduleForm:
             notify_webhook_url=data.get("notify_webhook_url", ""),
             pause_after_failures=data.get("pause_after_failures", ""),
             jitter_seconds=data.get("jitter_seconds", ""),
+            calendar=data.get("calendar", ""),
+            calendar_policy=data.get("calendar_policy", "skip"),
             phrase=data.get("phrase", ""),
             cron_as_shown=data.get("cron_as_shown", ""),
             builder=builder_fields(data),
@@ -195,7 +215,12 @@ class ScheduleForm:
         if described is not None and described != self.cron:
             self.phrase = ""  # it no longer says what the schedule does
         fresh = built is not None and self.new_shape() and not button
+        business = self.cron == built and self.last_business_day()
+        if business:  # the shape is a calendar's policy as well as cron
+            self.calendar_policy = "previous_business_day"
         self.sync_builder()
+        if business and not self.calendar.strip():
+            return {"calendar": "the last business day counts the days of a calendar: choose one"}
         if fresh:
             return {"repeat": "check this repeat's details below, then save (nothing is saved yet)"}
         return {}
@@ -221,9 +246,20 @@ class ScheduleForm:
         """Which builder fields the form shows now (posted back as `repeat_shown`)."""
         return cron.builder_shown(self.builder_fields())
 
+    def last_business_day(self) -> bool:
+        """Whether the builder says "monthly, on the last business day"."""
+        fields = self.builder
+        return (
+            fields.get("repeat") == "monthly" and fields.get("repeat_on") == cron.LAST_BUSINESS_DAY
+        )
+
     def sync_builder(self) -> None:
-        """The builder opens the shape of the cron expression (Custom when it has none)."""
+        """The builder opens the shape of the cron expression (Custom when it has none); `L`
+        with a calendar moved to the previous business day is the last business day."""
         self.builder = cron.shape_of(self.cron).fields()
+        last_day = self.builder["repeat"] == "monthly" and self.builder["repeat_on"] == "L"
+        if last_day and self.calendar and self.calendar_policy == "previous_business_day":
+            self.builder["repeat_on"] = cron.LAST_BUSINESS_DAY
         self.repeat_shown = cron.builder_shown(self.builder)
 
     def general_errors(self) -> list[str]:
@@ -247,6 +283,8 @@ class ScheduleForm:
             if self.pause_after_failures.strip()
             else None,
             "jitter_seconds": optional_number(self.jitter_seconds),
+            "calendar": self.calendar.strip() or None,
+            "calendar_policy": self.calendar_policy,
         }
 
 

@@ -17,6 +17,7 @@ from webapp.cron.builder import MONTH_ON, MONTHS, NTH_WEEKDAY, REPEATS, WEEKDAYS
 from webapp.database import utcnow
 from webapp.models import CALENDAR_POLICIES, CalendarPolicy, Schedule
 from webapp.services.calendar_marks import calendar_rules
+from webapp.services.calendars import tenant_calendars
 from webapp.services.schedules import (
     ScheduleError,
     preview_cron,
@@ -26,6 +27,7 @@ from webapp.services.schedules import (
 from webapp.web import tenancy
 from webapp.web.common import htmx_redirect, page_or_partial
 from webapp.web.forms import (
+    CALENDAR_POLICY_CHOICES,
     FIELD_LABELS,
     MISFIRE_CHOICES,
     OVERLAP_CHOICES,
@@ -46,10 +48,18 @@ def form_context(form: ScheduleForm, schedule: Schedule | None) -> dict[str, Any
         "params": spec.form_fields(settings().job_settings()) if spec else [],
         "misfire_choices": MISFIRE_CHOICES,
         "overlap_choices": OVERLAP_CHOICES,
+        "calendars": tenant_calendars(tenancy.current_tenant().id),
+        "calendar_policy_choices": CALENDAR_POLICY_CHOICES,
         "time_zones": time_zone_names(),
         "tenant_jitter": tenancy.current_tenant().jitter_seconds,
         "preview": cron_preview(
-            form.cron, form.time_zone, jitter=form.jitter_seconds, in_form=True, phrase=form.phrase
+            form.cron,
+            form.time_zone,
+            jitter=form.jitter_seconds,
+            in_form=True,
+            phrase=form.phrase,
+            calendar=form.calendar,
+            policy=form.calendar_policy,
         ),
         **builder_choices(),
         "warnings": schedule_warnings(
