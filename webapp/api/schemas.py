@@ -203,6 +203,11 @@ class FireOut(BaseModel):
     at: datetime = Field(description="UTC")
     local: datetime = Field(description="The same instant in the schedule's zone, with offset")
     note: str | None = Field(description="How a daylight-saving change moved it, if it did")
+
+
+class PreviewFireOut(FireOut):
+    """A fire of a preview: with what a business calendar does to it."""
+
     calendar: Literal["skipped", "moved"] | None = Field(
         default=None,
         description="What the schedule's business calendar does to it: skipped (recorded as a "
@@ -217,7 +222,7 @@ class FireOut(BaseModel):
     )
 
     @classmethod
-    def of(cls, fire: PreviewFire, zone: ZoneInfo) -> FireOut:
+    def of(cls, fire: PreviewFire, zone: ZoneInfo) -> PreviewFireOut:
         mark = fire.mark
         return cls(
             at=fire.at,
@@ -232,7 +237,7 @@ class FireOut(BaseModel):
 class FiresOut(BaseModel):
     time_zone: str
     description: str
-    fires: list[FireOut]
+    fires: list[PreviewFireOut]
 
     @classmethod
     def of(cls, description: str, fires: list[PreviewFire], time_zone: str) -> FiresOut:
@@ -240,7 +245,7 @@ class FiresOut(BaseModel):
         return cls(
             time_zone=time_zone,
             description=description,
-            fires=[FireOut.of(fire, zone) for fire in fires],
+            fires=[PreviewFireOut.of(fire, zone) for fire in fires],
         )
 
 

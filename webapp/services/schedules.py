@@ -114,6 +114,26 @@ def first_take(asked: ScheduleIn, calendar_id: int | None, fire: datetime) -> da
     return take_at(rules, asked.calendar_policy, fire, spec, None)
 
 
+def calendar_take(
+    schedule: Schedule, asked: ScheduleIn, values: Mapping[str, Any]
+) -> dict[str, Any]:
+    """An edit's `next_run_at` under the schedule's calendar as it now is: the fire it stands at
+    (the restarted cadence's, else the one its next_run_at, perhaps taken early, stood for),
+    taken as first_take says, when the cadence restarted or the calendar or its policy changed.
+    The tick searches for a fire behind next_run_at only under previous_business_day
+    (calendar_fires.fire_of), so no other schedule may keep a next_run_at taken early."""
+    restarted = values.get("next_run_at")
+    changed = (values["calendar_id"], asked.calendar_policy) != (
+        schedule.calendar_id,
+        schedule.calendar_policy,
+    )
+    if schedule.next_run_at is None or not (restarted or changed):
+        return {}
+    spec = cron.validate(schedule.cron, schedule.time_zone)
+    fire = restarted or spec.next_fire_after(schedule.next_run_at - timedelta(seconds=1))
+    return {"next_run_at": first_take(asked, values["calendar_id"], fire)}
+
+
 def restart_cadence(schedule: Schedule, asked: ScheduleIn, now: datetime) -> dict[str, Any]:
     """What an edit changes besides its fields: a new cron or zone, or a re-activation,
     restarts the cadence from now (missed fires skipped, as resuming without catch-up does);
@@ -314,6 +334,7 @@ def update_schedule(
             "key": key,
             **restart_cadence(schedule, asked, now),
         }
+        values |= calendar_take(schedule, asked, values)
         for name, value in values.items():
             setattr(schedule, name, value)
         session.expire(schedule, ["calendar_row"])  # read again by the new calendar_id
