@@ -77,6 +77,7 @@ def test_a_schedule_names_a_calendar_and_its_policy_and_the_audit_log_says_so(
         None,
         "skip",
     )
+    assert schedule.next_run_at == datetime(2027, 7, 31, 9, tzinfo=UTC)  # its fire time again
     before, after = db.session.execute(
         select(AuditEvent.before, AuditEvent.after).where(AuditEvent.action == "schedule.updated")
     ).one()
@@ -201,7 +202,7 @@ def test_the_form_shows_a_bad_calendar_or_policy_next_to_its_field(
     assert saved.status_code in (200, 302) and schedule_count() == 1
 
 
-LAST_BUSINESS_DAY = {"repeat": "monthly", "on": "LB", "times": "17:00"}
+LAST_BUSINESS_DAY: dict[str, object] = {"repeat": "monthly", "on": "LB", "times": "17:00"}
 
 
 def test_the_builder_offers_the_last_business_day_by_name(app: Flask, world: World) -> None:

@@ -59,7 +59,9 @@ def document(schedule: Schedule, **changes: Any) -> dict[str, Any]:
 
 
 def fired(schedule_id: int) -> list[tuple[str, datetime, str | None]]:
-    return [(r.status, r.scheduled_for, r.error) for r in all_runs() if r.schedule_id == schedule_id]
+    return [
+        (r.status, r.scheduled_for, r.error) for r in all_runs() if r.schedule_id == schedule_id
+    ]
 
 
 @pytest.mark.parametrize(

@@ -14,11 +14,13 @@ import pytest
 from flask import Flask
 
 from tests.conftest import WorkerFactory, World, make_schedule
+from tests.panel_helpers import counted_statements
 from tests.scheduler_helpers import all_runs, catalog, settings
 from webapp.calendar_models import Calendar
 from webapp.database import utcnow
 from webapp.extensions import db
 from webapp.models import Schedule
+from webapp.scheduler import calendar_rules
 from webapp.scheduler.jitter import jitter_offset
 from webapp.scheduler.leases import lease_once
 from webapp.scheduler.tick import TickResult, tick
@@ -241,3 +243,30 @@ def test_schedules_without_a_calendar_fire_as_before(app: Flask, world: World) -
     plain = make_schedule(world.alpha, "plain", SAT, cron="0 9 * * 6")
     run_tick(SAT + SECONDS)
     assert runs_of(plain) == [("queued", SAT, SAT + SECONDS, None)]
+
+
+def test_the_tick_reads_a_calendar_only_when_a_schedule_has_one_and_it_changed(
+    app: Flask, world: World
+) -> None:
+    calendar_rules.CACHE.clear()
+    plain = make_schedule(world.alpha, "plain", TUE, cron="0 9 * * *")
+    with counted_statements() as plain_tick:
+        run_tick(TUE + SECONDS)
+    calendar = ops_calendar(world)
+    with_calendar(world, "0 9 * * *", TUE + timedelta(days=1), "skip", calendar)
+    wednesday = TUE + timedelta(days=1)
+    with counted_statements() as first:
+        run_tick(wednesday + SECONDS)
+    with counted_statements() as cached:
+        run_tick(wednesday + timedelta(days=1, seconds=20))
+    closed = DayOffIn.model_validate({"from": "2027-12-01", "label": "Later"})
+    calendars.add_entries(calendar, [closed], CLI, utcnow())
+    with counted_statements() as changed:
+        run_tick(wednesday + timedelta(days=2, seconds=20))
+
+    def entries_read(statements: list[str]) -> int:
+        return sum("FROM calendar_entries" in statement for statement in statements)
+
+    assert [entries_read(s) for s in (plain_tick, first, cached, changed)] == [0, 1, 0, 1]
+    assert len(plain_tick) == len(cached)  # a cached calendar costs no statement
+    assert next_run_at(plain) is not None

@@ -111,6 +111,8 @@ def test_export_then_import_is_a_no_op(cli: FlaskCliRunner, world: World, tmp_pa
         "notify_webhook_url": None,
         "pause_after_failures": None,
         "jitter_seconds": None,
+        "calendar": None,
+        "calendar_policy": "skip",
     }
     events = count(AuditEvent)
     assert import_file(cli, write(tmp_path, exported))[1] == (

@@ -27,7 +27,7 @@ from webapp.database import is_postgresql, retry_lost_race, write_transaction
 from webapp.extensions import db
 from webapp.models import AuditEvent, CalendarPolicy, Run, Schedule, Scope, Tenant
 from webapp.scheduler import claims, runs
-from webapp.scheduler.calendar_fires import take_at
+from webapp.scheduler.calendar_fires import fire_of, take_at
 from webapp.scheduler.calendar_rules import calendar_of
 from webapp.scheduler.fire_ahead import withdraw_fires_ahead
 from webapp.scheduler.jitter import effective_jitter
@@ -114,34 +114,27 @@ def first_take(asked: ScheduleIn, calendar_id: int | None, fire: datetime) -> da
     return take_at(rules, asked.calendar_policy, fire, spec, None)
 
 
-def calendar_take(
-    schedule: Schedule, asked: ScheduleIn, values: Mapping[str, Any]
+def restart_cadence(
+    schedule: Schedule, asked: ScheduleIn, now: datetime, calendar_id: int | None
 ) -> dict[str, Any]:
-    """An edit's `next_run_at` under the schedule's calendar as it now is: the fire it stands at
-    (the restarted cadence's, else the one its next_run_at, perhaps taken early, stood for),
-    taken as first_take says, when the cadence restarted or the calendar or its policy changed.
-    The tick searches for a fire behind next_run_at only under previous_business_day
-    (calendar_fires.fire_of), so no other schedule may keep a next_run_at taken early."""
-    restarted = values.get("next_run_at")
-    changed = (values["calendar_id"], asked.calendar_policy) != (
-        schedule.calendar_id,
-        schedule.calendar_policy,
-    )
-    if schedule.next_run_at is None or not (restarted or changed):
-        return {}
-    spec = cron.validate(schedule.cron, schedule.time_zone)
-    fire = restarted or spec.next_fire_after(schedule.next_run_at - timedelta(seconds=1))
-    return {"next_run_at": first_take(asked, values["calendar_id"], fire)}
-
-
-def restart_cadence(schedule: Schedule, asked: ScheduleIn, now: datetime) -> dict[str, Any]:
     """What an edit changes besides its fields: a new cron or zone, or a re-activation,
     restarts the cadence from now (missed fires skipped, as resuming without catch-up does);
-    otherwise the cadence goes on. The one rule for the form, the import and the API."""
+    otherwise the cadence goes on. A new calendar (`calendar_id`) or policy takes the next fire
+    when it now says (first_take). The one rule for the form, the import and the API."""
     reactivated = asked.active and not schedule.active
     changes: dict[str, Any] = {}
+    fire = None
     if reactivated or (asked.cron, asked.time_zone) != (schedule.cron, schedule.time_zone):
-        changes["next_run_at"] = asked.next_fire_after(now)
+        fire = asked.next_fire_after(now)
+    elif schedule.next_run_at is not None and (calendar_id, asked.calendar_policy) != (
+        schedule.calendar_id,
+        schedule.calendar_policy,
+    ):
+        spec = cron.validate(asked.cron, asked.time_zone)
+        was_calendar = schedule.calendar_id is not None
+        fire = fire_of(schedule.next_run_at, spec, was_calendar, schedule.calendar_policy)
+    if fire is not None:
+        changes["next_run_at"] = first_take(asked, calendar_id, fire)
     if reactivated:
         changes["inactive_reason"] = None
     return changes
@@ -329,12 +322,12 @@ def update_schedule(
             raise ScheduleError({"key": f"a schedule with key '{key}' already exists"})
         before = schedule_snapshot(schedule)
         take_back_fires_ahead(session, schedule, now)
+        stored = stored_values(asked, calendar_ids(tenant.id))
         values = {
-            **stored_values(asked, calendar_ids(tenant.id)),
+            **stored,
             "key": key,
-            **restart_cadence(schedule, asked, now),
+            **restart_cadence(schedule, asked, now, stored["calendar_id"]),
         }
-        values |= calendar_take(schedule, asked, values)
         for name, value in values.items():
             setattr(schedule, name, value)
         session.expire(schedule, ["calendar_row"])  # read again by the new calendar_id

@@ -40,7 +40,6 @@ from webapp.services.schedules import (
     NewSchedule,
     add_schedules,
     calendar_ids,
-    calendar_take,
     lock_tenant,
     restart_cadence,
     schedule_warnings,
@@ -152,8 +151,7 @@ def import_schedules(tenant: Tenant, text: str, actor: Actor, now: datetime) -> 
             except ScheduleError as error:
                 raise ImportProblems([f"key {asked.key!r}: {error}"]) from None
             row = {**stored, "id": schedule.id, "updated_at": now}
-            row.update(restart_cadence(schedule, asked, now))
-            row.update(calendar_take(schedule, asked, row))
+            row.update(restart_cadence(schedule, asked, now, stored["calendar_id"]))
             changes.append(row)
             audits.append(
                 audit_row(actor, "schedule.updated", {**row, "tenant_id": tenant.id}, old, changed)
