@@ -153,6 +153,7 @@ def take_at(
     return start if after is None else max(start, after + SECOND)
 
 
+@functools.lru_cache(maxsize=8192)  # as plan_fire: the schedules of a tick share their fires
 def fire_of(
     next_run_at: datetime, spec: cron.CronSpec, has_calendar: bool, policy: CalendarPolicy
 ) -> datetime:
