@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from flask import Flask
 from flask.testing import FlaskCliRunner
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
+from sqlalchemy.exc import IntegrityError
 
 from tests.api_helpers import Api, problem_fields
 from tests.conftest import World, make_schedule
@@ -25,7 +26,7 @@ from webapp.api.openapi import EXAMPLE_CALENDAR
 from webapp.calendar_models import Calendar
 from webapp.database import utcnow
 from webapp.extensions import db
-from webapp.models import AuditEvent, Schedule
+from webapp.models import AuditEvent, Schedule, Tenant
 from webapp.services import calendars, transfer
 from webapp.services.audit import Actor
 from webapp.services.schedules import ScheduleError, update_schedule
@@ -222,3 +223,16 @@ def test_the_builder_offers_the_last_business_day_by_name(app: Flask, world: Wor
     )
     edit = text(alice.get(f"/schedules/{schedule.id}/edit"))
     assert '<option value="LB" selected>The last business day' in edit
+
+
+def test_the_database_keeps_a_used_calendar_but_a_tenant_goes_whole(
+    app: Flask, world: World
+) -> None:
+    calendar_id, tenant_id = us_business(world).id, world.alpha.id
+    make_schedule(world.alpha, "Report", by=world.alice, now=NOW, calendar="us-business")
+    with pytest.raises(IntegrityError):
+        db.session.execute(delete(Calendar).where(Calendar.id == calendar_id))
+    db.session.rollback()
+    db.session.execute(delete(Tenant).where(Tenant.id == tenant_id))
+    db.session.commit()
+    assert schedule_count() == 0 and db.session.get(Calendar, calendar_id) is None

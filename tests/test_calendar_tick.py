@@ -27,6 +27,7 @@ from webapp.scheduler.tick import TickResult, tick
 from webapp.services import backfill, calendars
 from webapp.services.audit import Actor
 from webapp.services.calendar_schema import DayOffIn
+from webapp.services.schedules import update_schedule
 
 CLI = Actor.cli()
 # July 2027: Thursday the 1st; Saturday the 3rd, Sunday the 4th; the calendar `ops` closes
@@ -270,3 +271,34 @@ def test_the_tick_reads_a_calendar_only_when_a_schedule_has_one_and_it_changed(
     assert [entries_read(s) for s in (plain_tick, first, cached, changed)] == [0, 1, 0, 1]
     assert len(plain_tick) == len(cached)  # a cached calendar costs no statement
     assert next_run_at(plain) is not None
+
+
+def test_an_edit_after_a_fire_was_taken_early_takes_it_early_again(
+    app: Flask, world: World
+) -> None:
+    ops_calendar(world)
+    schedule = make_schedule(
+        world.alpha,
+        "Weekly report",
+        by=world.alice,
+        now=datetime(2027, 6, 28, tzinfo=UTC),
+        cron="0 9 * * 6",
+        calendar="ops",
+        calendar_policy="previous_business_day",
+    )
+    run_tick(FRI + SECONDS)
+    edited_at = FRI + timedelta(hours=1)
+    data = {
+        "name": "Weekly summary",
+        "job": "demo.echo",
+        "args": {"message": "Weekly report"},
+        "cron": "0 9 * * 6",
+        "time_zone": "UTC",
+        "calendar": "ops",
+        "calendar_policy": "previous_business_day",
+    }
+    update_schedule(db.session.get(Schedule, schedule.id), data, CLI, edited_at)  # type: ignore[arg-type]
+    assert runs_of(schedule) == []  # the run queued ahead of its fire time is taken back
+    run_tick(edited_at + SECONDS)
+    assert runs_of(schedule) == [("queued", SAT, edited_at + SECONDS, None)]
+    assert next_run_at(schedule) == FRI + timedelta(days=7)

@@ -270,7 +270,7 @@ class Schedule(Model):
     jitter_seconds: Mapped[int | None] = mapped_column(Integer)
     # The business calendar its fires follow (NULL: none; a calendar in use is not deleted) and
     # what a fire on a closed day or in a maintenance window does (scheduler.calendar_fires).
-    calendar_id: Mapped[int | None] = mapped_column(ForeignKey("calendars.id", ondelete="RESTRICT"))
+    calendar_id: Mapped[int | None] = mapped_column(ForeignKey("calendars.id"))
     calendar_policy: Mapped[CalendarPolicy] = mapped_column(
         String(32), default="skip", server_default="skip"
     )

@@ -7,9 +7,10 @@ Create Date: 2026-12-06 10:45:00
 Expand only: `calendar_id` is nullable and `calendar_policy` has a server default, so the
 previous release keeps writing schedules while this is applied (its rows get no calendar and
 the policy `skip`, which does nothing without one). A calendar still named by a schedule cannot
-be deleted (RESTRICT; the services refuse it first, naming the schedules). SQLite cannot add a
-foreign key or a check in place: `schedules` is rebuilt there (batch mode copies its rows, ids
-and indexes).
+be deleted: the foreign key's NO ACTION, checked at the end of the statement, so that deleting a
+tenant still removes its schedules and calendars together (the services refuse it first, naming
+the schedules). SQLite cannot add a foreign key or a check in place: `schedules` is rebuilt there
+(batch mode copies its rows, ids and indexes).
 """
 
 import sqlalchemy as sa
@@ -43,7 +44,6 @@ def upgrade():
             "calendars",
             ["calendar_id"],
             ["id"],
-            ondelete="RESTRICT",
         )
         batch.create_check_constraint(op.f("ck_schedules_calendar_policy"), POLICIES)
 

@@ -104,14 +104,15 @@ def stored_values(asked: ScheduleIn, calendars: Mapping[str, int]) -> dict[str, 
     return values
 
 
-def first_take(asked: ScheduleIn, calendar_id: int | None, fire: datetime) -> datetime:
+def first_take(
+    spec: cron.CronSpec, calendar_id: int | None, policy: CalendarPolicy, fire: datetime
+) -> datetime:
     """When the tick first takes a schedule whose next fire is `fire`: earlier when its calendar
-    moves that fire to a previous business day (calendar_fires.take_at)."""
-    if calendar_id is None or asked.calendar_policy != "previous_business_day":
+    moves that fire to a previous business day (calendar_fires.take_at). A time already past
+    is taken at once; a fire already recorded meanwhile is refused by the database."""
+    if calendar_id is None or policy != "previous_business_day":
         return fire
-    rules = calendar_of(db.session(), calendar_id)
-    spec = cron.validate(asked.cron, asked.time_zone)
-    return take_at(rules, asked.calendar_policy, fire, spec, None)
+    return take_at(calendar_of(db.session(), calendar_id), policy, fire, spec, None)
 
 
 def restart_cadence(
@@ -123,18 +124,18 @@ def restart_cadence(
     when it now says (first_take). The one rule for the form, the import and the API."""
     reactivated = asked.active and not schedule.active
     changes: dict[str, Any] = {}
+    spec = cron.validate(asked.cron, asked.time_zone)
     fire = None
     if reactivated or (asked.cron, asked.time_zone) != (schedule.cron, schedule.time_zone):
-        fire = asked.next_fire_after(now)
-    elif schedule.next_run_at is not None and (calendar_id, asked.calendar_policy) != (
-        schedule.calendar_id,
-        schedule.calendar_policy,
+        fire = spec.next_fire_after(now)
+    elif schedule.next_run_at is not None and (
+        (calendar_id, asked.calendar_policy) != (schedule.calendar_id, schedule.calendar_policy)
+        or asked.calendar_policy == "previous_business_day"  # a fire withdrawn: taken early again
     ):
-        spec = cron.validate(asked.cron, asked.time_zone)
         was_calendar = schedule.calendar_id is not None
         fire = fire_of(schedule.next_run_at, spec, was_calendar, schedule.calendar_policy)
     if fire is not None:
-        changes["next_run_at"] = first_take(asked, calendar_id, fire)
+        changes["next_run_at"] = first_take(spec, calendar_id, asked.calendar_policy, fire)
     if reactivated:
         changes["inactive_reason"] = None
     return changes
@@ -257,8 +258,10 @@ def add_schedules(
     rows = []
     for item in new:
         values = stored_values(item.asked, calendars)
-        fire = item.asked.next_fire_after(now)
-        first = first_take(item.asked, values["calendar_id"], fire)
+        spec = cron.validate(item.asked.cron, item.asked.time_zone)
+        first = first_take(
+            spec, values["calendar_id"], item.asked.calendar_policy, spec.next_fire_after(now)
+        )
         rows.append(
             {
                 **values,
@@ -382,7 +385,9 @@ def resume_schedule(schedule: Schedule, actor: Actor, now: datetime, catch_up: b
         except cron.CronError as error:
             raise ScheduleError({"resume": f"cannot resume: {error}; edit it first"}) from None
         if not catch_up or schedule.next_run_at is None:
-            schedule.next_run_at = spec.next_fire_after(now)
+            fire = spec.next_fire_after(now)
+            policy = schedule.calendar_policy
+            schedule.next_run_at = first_take(spec, schedule.calendar_id, policy, fire)
         schedule.active = True
         schedule.inactive_reason = None
         record(
