@@ -433,11 +433,13 @@ def test_the_audit_log_uses_the_form_labels_and_values(
         "Notify webhook URL",
         "Pause after N failed runs",
         "Jitter (seconds)",
+        "Calendar",
+        "When the calendar is closed",
     ]
     assert {row[1] for row in created} == {NOTHING}
     assert created[2][2] == "Echo a message (demo.echo)"
     # Empty optional fields say what they mean, never JSON's [] or null.
-    assert [tuple(map(html.unescape, row)) for row in created[-4:]] == [
+    assert [tuple(map(html.unescape, row)) for row in created[-6:-2]] == [
         ("Notify emails", NOTHING, "none: the tenant's default recipients"),
         ("Notify webhook URL", NOTHING, "none: the tenant's default webhook"),
         ("Pause after N failed runs", NOTHING, "never"),
