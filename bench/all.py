@@ -19,6 +19,7 @@ from bench.common import PROJECT_ROOT, RESULTS_DIR, median
 BENCHMARKS = (
     "fire",
     "idle_tick",
+    "calendar_tick",
     "bulk_import",
     "panel",
     "run_now",
@@ -71,11 +72,24 @@ def figures_table() -> str:
     if len(rows) == 2:
         large, small = rows
         dates.append(large["date"])
+        calendars = (
+            f", {large['with_calendar']:,} with a calendar" if large.get("with_calendar") else ""
+        )
         lines.append(
-            f"| Idle tick, {large['schedules']:,} schedules | {large['tick_median_ms']:.3f} ms "
+            f"| Idle tick, {large['schedules']:,} schedules{calendars} | "
+            f"{large['tick_median_ms']:.3f} ms "
             f"median (p95 {large['tick_p95_ms']:.2f}) | {small['schedules']:,} schedules: "
             f"{small['tick_median_ms']:.3f} ms; raw probe {large['raw_floor_median_ms']:.3f} ms | "
             f"{large['ratio_to_small']:.2f}x | <= 1 ms, <= 1.5x |"
+        )
+    for row in latest("calendar_tick"):
+        dates.append(row["date"])
+        lines.append(
+            f"| Calendar tick, {row['schedules']:,} due with a business calendar, {row['day']} | "
+            f"{row['calendar_ms']:,.0f} ms ({row['skipped']:,} skipped, {row['shifted']:,} "
+            f"shifted; tick process CPU {row['calendar_cpu_ms']:,.0f} ms) | the same schedules "
+            f"without: {row['plain_ms']:,.0f} ms (CPU {row['plain_cpu_ms']:,.0f} ms) | "
+            f"{row['ratio']:.2f}x (CPU {row['cpu_ratio']:.2f}x) | <= 1.2x |"
         )
     for row in latest("bulk_import"):
         dates.append(row["date"])

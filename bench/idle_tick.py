@@ -1,4 +1,5 @@
-"""Idle tick: the cost of one tick when nothing is due, at 1,000,000 and at 10,000 schedules.
+"""Idle tick: the cost of one tick when nothing is due, at 1,000,000 and at 10,000 schedules,
+half of them following a business calendar.
 
 The project's real tick (database clock, claim, commit) is timed many times on each database,
 in interleaved blocks, and compared with a raw psycopg floor (one transaction with the same
@@ -29,11 +30,26 @@ from bench.common import (
     write_results,
 )
 
+# Half the schedules follow a business calendar (issue 34): with calendars present the idle
+# tick must stay flat (its claim reads a calendar's version only for the schedules it claims).
+CALENDAR = """
+INSERT INTO calendars (tenant_id, key, name, country, closed_weekdays, created_at, updated_at)
+VALUES (%(tenant)s, 'us-business', 'US business days', 'US', 'sat,sun', now(), now())
+RETURNING id
+"""
+CALENDAR_ENTRIES = """
+INSERT INTO calendar_entries (calendar_id, kind, source, label, first_day, last_day, created_at)
+SELECT %(calendar)s, 'day_off', 'manual', 'Closed ' || d, d, d, now()
+FROM generate_series(date '2027-01-04', date '2027-01-08', interval '1 day') AS d
+"""
 SEED = """
 INSERT INTO schedules (tenant_id, scope, key, name, job, args, cron, time_zone, active,
-                       misfire_policy, overlap_policy, next_run_at, created_at, updated_at)
+                       misfire_policy, overlap_policy, calendar_id, calendar_policy, next_run_at,
+                       created_at, updated_at)
 SELECT %(tenant)s, 'tenant', 's' || i, 'Schedule ' || i, 'bench.noop', '{}'::jsonb, '0 * * * *',
        'UTC', i %% 10 <> 0, 'fire_once', 'allow',
+       CASE WHEN i %% 2 = 0 THEN %(calendar)s END,
+       (ARRAY['skip', 'next_business_day', 'previous_business_day'])[i %% 3 + 1],
        -- active ones are due from tomorrow on; the paused tenth are long overdue (the partial
        -- index must keep them out of the probe)
        CASE WHEN i %% 10 <> 0 THEN now() + interval '1 day' + (i %% 86400) * interval '1 second'
@@ -58,8 +74,12 @@ def seed(server: Server, n: int) -> str:
             "VALUES ('bench', 'Bench', 'UTC', now()) RETURNING id"
         ).fetchone()
         assert row is not None
-        connection.execute(SEED, {"tenant": row[0], "n": n})  # type: ignore[arg-type]
-        connection.execute("VACUUM ANALYZE schedules")
+        calendar = connection.execute(CALENDAR, {"tenant": row[0]}).fetchone()  # type: ignore[arg-type]
+        assert calendar is not None
+        connection.execute(CALENDAR_ENTRIES, {"calendar": calendar[0]})  # type: ignore[arg-type]
+        values = {"tenant": row[0], "n": n, "calendar": calendar[0]}
+        connection.execute(SEED, values)  # type: ignore[arg-type]
+        connection.execute("VACUUM ANALYZE schedules, calendars, calendar_entries")
     return database
 
 
@@ -163,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(
                 {
                     "schedules": n,
+                    "with_calendar": n // 2,
                     "tick_median_ms": median(ticker.times) * 1000,
                     "tick_p95_ms": percentile(ticker.times, 0.95) * 1000,
                     "raw_floor_median_ms": median(ticker.raw_times) * 1000,

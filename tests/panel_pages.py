@@ -65,6 +65,10 @@ class DemoPages:
             "schedule filter": "/runs/schedule-options?schedule_q=zz",
             "job parameters": "/schedules/form/params?job=demo.echo",
             "cron preview": "/schedules/form/preview?cron=30+2+*+*+*&time_zone=America/New_York",
+            # Fridays under the calendar: one moved past the winter break, one skipped with it.
+            "calendar preview": "/schedules/form/preview?cron=0+9+*+*+5"
+            "&time_zone=America/Los_Angeles&calendar=us-business"
+            "&calendar_policy=next_business_day&preview_from=2027-12-20",
             "name check": "/schedules/form/name?name=Morning+hello",
             "not found": "/schedules/999999",
             "bad request": "/runs?before=x",

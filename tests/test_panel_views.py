@@ -259,8 +259,9 @@ def test_the_form_sends_its_preview_date_with_every_preview_request(
 ) -> None:
     page = Panel(app, world.alice).get("/schedules/new").get_data(as_text=True)
     assert '<label for="preview_from">Preview from</label>' in page
-    assert 'hx-include="#time_zone, #preview_from, #jitter_seconds"' in page
-    assert 'hx-include="#cron, #preview_from, #jitter_seconds"' in page
+    calendar = "#calendar, #calendar_policy"
+    assert f'hx-include="#time_zone, #preview_from, #jitter_seconds, {calendar}"' in page
+    assert f'hx-include="#cron, #preview_from, #jitter_seconds, {calendar}"' in page
 
 
 def test_saving_creates_through_the_service_with_an_audit_event(app: Flask, world: World) -> None:
@@ -432,11 +433,13 @@ def test_the_audit_log_uses_the_form_labels_and_values(
         "Notify webhook URL",
         "Pause after N failed runs",
         "Jitter (seconds)",
+        "Calendar",
+        "When the calendar is closed",
     ]
     assert {row[1] for row in created} == {NOTHING}
     assert created[2][2] == "Echo a message (demo.echo)"
     # Empty optional fields say what they mean, never JSON's [] or null.
-    assert [tuple(map(html.unescape, row)) for row in created[-4:]] == [
+    assert [tuple(map(html.unescape, row)) for row in created[-6:-2]] == [
         ("Notify emails", NOTHING, "none: the tenant's default recipients"),
         ("Notify webhook URL", NOTHING, "none: the tenant's default webhook"),
         ("Pause after N failed runs", NOTHING, "never"),

@@ -12,7 +12,7 @@ from webapp.api.schemas import PageQuery, Strict
 from webapp.calendar_models import Calendar
 from webapp.cron import FIRST_YEAR, LAST_YEAR
 from webapp.services.calendar_schema import DayOffIn, WindowIn, calendar_document
-from webapp.services.calendars import YearView
+from webapp.services.calendars import CHANGE_APPLIES, YearView
 
 
 class DayOffOut(BaseModel):
@@ -42,6 +42,10 @@ class CalendarOut(BaseModel):
     time_zone: str = Field(description="The tenant's zone, which the windows are in")
     created_at: datetime
     updated_at: datetime
+    applies: str = Field(
+        default=CHANGE_APPLIES,
+        description="When a change to the calendar takes effect for the schedules that use it",
+    )
 
     @classmethod
     def of(cls, calendar: Calendar, time_zone: str) -> CalendarOut:

@@ -23,6 +23,7 @@ from webapp.models import (
     Trigger,
 )
 from webapp.services.backfill import BackfillPlan
+from webapp.services.schedules import PreviewFire
 
 MAX_ID = 2_147_483_647  # ids are PostgreSQL `integer`s
 MAX_PAGE = 200
@@ -204,20 +205,47 @@ class FireOut(BaseModel):
     note: str | None = Field(description="How a daylight-saving change moved it, if it did")
 
 
+class PreviewFireOut(FireOut):
+    """A fire of a preview: with what a business calendar does to it."""
+
+    calendar: Literal["skipped", "moved"] | None = Field(
+        default=None,
+        description="What the schedule's business calendar does to it: skipped (recorded as a "
+        "skipped run) or moved to `moved_to`; null: it runs at its fire time",
+    )
+    reason: str | None = Field(
+        default=None,
+        description='Why the calendar skips or moves it: "Christmas Day (US holidays)"',
+    )
+    moved_to: datetime | None = Field(
+        default=None, description="Where a moved fire runs, in the schedule's zone, with offset"
+    )
+
+    @classmethod
+    def of(cls, fire: PreviewFire, zone: ZoneInfo) -> PreviewFireOut:
+        mark = fire.mark
+        return cls(
+            at=fire.at,
+            local=fire.at.astimezone(zone),
+            note=fire.note,
+            calendar=mark.kind if mark else None,
+            reason=mark.reason if mark else None,
+            moved_to=mark.moved_to.astimezone(zone) if mark and mark.moved_to else None,
+        )
+
+
 class FiresOut(BaseModel):
     time_zone: str
     description: str
-    fires: list[FireOut]
+    fires: list[PreviewFireOut]
 
     @classmethod
-    def of(
-        cls, description: str, fires: list[tuple[datetime, str, str | None]], time_zone: str
-    ) -> FiresOut:
+    def of(cls, description: str, fires: list[PreviewFire], time_zone: str) -> FiresOut:
         zone = ZoneInfo(time_zone)
         return cls(
             time_zone=time_zone,
             description=description,
-            fires=[FireOut(at=at, local=at.astimezone(zone), note=note) for at, _, note in fires],
+            fires=[PreviewFireOut.of(fire, zone) for fire in fires],
         )
 
 
@@ -425,3 +453,7 @@ class PreviewQuery(Strict):
     expression: str = Field(max_length=cron.MAX_EXPRESSION_LENGTH)
     time_zone: str = Field("UTC", max_length=64)
     count: int = Field(5, ge=1, le=MAX_FIRES)
+    calendar: str | None = Field(
+        None, max_length=64, description="A business calendar's key: its skipped and moved fires"
+    )
+    calendar_policy: Literal["skip", "next_business_day", "previous_business_day"] = "skip"

@@ -49,6 +49,7 @@ from webapp.services import backfill as backfills
 from webapp.services import cancellation
 from webapp.services import schedules as service
 from webapp.services.audit import AUDITED_FIELDS
+from webapp.services.calendar_marks import calendar_rules
 from webapp.services.history import filter_runs, filter_values
 from webapp.services.schema import ScheduleError, field_errors
 
@@ -304,10 +305,18 @@ def backfill(schedule_id: int) -> Response:
 
 @bp.get("/v1/schedules/<id:schedule_id>/fires")
 def schedule_fires(schedule_id: int) -> Response:
-    """The schedule's next `count` fire times, in UTC and in its zone."""
+    """The schedule's next `count` fire times, in UTC and in its zone; those its business
+    calendar skips or moves say so, with the reason."""
     schedule = auth.schedule_or_404(schedule_id)
     asked = query(FiresQuery)
-    preview = service.preview_cron(schedule.cron, schedule.time_zone, utcnow(), asked.count)
+    preview = service.preview_cron(
+        schedule.cron,
+        schedule.time_zone,
+        utcnow(),
+        asked.count,
+        calendar=calendar_rules(auth.tenant_id(), calendar_id=schedule.calendar_id),
+        policy=schedule.calendar_policy,
+    )
     return answer(FiresOut.of(preview.description, preview.fires, schedule.time_zone))
 
 
@@ -380,8 +389,19 @@ def catalog() -> Response:
 def cron_preview() -> Response:
     """A cron expression in words and its next fire times in a zone, or what is wrong."""
     asked = query(PreviewQuery)
+    rules = calendar_rules(auth.tenant_id(), key=asked.calendar or None)
+    if asked.calendar and rules is None:
+        message = f"this tenant has no calendar {asked.calendar!r}"
+        raise Problem.invalid({"calendar": message}, status=400)
     try:
-        preview = service.preview_cron(asked.expression, asked.time_zone, utcnow(), asked.count)
+        preview = service.preview_cron(
+            asked.expression,
+            asked.time_zone,
+            utcnow(),
+            asked.count,
+            calendar=rules,
+            policy=asked.calendar_policy,
+        )
     except ScheduleError as error:
         renamed = {"cron": "expression"}
         errors = {renamed.get(field, field): message for field, message in error.errors.items()}

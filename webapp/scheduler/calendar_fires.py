@@ -12,6 +12,7 @@ backfill and the previews all ask this function.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -48,6 +49,9 @@ def is_fire(spec: cron.CronSpec, moment: datetime) -> bool:
     return spec.next_fire_after(moment - SECOND) == moment
 
 
+# Cached: the schedules of a tick that share a cron, zone, calendar and policy share each fire's
+# plan (a FirePlan is a frozen value; a changed calendar is another key). bench.calendar_tick.
+@functools.lru_cache(maxsize=8192)
 def plan_fire(
     rules: BusinessCalendar | None,
     policy: CalendarPolicy,
@@ -149,7 +153,13 @@ def take_at(
     return start if after is None else max(start, after + SECOND)
 
 
-def fire_of(next_run_at: datetime, spec: cron.CronSpec, has_calendar: bool) -> datetime:
+@functools.lru_cache(maxsize=8192)  # as plan_fire: the schedules of a tick share their fires
+def fire_of(
+    next_run_at: datetime, spec: cron.CronSpec, has_calendar: bool, policy: CalendarPolicy
+) -> datetime:
     """The fire time a schedule taken at `next_run_at` stands at: `next_run_at` itself, or for
-    a calendar's schedule taken early (take_at) the first fire at or after it."""
-    return spec.next_fire_after(next_run_at - SECOND) if has_calendar else next_run_at
+    a schedule that take_at may take early (previous_business_day with a calendar) the first
+    fire at or after it. Only those pay the cron search (bench.calendar_tick)."""
+    if not has_calendar or policy != "previous_business_day":
+        return next_run_at
+    return spec.next_fire_after(next_run_at - SECOND)

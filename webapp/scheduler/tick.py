@@ -145,7 +145,7 @@ def tick_once(
                 lines.append((logging.WARNING, "schedule_deactivated", line))
                 continue
             rules = calendars.get(schedule.calendar_id) if schedule.calendar_id else None
-            fire = fire_of(schedule.next_run_at, spec, rules is not None)
+            fire = fire_of(schedule.next_run_at, spec, rules is not None, schedule.calendar_policy)
             if fire > now:
                 plan = plan_ahead(spec, fire)
             else:

@@ -39,6 +39,11 @@ from webapp.services.schedules import lock_tenant
 Precondition = Callable[[Calendar], None]
 Entry = DayOffIn | WindowIn
 
+# What a change to a calendar changes, told after each change (the panel's message, the API's
+# answer): the tick asks the calendar when it queues a fire, so runs already queued (a moved
+# one among them) keep their time.
+CHANGE_APPLIES = "A change applies to fires not yet queued: runs already queued keep their time."
+
 
 def tenant_calendars(tenant_id: int) -> list[Calendar]:
     """The tenant's calendars by key."""

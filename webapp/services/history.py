@@ -101,6 +101,9 @@ HISTORY_COLUMNS = (
     Run.available_at,  # a queued run waiting longer than the overdue grace says so
     Schedule.name.label("schedule_name"),
     meant_to_start().label("meant_at"),  # its lag is measured from it
+    # Why a skipped run was skipped (a business calendar's day, an overlap); not a failure's
+    # error, which may be large.
+    case((Run.status == "skipped", Run.error), else_=None).label("skip_reason"),
 )
 
 
@@ -121,6 +124,7 @@ class HistoryRow(NamedTuple):
     available_at: datetime
     schedule_name: str | None  # None once the schedule is gone
     meant_at: datetime  # when it was meant to start (models.meant_to_start)
+    skip_reason: str | None  # why a skipped run was skipped
 
 
 def history_query(query: Select[Run]) -> Select[*tuple[Any, ...]]:

@@ -11,7 +11,7 @@ import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import insert, select
@@ -22,6 +22,7 @@ from webapp.calendar_models import Calendar
 from webapp.catalog import JobSpec, UnknownJobError, args_path, size_errors
 from webapp.catalog.current import current_catalog
 from webapp.config import settings
+from webapp.cron.business_days import BusinessCalendar
 from webapp.database import is_postgresql, retry_lost_race, write_transaction
 from webapp.extensions import db
 from webapp.models import AuditEvent, CalendarPolicy, Run, Schedule, Scope, Tenant
@@ -34,6 +35,7 @@ from webapp.scheduler.run_rows import manual_run_row
 from webapp.scheduler.wakeup import notify_workers
 from webapp.services import scope
 from webapp.services.audit import Actor, audit_row, changed_fields, record, schedule_snapshot
+from webapp.services.calendar_marks import CalendarMark, calendar_marks
 from webapp.services.schema import (
     ScheduleError,
     ScheduleIn,
@@ -130,7 +132,8 @@ def restart_cadence(
         (calendar_id, asked.calendar_policy) != (schedule.calendar_id, schedule.calendar_policy)
         or asked.calendar_policy == "previous_business_day"  # a fire withdrawn: taken early again
     ):
-        fire = fire_of(schedule.next_run_at, spec, schedule.calendar_id is not None)
+        was_calendar = schedule.calendar_id is not None
+        fire = fire_of(schedule.next_run_at, spec, was_calendar, schedule.calendar_policy)
     if fire is not None:
         changes["next_run_at"] = first_take(spec, calendar_id, asked.calendar_policy, fire)
     if reactivated:
@@ -463,7 +466,7 @@ def run_at_problem(at: datetime, now: datetime, time_zone: str) -> str | None:
 @dataclass(frozen=True)
 class CronPreview:
     description: str
-    fires: list[tuple[datetime, str, str | None]]  # (UTC, local label, DST note)
+    fires: list[PreviewFire]
     clock_changes: list[cron.ClockChange]  # the zone's next two, and what the schedule does
     no_clock_changes: str | None  # what to say instead when the zone has none
     time_zone: str  # the zone as it is named (`europe/berlin` asked: `Europe/Berlin`)
@@ -471,6 +474,13 @@ class CronPreview:
     jitter_error: str | None = None  # the jitter asked for is out of the schedule's bounds
     zone_warning: str | None = None  # a legacy fixed offset (cron.zone_warning)
     interval_error: str | None = None  # fires more often than the tenant allows: refused on save
+
+
+class PreviewFire(NamedTuple):
+    at: datetime  # UTC
+    label: str  # local
+    note: str | None  # how a DST change moved it
+    mark: CalendarMark | None  # what the schedule's calendar does to it
 
 
 def local_label(moment: datetime, time_zone: str) -> str:
@@ -510,11 +520,14 @@ def preview_cron(
     jitter: int | None = None,
     tenant_jitter: int | None = None,
     min_interval: int | None = None,
+    calendar: BusinessCalendar | None = None,
+    policy: CalendarPolicy = "skip",
 ) -> CronPreview:
     """The description, the next fire times after ``now`` (or from the start of the local day
     ``start``) and the zone's next clock changes, or ScheduleError naming the field at fault;
     with the refusal a save would meet when it fires more often than ``min_interval`` (the
-    tenant's limit) allows."""
+    tenant's limit) allows; with a business `calendar`, each fire marked as `policy` treats it
+    (skipped or moved, and why: calendar_marks)."""
     try:
         time_zone = cron.check_time_zone(time_zone)
     except cron.CronError as error:
@@ -535,7 +548,10 @@ def preview_cron(
     jitter_line, jitter_error = jitter_words(spec, jitter, tenant_jitter, now)
     return CronPreview(
         description=cron.describe(spec),
-        fires=[(fire, local_label(fire, time_zone), spec.dst_note(fire)) for fire in fires],
+        fires=[
+            PreviewFire(fire, local_label(fire, time_zone), spec.dst_note(fire), mark)
+            for fire, mark in zip(fires, calendar_marks(fires, spec, calendar, policy), strict=True)
+        ],
         clock_changes=changes,
         no_clock_changes=None if changes else cron.no_clock_changes(time_zone),
         time_zone=time_zone,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from itertools import groupby, islice
@@ -19,8 +19,12 @@ from sqlalchemy import Select, and_, tuple_
 from sqlalchemy.orm import Session
 
 from webapp import cron
-from webapp.models import Run, Schedule
+from webapp.calendar_models import Calendar
+from webapp.cron.business_days import BusinessCalendar
+from webapp.models import CalendarPolicy, Run, Schedule
+from webapp.scheduler.calendar_rules import load_calendars
 from webapp.services import scope
+from webapp.services.calendar_marks import CalendarMark, mark_fire
 
 
 class Timetable(Protocol):
@@ -39,6 +43,10 @@ class Timetable(Protocol):
     def time_zone(self) -> str: ...
     @property
     def next_run_at(self) -> datetime | None: ...
+    @property
+    def calendar_id(self) -> int | None: ...
+    @property
+    def calendar_policy(self) -> CalendarPolicy: ...
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,7 @@ class Fire:
     schedule: Timetable
     note: str | None  # the DST rule that moved it, if any
     run_id: int | None = None  # a queued one-off run ("Run once later"), not a fire of the cron
+    mark: CalendarMark | None = None  # what the schedule's business calendar does to it
 
 
 # A page of Next runs continues after the last fire shown: (fire time, schedule id, run id);
@@ -68,12 +77,15 @@ def upcoming_fires(
     limit: int = 500,
     after: Cursor | None = None,
     one_offs: Iterable[Fire] = (),
+    calendars: Mapping[int, BusinessCalendar] | None = None,
 ) -> tuple[list[Fire], bool]:
     """Fires with start < t <= end in fire_order, at most `limit`; and whether more exist.
     With `after`, only the fires that come after that one in this order.
     A schedule fires nothing before its next_run_at (the scheduler never fires it earlier), so
     a caller may load schedules by next_run_at and stop early (see the Next runs page).
-    `one_offs`: queued one-off runs in the same order, merged in (they pass the same bounds)."""
+    `one_offs`: queued one-off runs in the same order, merged in (they pass the same bounds).
+    `calendars`: the schedules' business calendars by id: each fire a calendar skips or moves
+    is marked (calendar_marks), at its fire time."""
     per_schedule: list[Iterator[Fire]] = []
     for schedule in schedules:
         try:
@@ -88,7 +100,8 @@ def upcoming_fires(
             first = max(start, at - timedelta(microseconds=1) if schedule.id > schedule_id else at)
         if schedule.next_run_at is not None:
             first = max(first, schedule.next_run_at - timedelta(microseconds=1))
-        per_schedule.append(fires_of(schedule, spec, first, end))
+        rules = (calendars or {}).get(schedule.calendar_id or 0)
+        per_schedule.append(fires_of(schedule, spec, first, end, rules))
     # Lazy: the merge asks each schedule for its next fire only when that one is shown, so a
     # page costs one fire per schedule plus the fires it shows, however many schedules fire.
     queued = (
@@ -102,13 +115,19 @@ def upcoming_fires(
 
 
 def fires_of(
-    schedule: Timetable, spec: cron.CronSpec, start: datetime, end: datetime
+    schedule: Timetable,
+    spec: cron.CronSpec,
+    start: datetime,
+    end: datetime,
+    rules: BusinessCalendar | None = None,
 ) -> Iterator[Fire]:
-    """The schedule's fires with start < t <= end, computed one at a time as they are asked for."""
+    """The schedule's fires with start < t <= end, computed one at a time as they are asked for;
+    with its calendar's `rules`, each marked as the calendar treats it."""
     for at in spec.iter_fire_times(start):
         if at > end:
             return
-        yield Fire(at, schedule, spec.dst_note(at))
+        mark = None if rules is None else mark_fire(at, spec, rules, schedule.calendar_policy)
+        yield Fire(at, schedule, spec.dst_note(at), mark=mark)
 
 
 def by_day(fires: list[Fire], time_zone: str) -> list[tuple[date, list[Fire]]]:
@@ -132,7 +151,12 @@ UPCOMING_COLUMNS = (
     Schedule.cron,
     Schedule.time_zone,
     Schedule.next_run_at,
+    Schedule.calendar_id,
+    Schedule.calendar_policy,
+    Calendar.updated_at.label("calendar_version"),  # the calendar's rules are cached by it
 )
+# The schedule's calendar, for its version.
+WITH_CALENDAR = (Calendar, Calendar.id == Schedule.calendar_id)
 
 
 def active_schedules(
@@ -141,7 +165,9 @@ def active_schedules(
     """The tenant's first `size` active schedules (or only `schedule_id`) by (next_run_at, id),
     as rows of UPCOMING_COLUMNS (no schedule loaded as a model). A schedule without next_run_at
     never falls due: the scheduler will not fire it."""
-    query = scope.schedules(tenant_id).with_only_columns(*UPCOMING_COLUMNS)
+    query = (
+        scope.schedules(tenant_id).with_only_columns(*UPCOMING_COLUMNS).outerjoin(*WITH_CALENDAR)
+    )
     if schedule_id is not None:
         query = query.where(Schedule.id == schedule_id)
     return (
@@ -173,6 +199,7 @@ def one_off_fires(
     statement = (
         query.with_only_columns(Run.id.label("run_id"), Run.available_at, *UPCOMING_COLUMNS)
         .join(Schedule, same_schedule)
+        .outerjoin(*WITH_CALENDAR)
         .order_by(Run.available_at, Run.schedule_id, Run.id)
         .limit(limit)
     )
@@ -198,7 +225,9 @@ def upcoming_page(
     queued = one_off_fires(session, tenant_id, start, end, cursor, size + 1, schedule_id)
     while True:
         schedules = session.execute(active_schedules(tenant_id, loaded, schedule_id)).all()
-        fires, _ = upcoming_fires(schedules, start, end, size + 1, cursor, queued)
+        versions = {row.calendar_id: row.calendar_version for row in schedules if row.calendar_id}
+        calendars = load_calendars(session, versions)  # no statement when all are cached
+        fires, _ = upcoming_fires(schedules, start, end, size + 1, cursor, queued, calendars)
         if len(schedules) < loaded:
             break  # every active schedule is loaded
         last = schedules[-1]
@@ -227,12 +256,12 @@ FOLD_FROM = 3  # fires of a schedule in a row from which those after the first a
 
 def folded(fires: list[Fire]) -> list[tuple[Fire, Folded | None]]:
     """The fires as rows: of each run of FOLD_FROM or more fires of the same schedule in a row,
-    the first, with the rest as a Folded. A one-off run and a fire with a DST note are always
-    a row of their own."""
+    the first, with the rest as a Folded. A one-off run and a fire with a DST note or a
+    calendar's mark are always a row of their own."""
     rows: list[tuple[Fire, Folded | None]] = []
 
     def alone(fire: Fire) -> bool:
-        return fire.run_id is not None or fire.note is not None
+        return fire.run_id is not None or fire.note is not None or fire.mark is not None
 
     for _, group in groupby(fires, key=lambda f: (f.schedule.id, id(f) if alone(f) else 0)):
         same = list(group)

@@ -54,6 +54,7 @@ def common(**context: Any) -> dict[str, Any]:
         "tenant": tenancy.current_tenant(),
         "weekdays": list(zip(WEEKDAYS, WEEKDAY_NAMES, strict=True)),
         "countries": supported_regions(),
+        "change_applies": service.CHANGE_APPLIES,
         **{"errors": {}, "form": {}, **context},
     }
 
@@ -136,7 +137,11 @@ def update(calendar_id: int) -> Response:
         changed = service.update_calendar(calendar, {**document, **form}, actor(), utcnow())
     except CalendarProblems as error:
         return calendar_page(calendar, 422, errors=error.errors, form=form)
-    message = f"Calendar {calendar.key} saved." if changed else "Nothing changed."
+    message = (
+        f"Calendar {calendar.key} saved. {service.CHANGE_APPLIES}"
+        if changed
+        else "Nothing changed."
+    )
     return done(message, back_to(calendar))
 
 
@@ -172,7 +177,11 @@ def add_entry(
     except CalendarProblems as error:
         errors = {f"{prefix}_from": message for message in error.errors.values()}
     else:
-        message = f"{what} added." if added else f"The calendar has this {what.lower()} already."
+        message = (
+            f"{what} added. {service.CHANGE_APPLIES}"
+            if added
+            else f"The calendar has this {what.lower()} already."
+        )
         return done(message, back_to(calendar))
     forms: dict[str, Any] = {f"{prefix}_form": form}
     return calendar_page(calendar, 422, errors=errors, **forms)
@@ -195,7 +204,8 @@ def remove_entry(calendar_id: int, entry_id: int) -> Response:
     """Removes one of the calendar's dates, ranges or windows."""
     calendar = tenancy.get_rw_calendar_or_404(calendar_id)
     removed = service.remove_entry(calendar, entry_id, actor(), utcnow())
-    return done("Removed." if removed else "It was removed already.", back_to(calendar))
+    message = f"Removed. {service.CHANGE_APPLIES}" if removed else "It was removed already."
+    return done(message, back_to(calendar))
 
 
 @bp.post("/calendars/<id:calendar_id>/ics")
@@ -213,4 +223,5 @@ def import_ics(calendar_id: int) -> Response:
         added = calendar_files.import_ics(calendar, data, actor(), utcnow())
     except CalendarProblems as error:
         return calendar_page(calendar, 422, errors={"file": "; ".join(error.errors.values())})
-    return done(f"{added} added from {upload.filename}.", back_to(calendar))
+    applies = f" {service.CHANGE_APPLIES}" if added else ""
+    return done(f"{added} added from {upload.filename}.{applies}", back_to(calendar))

@@ -5,7 +5,7 @@ cron, phrase or builder) and what a post does before and after a save. The views
 from __future__ import annotations
 
 from datetime import date
-from typing import Any
+from typing import Any, cast
 
 from flask import request, url_for
 from werkzeug.wrappers import Response
@@ -15,7 +15,8 @@ from webapp.catalog.current import current_catalog
 from webapp.config import settings
 from webapp.cron.builder import MONTH_ON, MONTHS, NTH_WEEKDAY, REPEATS, WEEKDAYS
 from webapp.database import utcnow
-from webapp.models import Schedule
+from webapp.models import CALENDAR_POLICIES, CalendarPolicy, Schedule
+from webapp.services.calendar_marks import calendar_rules
 from webapp.services.calendars import tenant_calendars
 from webapp.services.schedules import (
     ScheduleError,
@@ -52,7 +53,13 @@ def form_context(form: ScheduleForm, schedule: Schedule | None) -> dict[str, Any
         "time_zones": time_zone_names(),
         "tenant_jitter": tenancy.current_tenant().jitter_seconds,
         "preview": cron_preview(
-            form.cron, form.time_zone, jitter=form.jitter_seconds, in_form=True, phrase=form.phrase
+            form.cron,
+            form.time_zone,
+            jitter=form.jitter_seconds,
+            in_form=True,
+            phrase=form.phrase,
+            calendar=form.calendar,
+            policy=form.calendar_policy,
         ),
         **builder_choices(),
         "warnings": schedule_warnings(
@@ -80,10 +87,15 @@ def cron_preview(
     jitter: str | int | None = None,
     in_form: bool = False,
     phrase: str = "",
+    calendar: str = "",
+    policy: str = "skip",
+    calendar_id: int | None = None,
 ) -> dict[str, Any]:
     """The preview's context; `jitter` as typed in the form (blank: the tenant's default);
     `in_form`: with the refusal a save would meet for firing more often than the tenant allows;
-    a `phrase` ("Describe it"), or a cron field that holds one, previews its cron (`cron`)."""
+    a `phrase` ("Describe it"), or a cron field that holds one, previews its cron (`cron`);
+    `calendar` (a calendar's key; blank: none), or a saved schedule's `calendar_id`, marks the
+    fires it skips or moves by `policy`."""
     typed = phrase.strip() or expression.strip()
     if not typed:
         return {"empty": True}
@@ -100,6 +112,11 @@ def cron_preview(
             }
         }
     tenant = tenancy.current_tenant()
+    if policy not in CALENDAR_POLICIES:
+        return {"errors": {"calendar_policy": f"{policy!r} is not a calendar policy"}}
+    rules = calendar_rules(tenant.id, key=calendar.strip() or None, calendar_id=calendar_id)
+    if calendar.strip() and rules is None:
+        return {"errors": {"calendar": f"the tenant has no calendar {calendar.strip()!r}"}}
     try:
         result = preview_cron(
             expression,
@@ -110,6 +127,8 @@ def cron_preview(
             jitter=asked,
             tenant_jitter=tenant.jitter_seconds,
             min_interval=tenant_limits(tenant).min_interval if in_form else None,
+            calendar=rules,
+            policy=cast(CalendarPolicy, policy),
         )
     except ScheduleError as error:
         return {"errors": error.errors, "cron": from_phrase}
@@ -152,18 +171,27 @@ def form_ready(form: ScheduleForm, schedule: Schedule | None) -> Response | None
     )
 
 
-def builder_preview(form: ScheduleForm, start: date | None, jitter: str) -> dict[str, Any]:
+def builder_preview(
+    form: ScheduleForm, start: date | None, jitter: str, calendar: str = "", policy: str = "skip"
+) -> dict[str, Any]:
     """The live preview of the builder's fields (Custom: of the cron field); each error says
-    which field it is about."""
+    which field it is about. `calendar`: cron_preview's `calendar` and `policy`."""
     try:
         built = form.built_cron()
     except cron.BuilderError as error:
         return {
             "errors": {name: f"{FIELD_LABELS[name]}: {text}" for name, text in error.errors.items()}
         }
+    result = cron_preview(
+        form.cron if built is None else built,
+        form.time_zone,
+        start=start,
+        jitter=jitter,
+        in_form=True,
+        calendar=calendar,
+        policy=policy,
+    )
     if built is None:
-        return cron_preview(form.cron, form.time_zone, start=start, jitter=jitter, in_form=True)
+        return result
     form.cron = built
-    return cron_preview(built, form.time_zone, start=start, jitter=jitter, in_form=True) | {
-        "cron": built
-    }
+    return result | {"cron": built}

@@ -266,8 +266,11 @@ def preview() -> Response:
             form=form,
         )
     jitter = request.args.get("jitter_seconds", "")
+    # The business calendar chosen and its policy: the fires it skips or moves are marked.
+    calendar = request.args.get("calendar", "")
+    policy = request.args.get("calendar_policy", "skip")
     if form.builder:
-        preview = builder_preview(form, start, jitter)
+        preview = builder_preview(form, start, jitter, calendar, policy)
         built = is_htmx() and bool(preview.get("cron"))
         # The builder fills the cron field and empties "Describe it" (out of band), and shows
         # the fields of a Repeat just chosen.
@@ -275,7 +278,14 @@ def preview() -> Response:
         oob["show_builder"] = is_htmx() and form.new_shape()
     else:
         preview = cron_preview(
-            form.cron, form.time_zone, start=start, jitter=jitter, in_form=True, phrase=form.phrase
+            form.cron,
+            form.time_zone,
+            start=start,
+            jitter=jitter,
+            in_form=True,
+            phrase=form.phrase,
+            calendar=calendar,
+            policy=policy,
         )
         if preview.get("cron"):
             form.cron = preview["cron"]
@@ -318,7 +328,12 @@ def detail_context(schedule_id: int) -> dict[str, Any]:
         "schedule": schedule,
         "spec": spec,
         "preview": cron_preview(
-            schedule.cron, schedule.time_zone, count=10, jitter=schedule.jitter_seconds
+            schedule.cron,
+            schedule.time_zone,
+            count=10,
+            jitter=schedule.jitter_seconds,
+            policy=schedule.calendar_policy,
+            calendar_id=schedule.calendar_id,
         ),
         "runs": runs[:DETAIL_RUNS],
         "waiting": waiting(runs[:DETAIL_RUNS]),
