@@ -289,6 +289,33 @@ def test_the_prune_job_logs_what_it_did(app: Flask, world: World) -> None:
     assert lines[0].endswith(" ms); deleted 0 expired roll-ups")
 
 
+def test_the_prune_job_keeps_what_the_operators_retention_setting_keeps(
+    app: Flask, world: World
+) -> None:
+    """The job reads SCHEDULER_RUN_RETENTION_DAYS as the settings typed it (no default of its
+    own): with 365 days, runs of 100 days ago stay."""
+    nightly = make_schedule(world.alpha, "nightly", NOW)
+    add(nightly, NOW - timedelta(days=100))
+    db.session.commit()
+    settings = load_settings(app.instance_path, {"SCHEDULER_RUN_RETENTION_DAYS": "365"})
+    lines: list[str] = []
+
+    class Lines(logging.Logger):
+        def info(self, msg: object, *args: object, **kwargs: Any) -> None:
+            lines.append(str(msg))
+
+    ctx = JobContext(
+        run_id=0,
+        idempotency_key="prune",
+        logger=Lines("prune"),
+        config=settings.settings.job_settings(),
+        db=db.session(),
+    )
+    prune_runs(ctx, PruneParams())
+    assert lines[0].startswith("folded 0 runs")
+    assert db.session.scalar(select(func.count()).select_from(Run)) == 1
+
+
 def test_tenant_set_is_audited_in_the_tenants_log_with_what_changed(
     cli: FlaskCliRunner, world: World
 ) -> None:

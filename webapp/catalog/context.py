@@ -8,7 +8,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Protocol, TypeVar
+
+T = TypeVar("T")
 
 
 class PermanentError(Exception):
@@ -62,6 +64,14 @@ class JobContext:
             raise ValueError(
                 f"scheduled_for must be an aware UTC datetime, not {self.scheduled_for}"
             )
+
+    def setting(self, name: str, kind: type[T]) -> T:
+        """One of the operator's JOB_SETTINGS as the Settings typed it (its default there, not
+        here); a name the job was not given, or a value of another type, is a programming error."""
+        value = self.config[name]
+        if not isinstance(value, kind):
+            raise TypeError(f"{name} is {type(value).__name__}, not {kind.__name__}")
+        return value
 
     def log(self, msg: str) -> None:
         """Writes one line to the run's output."""

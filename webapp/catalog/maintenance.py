@@ -16,8 +16,8 @@ class PruneParams(BaseModel):
 
 def prune_runs(ctx: JobContext, params: PruneParams) -> None:
     """Folds runs past their retention into daily roll-ups and deletes them (see retention)."""
-    run_days = int(str(ctx.config.get("SCHEDULER_RUN_RETENTION_DAYS", 90)))
-    rollup_days = int(str(ctx.config.get("SCHEDULER_ROLLUP_RETENTION_DAYS", 730)))
+    run_days = ctx.setting("SCHEDULER_RUN_RETENTION_DAYS", int)
+    rollup_days = ctx.setting("SCHEDULER_ROLLUP_RETENTION_DAYS", int)
     if not isinstance(ctx.db, Session):
         raise RuntimeError("maintenance.prune_runs needs a database session")
     report = retention.prune(
