@@ -261,11 +261,9 @@ def test_a_timeout_between_batches_leaves_every_run_counted_once(app: Flask, wor
     assert (report.runs_deleted, len(runs_left()), rolled_up_runs()) == (4, 0, 6)
 
 
-def test_the_prune_job_logs_what_it_did(app: Flask, world: World) -> None:
-    nightly = make_schedule(world.alpha, "nightly", NOW)
-    add(nightly, NOW - timedelta(days=100))
-    add(nightly, NOW - timedelta(days=101))
-    db.session.commit()
+def run_prune_job(app: Flask, **given: str) -> list[str]:
+    """Runs the prune job as a worker would, with the app's job settings (`given` over them);
+    the lines it logged."""
     lines: list[str] = []
 
     class Lines(logging.Logger):
@@ -276,10 +274,20 @@ def test_the_prune_job_logs_what_it_did(app: Flask, world: World) -> None:
         run_id=0,
         idempotency_key="prune",
         logger=Lines("prune"),
-        config={"SCHEDULER_RUN_RETENTION_DAYS": 90, "SCHEDULER_ROLLUP_RETENTION_DAYS": 730},
+        config=load_settings(app.instance_path, given).settings.job_settings(),
         db=db.session(),
     )
     prune_runs(ctx, PruneParams())
+    return lines
+
+
+def test_the_prune_job_logs_what_it_did(app: Flask, world: World) -> None:
+    nightly = make_schedule(world.alpha, "nightly", NOW)
+    add(nightly, NOW - timedelta(days=100))
+    add(nightly, NOW - timedelta(days=101))
+    db.session.commit()
+
+    lines = run_prune_job(app)  # 90 days, the default
 
     assert len(lines) == 1
     assert lines[0].startswith(
@@ -297,21 +305,9 @@ def test_the_prune_job_keeps_what_the_operators_retention_setting_keeps(
     nightly = make_schedule(world.alpha, "nightly", NOW)
     add(nightly, NOW - timedelta(days=100))
     db.session.commit()
-    settings = load_settings(app.instance_path, {"SCHEDULER_RUN_RETENTION_DAYS": "365"})
-    lines: list[str] = []
 
-    class Lines(logging.Logger):
-        def info(self, msg: object, *args: object, **kwargs: Any) -> None:
-            lines.append(str(msg))
+    lines = run_prune_job(app, SCHEDULER_RUN_RETENTION_DAYS="365")
 
-    ctx = JobContext(
-        run_id=0,
-        idempotency_key="prune",
-        logger=Lines("prune"),
-        config=settings.settings.job_settings(),
-        db=db.session(),
-    )
-    prune_runs(ctx, PruneParams())
     assert lines[0].startswith("folded 0 runs")
     assert db.session.scalar(select(func.count()).select_from(Run)) == 1
 
