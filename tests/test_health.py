@@ -99,7 +99,9 @@ def test_health_passes_with_a_fresh_heartbeat_and_nothing_overdue(
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert all(line.startswith("ok ") for line in lines), lines
-    assert f"ok worker heartbeat fresh (worker {worker.id} on host-a, 5 s ago)" in lines
+    # 5 s ago when written; a second more if the machine is slow between the write and the check.
+    fresh = [f"ok worker heartbeat fresh (worker {worker.id} on host-a, {s} s ago)" for s in (5, 6)]
+    assert set(fresh) & set(lines), lines
 
 
 def test_health_fails_when_the_newest_heartbeat_is_older_than_the_limit(
