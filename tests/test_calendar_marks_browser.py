@@ -20,7 +20,7 @@ WIDTHS = {"desktop": 1280, "phone": 390}
 def sized_page(request: pytest.FixtureRequest, chromium: Any, errors: PageErrors) -> Iterator[Any]:
     context = chromium.new_context(viewport={"width": WIDTHS[request.param], "height": 900})
     page = context.new_page()
-    page.set_default_timeout(10_000)
+    page.set_default_timeout(30_000)  # a loaded CI machine
     errors.watch(page)
     yield page
     context.close()
