@@ -13,6 +13,15 @@ from typing import Protocol, TypeVar
 T = TypeVar("T")
 
 
+def job_setting(settings: Mapping[str, object], name: str, kind: type[T]) -> T:
+    """One of the operator's JOB_SETTINGS as the Settings typed it (its default there, not
+    here); a name the job was not given, or a value of another type, is a programming error."""
+    value = settings[name]
+    if not isinstance(value, kind):
+        raise TypeError(f"{name} is {type(value).__name__}, not {kind.__name__}")
+    return value
+
+
 class PermanentError(Exception):
     """Raised by a job for a failure that no retry can fix: a bad setting or argument, a request
     the far end refuses (HTTP 4xx). The worker fails the run at once, whatever attempts remain;
@@ -66,12 +75,8 @@ class JobContext:
             )
 
     def setting(self, name: str, kind: type[T]) -> T:
-        """One of the operator's JOB_SETTINGS as the Settings typed it (its default there, not
-        here); a name the job was not given, or a value of another type, is a programming error."""
-        value = self.config[name]
-        if not isinstance(value, kind):
-            raise TypeError(f"{name} is {type(value).__name__}, not {kind.__name__}")
-        return value
+        """job_setting() of the settings this job was given."""
+        return job_setting(self.config, name, kind)
 
     def log(self, msg: str) -> None:
         """Writes one line to the run's output."""

@@ -22,7 +22,7 @@ from typing import Any, TextIO
 from sqlalchemy.orm import Session
 
 from webapp.catalog import ArgsError, Catalog, PermanentError, UnknownJobError
-from webapp.catalog.context import JobContext, JobTimeout, RunCancelled
+from webapp.catalog.context import JobContext, JobTimeout, RunCancelled, job_setting
 from webapp.config import Settings
 from webapp.database import storable, utcnow, write_transaction
 from webapp.models import RunStatus
@@ -211,7 +211,7 @@ def run_job(
         return JobResult(None, "", stopped=True)
     if run.unreadable is not None:
         return JobResult(JobError(run.unreadable, permanent=True), "")
-    output = CappedOutput(int(settings["SCHEDULER_OUTPUT_LIMIT"]))
+    output = CappedOutput(job_setting(settings, "SCHEDULER_OUTPUT_LIMIT", int))
     try:
         spec = catalog.get(run.job)
     except UnknownJobError as unknown:
