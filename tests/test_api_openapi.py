@@ -10,7 +10,9 @@ from flask import Flask
 from tests.api_helpers import Api
 from tests.conftest import World
 from webapp.api.openapi import OPERATIONS
+from webapp.api.schemas import ScheduleOut, SchedulePatch
 from webapp.extensions import db
+from webapp.services.schema import ScheduleIn
 
 
 def document(app: Flask) -> dict[str, Any]:
@@ -99,3 +101,12 @@ def test_the_reference_page_needs_no_token_and_no_inline_script(app: Flask) -> N
     assert 'data-openapi-url="/api/v1/openapi.json"' in html
     assert "/static/vendor/swagger-ui-bundle.js" in html and "/static/api-docs.js" in html
     db.session.rollback()
+
+
+def test_every_field_a_schedule_takes_is_answered_patched_and_audited() -> None:
+    """The add-a-field recipe (docs/architecture.md): a field on ScheduleIn that the API does
+    not answer or let a PATCH change fails here (the audit log, the ETag and the export take
+    ScheduleIn's fields themselves)."""
+    taken = set(ScheduleIn.model_fields)
+    assert taken - set(ScheduleOut.model_fields) == set()
+    assert taken - set(SchedulePatch.model_fields) == set()

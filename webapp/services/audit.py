@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from webapp.database import utcnow
 from webapp.models import AuditEvent, Schedule, User
 from webapp.services import scope
+from webapp.services.schema import ScheduleIn
 from webapp.token_models import ApiToken
 
 
@@ -42,23 +43,10 @@ class Actor:
 SCHEDULER = Actor(user_id=None, label="scheduler")
 DEFAULTS = Actor(user_id=None, label="defaults")
 
-AUDITED_FIELDS = (
-    "key",
-    "name",
-    "job",
-    "args",
-    "cron",
-    "time_zone",
-    "active",
-    "misfire_policy",
-    "overlap_policy",
-    "notify_emails",
-    "notify_webhook_url",
-    "pause_after_failures",
-    "jitter_seconds",
-    "calendar",
-    "calendar_policy",
-)
+# What a user may change in a schedule: every field of ScheduleIn, in its order (the audit log's
+# changes, the ETag, the export and its import). A field added there is audited, versioned and
+# exported without more code.
+AUDITED_FIELDS = tuple(ScheduleIn.model_fields)
 
 
 def schedule_snapshot(schedule: Schedule) -> dict[str, Any]:
