@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 import re
+import threading
+import time
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskCliRunner
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select, text
+from werkzeug.test import TestResponse
 
 from tests.api_helpers import Api, OperatorApi, problem_fields
 from tests.conftest import World, make_run, make_schedule
@@ -308,3 +312,41 @@ def test_the_tenants_admins_see_the_operators_changes_in_their_audit_log(
     assert "limits_changed" in page or "limits changed" in page
     beta = Panel(app, world.charlie).get("/audit").get_data(as_text=True)
     assert operator.token.prefix not in beta
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_a_create_that_loses_the_race_for_its_slug_is_a_conflict_not_a_500(
+    app: Flask, world: World
+) -> None:
+    """Two provisioning calls for one slug at once (PostgreSQL: SQLite's write lock serialises
+    them): both find the slug free, the other commits first, this one's insert meets the unique
+    index. It answers 409 as a later call would, and writes nothing."""
+    operator = OperatorApi(app)
+    answers: list[TestResponse] = []
+    with db.engine.connect() as other:
+        other.execute(insert(Tenant).values(slug="acme", name="Theirs", time_zone="UTC"))
+
+        def ask() -> None:
+            with app.app_context():
+                answers.append(
+                    operator.post("/api/v1/admin/tenants", json={"slug": "acme", "name": "Ours"})
+                )
+
+        asking = threading.Thread(target=ask)
+        asking.start()
+        waiting = text(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        deadline = time.monotonic() + 30
+        while db.session.scalar(waiting) == 0:  # the request's insert waits on the other's row
+            assert time.monotonic() < deadline and asking.is_alive(), answers
+            db.session.rollback()
+            time.sleep(0.05)
+        other.commit()
+        asking.join(30)
+    assert [a.status_code for a in answers] == [409]
+    assert problem_fields(answers[0]) == {"slug": "a tenant with slug 'acme' already exists"}
+    db.session.rollback()
+    assert db.session.scalars(select(Tenant.name).where(Tenant.slug == "acme")).all() == ["Theirs"]
+    assert audit_rows("tenant.created") == []

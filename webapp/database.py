@@ -230,9 +230,11 @@ def write_transaction(session: Session | scoped_session[Any]) -> Iterator[Sessio
         raise
 
 
-# PostgreSQL's answers to the loser of a race that a second try may win: deadlock_detected and
-# serialization_failure. Its transaction was rolled back whole, so nothing of it was written.
-LOST_RACE = {"40P01", "40001"}
+# PostgreSQL's answers to the loser of a race that a second try may win: deadlock_detected,
+# serialization_failure, and unique_violation (two requests both found a slug or an email free,
+# and the other inserted it first: the second try finds it taken and says so, as when it came
+# later). Its transaction was rolled back whole, so nothing of it was written.
+LOST_RACE = {"40P01", "40001", "23505"}
 TRIES = 3
 
 P = ParamSpec("P")
@@ -246,7 +248,7 @@ def lost_race(error: DBAPIError) -> bool:
 def retry_lost_race(change: Callable[P, T]) -> Callable[P, T]:
     """`change` (a function that is one whole write transaction, and safe to run again: it reads
     what it decides on inside the transaction) run again when PostgreSQL aborted it as the loser
-    of a deadlock or a serialization race, up to TRIES times."""
+    of a race (LOST_RACE), up to TRIES times."""
 
     @functools.wraps(change)
     def tried(*args: P.args, **kwargs: P.kwargs) -> T:

@@ -10,7 +10,7 @@ from sqlalchemy import Select, select
 from werkzeug.security import check_password_hash, generate_password_hash
 
 from webapp.catalog.current import current_catalog
-from webapp.database import utcnow, write_transaction
+from webapp.database import retry_lost_race, utcnow, write_transaction
 from webapp.extensions import db
 from webapp.models import Membership, Tenant, User
 from webapp.services import audit, sessions, tenants
@@ -47,6 +47,7 @@ def create_tenant(slug: str, name: str, time_zone: str = "UTC") -> Tenant:
     return new_tenant({"slug": slug, "name": name, "time_zone": time_zone}, Actor.cli())
 
 
+@retry_lost_race  # a parallel create of the same slug: the second try answers Conflict
 def new_tenant(data: Mapping[str, Any], actor: Actor) -> Tenant:
     """A tenant from TenantIn's fields, checked, audited, with its default schedules."""
     asked = TenantIn.check(dict(data))
@@ -76,6 +77,7 @@ class UserAdded:
     joined: bool = False  # the membership is new
 
 
+@retry_lost_race  # a parallel add of the same email or membership: the second try sees it
 def add_user(
     email: str,
     tenant_slug: str,

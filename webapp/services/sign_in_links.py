@@ -24,10 +24,9 @@ from urllib.parse import urlsplit
 
 from pydantic import StrictStr, field_validator
 from sqlalchemy import delete, select, update
-from sqlalchemy.exc import IntegrityError
 
 from webapp.config import Settings
-from webapp.database import write_transaction
+from webapp.database import retry_lost_race, write_transaction
 from webapp.extensions import db
 from webapp.models import Membership, Role, Tenant, User
 from webapp.services import audit, sessions
@@ -204,6 +203,7 @@ class SignedIn:
     return_url: str | None
 
 
+@retry_lost_race  # a parallel first use by the same email made the user first
 def sign_in(
     slug: str, token: str, now: datetime, lifetimes: sessions.Lifetimes, ending: str | None
 ) -> SignedIn:
@@ -211,18 +211,6 @@ def sign_in(
     membership made on first use, the role set to the link's, the login of `ending` (whoever
     this browser was signed in as) ended, the sign-in audited in the tenant's log. LinkRefused
     (nothing written) when usable_link refuses, or when a parallel use was first."""
-    for attempt in (1, 2):
-        try:
-            return use_link(slug, token, now, lifetimes, ending)
-        except IntegrityError:  # a parallel first use by the same email made the user first
-            if attempt == 2:
-                raise
-    raise AssertionError("unreachable")
-
-
-def use_link(
-    slug: str, token: str, now: datetime, lifetimes: sessions.Lifetimes, ending: str | None
-) -> SignedIn:
     with write_transaction(db.session):
         link = usable_link(slug, token, now)
         used = db.session.execute(
