@@ -31,8 +31,14 @@ def operations(spec: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 def schema_of(spec: dict[str, Any], holder: dict[str, Any]) -> str:
+    """The body's schema: a link to it under Schemas, or its type in words."""
     content = holder.get("content", {}).get("application/json", {})
-    return openapi.type_label(content["schema"]) if "schema" in content else ""
+    if "schema" not in content:
+        return ""
+    label = openapi.type_label(content["schema"])
+    if label in spec["components"]["schemas"]:
+        return f"[`{label}`](#{label.lower()})"
+    return cell(label)
 
 
 def render_operation(spec: dict[str, Any], method: str, path: str, op: dict[str, Any]) -> str:
@@ -53,9 +59,9 @@ def render_operation(spec: dict[str, Any], method: str, path: str, op: dict[str,
     if "requestBody" in op:
         body = op["requestBody"]
         required = "required" if body.get("required") else "optional"
-        parts.append(f"Body ({required}): {code(schema_of(spec, body))}.")
+        parts.append(f"Body ({required}): {schema_of(spec, body)}.")
     responses = [
-        (code(status), cell(response["description"]), cell(schema_of(spec, response)))
+        (code(status), cell(response["description"]), schema_of(spec, response))
         for status, response in op["responses"].items()
     ]
     parts.append(table(("Status", "Meaning", "Body"), responses))

@@ -3,7 +3,7 @@ indexes, and the model's docstring where a model maps it."""
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Table, UniqueConstraint
+from sqlalchemy import Column, Index, Table, UniqueConstraint
 
 from webapp.extensions import db
 from webapp.reference.app import reference_app
@@ -37,6 +37,12 @@ def column_notes(column: Column[object]) -> str:
     return ", ".join(notes)
 
 
+def partial(index: Index) -> str:
+    """A partial index's condition, as PostgreSQL's is declared (SQLite's says the same)."""
+    where = index.dialect_options["postgresql"].get("where")
+    return f", only where {code(where)}" if where is not None else ""
+
+
 def render_table(found: Table, doc: str) -> str:
     rows = [
         (
@@ -56,6 +62,7 @@ def render_table(found: Table, doc: str) -> str:
     indexes = [
         f"- index {code(index.name)}: {', '.join(code(c.name) for c in index.columns)}"
         + (" (unique)" if index.unique else "")
+        + partial(index)
         for index in sorted(found.indexes, key=lambda index: str(index.name))
     ]
     if constraints or indexes:
