@@ -46,9 +46,9 @@ def parse_names(text: str) -> list[str]:
 
 
 def from_text(parse: Callable[[str], Any]) -> BeforeValidator:
-    """Reads text (every environment value, and text in the instance file) the README's way;
-    other Python values are checked as they are. Text that `parse` refuses is left as it is,
-    so that the type check refuses it, naming the type the setting takes."""
+    """Reads text (every environment value, and text in the instance file) as the settings
+    reference says; other Python values are checked as they are. Text that `parse` refuses is
+    left as it is, so that the type check refuses it, naming the type the setting takes."""
 
     def parsed(value: object) -> object:
         if isinstance(value, str):
@@ -299,7 +299,7 @@ class Settings(BaseModel):
             missing = " and ".join(name for name in OIDC_CLIENT if name not in given)
             raise ValueError(
                 f"single sign-on needs {', '.join(OIDC_CLIENT)}: {missing} not set "
-                "(README, Single sign-on)"
+                "(docs/how-to/sign-in.md, Single sign-on)"
             )
         if self.SCHEDULER_OIDC_ISSUER:
             problem = issuer_problem(self.SCHEDULER_OIDC_ISSUER)
@@ -456,7 +456,7 @@ JOB_SETTINGS = (
     "SCHEDULER_WEBHOOK_TIMEOUT",
 )
 SCHEDULER_SETTINGS = {name for name in Settings.model_fields if name.startswith("SCHEDULER_")}
-# How messages name the type a value failed to be (pydantic's error type -> the README's word).
+# How messages name the type a value failed to be (pydantic's error type -> the docs' word).
 KINDS = {
     "int_type": "int",
     "float_type": "float",
