@@ -1,4 +1,4 @@
-# The README's two commands. Nothing else needs make.
+# The README's two commands, and the rest of the checkout's chores.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 PORT ?= 5000
 FLASK := $(BIN)/flask --app webapp
 
-.PHONY: run test lint bench soak
+.PHONY: run test lint bench soak docs docs-serve
 
 $(VENV)/.runtime: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -59,3 +59,10 @@ lint: $(VENV)/.dev
 	$(BIN)/ruff check webapp tests bench
 	$(BIN)/ruff format --check webapp tests bench
 	$(BIN)/mypy
+
+# The documentation site (mkdocs.yml) into site/, strict: a broken link or anchor fails. Offline.
+docs: $(VENV)/.dev
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: $(VENV)/.dev
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict

@@ -1,5 +1,5 @@
 """A real PgBouncer in transaction pooling mode in front of the tests' PostgreSQL server: its own
-folder and port, started once for the session, as production runs it (README, "Behind
+folder and port, started once for the session, as production runs it (docs/how-to/deploy.md, "Behind
 PgBouncer"). As root it runs as the `postgres` user (PgBouncer refuses to run as root), as the
 throwaway cluster does.
 """

@@ -35,7 +35,7 @@ def test_secret_key_is_required_outside_debug_and_tests(
         create_app({"SQLALCHEMY_DATABASE_URI": "sqlite://"})
     assert str(missing.value) == (
         f"SECRET_KEY is not set: export SECRET_KEY or set it in {instance_folder}/config.py "
-        "(see README, Configuration)"
+        "(see docs/reference/settings.md)"
     )
 
 

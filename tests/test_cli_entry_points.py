@@ -63,7 +63,7 @@ def test_a_missing_secret_key_is_one_line_not_a_traceback(
     assert result.stdout == ""
     assert result.stderr.splitlines() == [
         f"Error: SECRET_KEY is not set: export SECRET_KEY or set it in {tmp_path}/config.py "
-        "(see README, Configuration)"
+        "(see docs/reference/settings.md)"
     ]
 
 

@@ -129,9 +129,9 @@ def test_custom_writes_no_cron() -> None:
         Shape().cron()
 
 
-def test_the_readmes_builder_table_is_what_the_builder_writes() -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### The schedule builder")[1].split("\n- ")[0]
+def test_the_docs_builder_table_is_what_the_builder_writes() -> None:
+    page = Path(__file__).resolve().parent.parent / "docs" / "reference" / "cron.md"
+    section = page.read_text(encoding="utf-8").split("## The schedule builder")[1].split("\n- ")[0]
     rows = [line for line in section.splitlines() if line.startswith("| ") and "`" in line]
     crons = [row.split("`")[1] for row in rows]
     assert len(crons) == 11

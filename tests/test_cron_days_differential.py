@@ -1,8 +1,8 @@
 """Our fire times for the extended day syntax (L, LW, D#N, D#L, DL) against cronsim, an
 independent implementation used only in tests, on random expressions in UTC and DST zones.
 
-Where cronsim's rules differ from ours (the README says the same, under "Last days and n-th
-weekdays"):
+Where cronsim's rules differ from ours (docs/reference/cron.md says the same, under "Last days
+and n-th weekdays"):
 - It reads the last weekday D only as ``DL`` with D a number (``5L``): ``FRI#L``, ``5#L`` and
   ``FRIL`` are given to it as ``5L``. Everything else it reads as we do: L, LW (the last Monday
   to Friday), D#N with N 1-5, Sunday as 0 or 7, lists, and Debian's rule for the two day fields

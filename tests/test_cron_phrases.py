@@ -16,7 +16,8 @@ from webapp.cron import (
     validate,
 )
 
-# The phrases, then the extras a demanding user expects (README: "Plain-English input").
+# The phrases, then the extras a demanding user expects (docs/reference/cron.md:
+# "Plain-English input").
 PHRASES = {
     "every weekday at 9:30": "30 9 * * 1-5",
     "every 15 minutes": "*/15 * * * *",

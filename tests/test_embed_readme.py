@@ -1,4 +1,5 @@
-"""The README's "Embed it in your product" code, run as written against a live panel: it
+"""The integration code of docs/how-to/embed.md ("Embed it in your product"), run as written
+against a live panel: it
 provisions a tenant for a new customer, and its "Schedules" view redirects to a sign-in link
 that a browser (here `requests`) opens, continues and lands in the customer's panel."""
 
@@ -20,15 +21,13 @@ from webapp.models import Membership, Tenant, User
 from webapp.services import tokens
 from webapp.services.audit import Actor
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "how-to" / "embed.md"
 
 
-def readme_integration() -> str:
-    """The first Python block of the README's section "Embed it in your product"."""
-    text = README.read_text()
-    section = text[text.index("## Embed it in your product\n") :]
-    found = re.search(r"```python\n(.*?)```", section, re.S)
-    assert found, "no Python block in the section"
+def page_integration() -> str:
+    """The first Python block of the page "Embed it in your product"."""
+    found = re.search(r"```python\n(.*?)```", PAGE.read_text(), re.S)
+    assert found, "no Python block on the page"
     return found.group(1)
 
 
@@ -42,15 +41,15 @@ def panel(sqlite_template: str, tmp_path: Path) -> Iterator[LiveServer]:
 
 @pytest.fixture
 def host_code(panel: LiveServer, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """The README's block, executed with its environment: the panel's URL and an operator
-    token made as the README says."""
+    """The page's block, executed with its environment: the panel's URL and an operator
+    token made as the page says."""
     with panel.app.app_context():
         _, secret = tokens.create_operator_token("host-app", None, Actor.cli(), utcnow())
         db.session.remove()
     monkeypatch.setenv("SCHEDULER_URL", panel.url)
     monkeypatch.setenv("SCHEDULER_OPERATOR_TOKEN", secret)
     namespace: dict[str, Any] = {"__name__": "host"}
-    exec(compile(readme_integration(), str(README), "exec"), namespace)
+    exec(compile(page_integration(), str(PAGE), "exec"), namespace)
     return namespace
 
 
@@ -60,7 +59,7 @@ def csrf_of(page: str) -> str:
     return found.group(1)
 
 
-def test_the_readme_integration_runs_as_written(
+def test_the_embed_page_integration_runs_as_written(
     panel: LiveServer, host_code: dict[str, Any]
 ) -> None:
     customer = SimpleNamespace(slug="acme", name="Acme Inc.", time_zone="America/Chicago")

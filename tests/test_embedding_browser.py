@@ -46,7 +46,7 @@ ACCOUNT_PAGE = """<!doctype html>
 @contextmanager
 def host_application(link: Callable[[], str]) -> Iterator[str]:
     """The host's site on localhost and a free port: its page frames its own /schedules, which
-    redirects to a new sign-in link (`link()`), as the README's integration does."""
+    redirects to a new sign-in link (`link()`), as docs/how-to/embed.md's integration does."""
     host = Flask("host")
 
     @host.get("/")

@@ -113,7 +113,8 @@ def test_the_operator_area_is_404_for_tenant_users_get_and_post(
         "/operator/view/end",
         f"/operator/workers/{worker.id}/runs/{run.id}/release",
     ]
-    anonymous = app.test_client()  # as the README says: 404, not a redirect to the login
+    # As docs/how-to/monitoring.md says: 404, not a redirect to the login.
+    anonymous = app.test_client()
     for url in gets:
         assert anonymous.get(url).status_code == 404, url
     for user in (world.alice, world.bob, world.charlie):

@@ -1,5 +1,5 @@
 """The panel and the settings behind a real PgBouncer in transaction pooling mode
-(tests/pg_bouncer.py; README, "Behind PgBouncer"). The workers go through it in the
+(tests/pg_bouncer.py; docs/how-to/deploy.md, "Behind PgBouncer"). The workers go through it in the
 exactly-once, fencing and Run now tests (`also_pgbouncer` and `postgresql_and_pgbouncer` in
 test_worker_processes, test_faults and test_fencing)."""
 

@@ -71,7 +71,8 @@ def test_a_run_now_row_polls_four_times_a_second_for_its_first_seconds_then_each
     new_page: Any, live_panel: LiveServer, errors: PageErrors
 ) -> None:
     """No worker: the run stays queued, its row polling. A Run now's result is promised within
-    a second (README); a row that asked each second showed it up to a second late."""
+    a second (docs/reference/panel.md); a row that asked each second showed it up to a second
+    late."""
     schedule_id = yearly_schedule(live_panel, "Polled")
     page = new_page
     log_in(page, live_panel, "alice@example.com")

@@ -18,8 +18,9 @@ from webapp.extensions import db
 PROJECT = Path(__file__).resolve().parent.parent
 # For what only PostgreSQL has: LISTEN/NOTIFY, terminating a backend, stopping the server.
 postgresql_only = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
-# Once more through a real PgBouncer in transaction mode (README, "Behind PgBouncer"): the
-# workers' DATABASE_URL is the pooled one, their SCHEDULER_LISTEN_DATABASE_URL the direct one.
+# Once more through a real PgBouncer in transaction mode (docs/how-to/deploy.md, "Behind
+# PgBouncer"): the workers' DATABASE_URL is the pooled one, their SCHEDULER_LISTEN_DATABASE_URL
+# the direct one.
 also_pgbouncer = pytest.mark.parametrize(
     "database_url", ["sqlite", "postgresql", "pgbouncer"], indirect=True
 )

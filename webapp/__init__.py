@@ -66,7 +66,7 @@ def build_app(config: Mapping[str, Any] | None) -> Flask:
         if not is_secret_key_optional(app.config):
             raise ConfigError(
                 "SECRET_KEY is not set: export SECRET_KEY or set it in "
-                f"{os.path.join(app.instance_path, INSTANCE_FILE)} (see README, Configuration)"
+                f"{os.path.join(app.instance_path, INSTANCE_FILE)} (see docs/reference/settings.md)"
             )
         app.config["SECRET_KEY"] = secrets.token_hex(32)
     # Flask's own default is off; ours is on, unless a source above chose.

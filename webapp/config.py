@@ -46,9 +46,9 @@ def parse_names(text: str) -> list[str]:
 
 
 def from_text(parse: Callable[[str], Any]) -> BeforeValidator:
-    """Reads text (every environment value, and text in the instance file) the README's way;
-    other Python values are checked as they are. Text that `parse` refuses is left as it is,
-    so that the type check refuses it, naming the type the setting takes."""
+    """Reads text (every environment value, and text in the instance file) as the settings
+    reference says; other Python values are checked as they are. Text that `parse` refuses is
+    left as it is, so that the type check refuses it, naming the type the setting takes."""
 
     def parsed(value: object) -> object:
         if isinstance(value, str):
@@ -80,114 +80,182 @@ ORIGIN = re.compile(r"https?://(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,
 
 
 class Settings(BaseModel):
-    """Every setting read from the instance file and the environment, with its type, default
-    and bounds (the README's Configuration section says what each means), validated once by
+    """Every setting read from the instance file and the environment, with its type, default,
+    bounds and meaning (the docstring under it), validated once by
     load_settings; the code reads this object (`settings()`), never the Flask config's
     strings."""
 
     # Strict: in the instance file `SCHEDULER_DEMO_JOBS = 1` is a mistake, not True.
-    model_config = ConfigDict(strict=True, frozen=True)
+    model_config = ConfigDict(strict=True, frozen=True, use_attribute_docstrings=True)
 
-    DATABASE_URL: str = ""  # empty: a SQLite file in the instance folder
-    # "pgbouncer": DATABASE_URL goes through PgBouncer in transaction pooling mode (README,
-    # Behind PgBouncer): no prepared statements, and no LISTEN on it.
+    DATABASE_URL: str = ""
+    """SQLite file or `postgresql://user:pass@host/db` (psycopg 3 is used for `postgres://` and
+    `postgresql://` URLs)."""
     SCHEDULER_DATABASE_POOLER: Literal["none", "pgbouncer"] = "none"
-    # PostgreSQL: where workers LISTEN for wake-ups, straight to the server ("": DATABASE_URL,
-    # unless that is pooled: then workers poll).
+    """`pgbouncer`: `DATABASE_URL` goes through PgBouncer in transaction pooling mode, so no
+    prepared statements and no LISTEN on it (see "Behind PgBouncer" in the deployment guide)."""
     SCHEDULER_LISTEN_DATABASE_URL: str = ""
+    """PostgreSQL: a URL straight to the server, where workers LISTEN for wake-ups; empty: they
+    LISTEN on `DATABASE_URL`, or, with `SCHEDULER_DATABASE_POOLER=pgbouncer`, nowhere (they
+    poll)."""
     SECRET_KEY: str | bytes = ""
-    # Keys SECRET_KEY had before: sessions signed and secrets sealed with them stay readable.
+    """Signs sessions and CSRF tokens. Required outside debug and tests; `make run` generates one
+    into `instance/config.py`."""
     SECRET_KEY_FALLBACKS: Names = []
-    # None: on, except in debug and tests. Plain-http loopback set-ups (`make run`) turn it off.
+    """Comma-separated keys `SECRET_KEY` had before: sessions signed and two-factor secrets sealed
+    with them stay readable after a rotation (Two-factor login)."""
     SESSION_COOKIE_SECURE: OptionalFlag = None
+    """Cookies only over HTTPS. Not set: on, except in debug and tests; `make run` turns it off
+    because it serves plain HTTP on loopback."""
     SCHEDULER_BATCH_SIZE: Int = 300
+    """Schedules claimed per tick transaction."""
     SCHEDULER_POLL_INTERVAL: Number = 1.0
-    # Seconds before its fire time that a fire is queued (0: at its time). Up to an hour.
+    """Seconds a worker sleeps at most between ticks."""
     SCHEDULER_FIRE_AHEAD: Annotated[float, from_text(float), Field(ge=0, le=3600)] = 0.0
+    """Seconds before its fire time that a fire is queued (0 to 3600; see Fire ahead)."""
     SCHEDULER_LOCK_TTL: Positive = 60
+    """Seconds a running job's lease lasts before another worker may take it over."""
     SCHEDULER_SHUTDOWN_GRACE: Number = 30.0
+    """Seconds running jobs get to finish after SIGTERM."""
     SCHEDULER_CONCURRENCY: Int = 4
-    # gunicorn's threads per process (gunicorn.conf.py reads the same variable): the database
-    # pool keeps at least as many connections, one per request in flight.
+    """Jobs one worker runs at once (`--concurrency` overrides)."""
     SCHEDULER_WEB_THREADS: Annotated[int, from_text(int), Field(ge=1, le=256)] = 2
+    """gunicorn's threads per process (set it in the environment: `gunicorn.conf.py` reads it
+    there); on PostgreSQL each process's database pool keeps at least this many connections, one per
+    request in flight (1-256)."""
     SCHEDULER_MISFIRE_GRACE: Number = 60.0
+    """Seconds after its fire time that a fire still counts as on time (older ones are *missed* and
+    follow the misfire policy)."""
     SCHEDULER_RECOVERY_WINDOW: Int = 86400
+    """Seconds back that `fire_all` catches up after downtime."""
     SCHEDULER_MAX_CATCHUP: Int = 100
+    """Most runs `fire_all` enqueues for one schedule after downtime."""
     SCHEDULER_RUN_RETENTION_DAYS: RetentionDays = 90
-    SCHEDULER_ROLLUP_RETENTION_DAYS: Int = 730  # the daily roll-ups of pruned runs: 2 years
+    """Run history kept by `maintenance.prune_runs`."""
+    SCHEDULER_ROLLUP_RETENTION_DAYS: Int = 730
+    """Days the daily roll-ups of pruned runs (a schedule's charts and statistics beyond the run
+    history) are kept before `maintenance.prune_runs` deletes them (730: two years)."""
     SCHEDULER_OUTPUT_LIMIT: Int = 65536
+    """Bytes of job output kept per run."""
     SCHEDULER_DEMO_JOBS: Flag = False
+    """`1` registers the `demo.*` jobs (the demo and the tests)."""
     SCHEDULER_JOB_MODULES: Names = []
+    """Comma-separated modules that register the operator's jobs."""
     SCHEDULER_MAX_SCHEDULES: Limit = None
+    """Default per-tenant schedule quota."""
     SCHEDULER_MIN_INTERVAL: Limit = None
-    # The most runs of one tenant `running` at once across all workers (a tenant's own
-    # `max_running` replaces it); empty: unlimited.
+    """Default per-tenant minimum seconds between fires."""
     SCHEDULER_MAX_RUNNING: Annotated[Annotated[int, Field(ge=1)] | None, from_text(parse_limit)] = (
         None
     )
+    """Default per-tenant cap on runs running at once, across all workers (see Fairness)."""
     SCHEDULER_WEBHOOK_ALLOWED_HOSTS: Names = []
+    """Comma-separated hosts a webhook may call: exact names (`hooks.example.com`) or
+    `*.example.com` for any subdomain. Empty: no webhook can run."""
     SCHEDULER_WEBHOOK_ALLOW_PRIVATE: Names = []
+    """Allowed hosts (exact names only) that may resolve to loopback, private, link-local or other
+    non-public addresses. Every other host is refused if any of its addresses is not public."""
     SCHEDULER_WEBHOOK_TIMEOUT: Annotated[float, from_text(float), Field(gt=0)] = 10.0
-    # How many proxies in front of the app may set X-Forwarded-* (0: trust none).
+    """Seconds the whole request may take: connecting, sending and reading the answer (DNS aside). A
+    server that answers a byte at a time is cut off at this deadline (`timed out after 10 s`), and
+    the attempt is retried."""
     SCHEDULER_TRUSTED_PROXIES: Annotated[int, from_text(int), Field(ge=0, le=10)] = 0
+    """Reverse proxies in front of the panel (0 to 10): the client address, scheme and host are read
+    from that many `X-Forwarded-*` entries. 0 trusts none, so a client cannot choose its own
+    address."""
     SCHEDULER_MAX_REQUEST_BYTES: Int = 1024 * 1024
-    # Every run copies its schedule's arguments: a fire a minute stores them 1,440 times a day.
-    # 4 KiB holds any URL a server takes and a small JSON body; 16 KiB, four such fields.
+    """Largest request body the panel reads; a larger one answers 413 before it is read."""
     SCHEDULER_MAX_ARG_BYTES: Positive = 4096
+    """Most UTF-8 bytes of one text argument of a schedule (any URL a server takes, a small JSON
+    body)."""
     SCHEDULER_MAX_ARGS_BYTES: Positive = 16384
+    """Most bytes of all of a schedule's arguments as JSON: every run stores a copy, 1,440 a day at
+    `* * * * *`."""
     SCHEDULER_SESSION_IDLE_TIMEOUT: Positive = 8 * 3600
+    """Seconds without a request after which a login ends (8 hours)."""
     SCHEDULER_SESSION_MAX_AGE: Positive = 7 * 86400
-    SCHEDULER_API_RATE_LIMIT: Int = 600  # requests per token per minute; 0: no limit
-    SCHEDULER_MAX_TOKENS: Positive = 100  # active (not revoked, not expired) tokens per tenant
-    # A schedule whose fire time passed this many seconds ago undispatched is overdue; so is a
-    # queued run not started this long after it could have.
+    """Seconds after which a login ends however active (7 days)."""
+    SCHEDULER_API_RATE_LIMIT: Int = 600
+    """Requests one API token may send per minute; more answer 429 with `Retry-After` (0: no
+    limit)."""
+    SCHEDULER_MAX_TOKENS: Positive = 100
+    """Active (neither revoked nor expired) API tokens a tenant may hold; the panel and `token
+    create` refuse another, saying so, until one is revoked."""
     SCHEDULER_OVERDUE_GRACE: Int = 300
-    # A schedule sends at most one notification per window (seconds); the others are recorded
-    # as suppressed.
+    """Seconds after its fire time that an undispatched schedule, or a run that could start and has
+    not (queued, or sent to Celery and not taken), counts as overdue (the panel, `/metrics`,
+    `scheduler health`)."""
     SCHEDULER_NOTIFY_WINDOW: Int = 3600
-    # A tenant sends at most this many notifications (messages: one per recipient) in each UTC
-    # clock hour; the others are recorded as suppressed and counted in a digest.
+    """Seconds in which a schedule sends at most one notification, and at most one `paused`
+    notification; the others are recorded as suppressed (0: no window)."""
     SCHEDULER_NOTIFY_MAX_PER_HOUR: Annotated[int, from_text(int), Field(ge=1, le=100_000)] = 100
-    # Email addresses a schedule (or a tenant's defaults) may notify, besides its one webhook.
+    """Notifications (one per recipient) a tenant sends at most in each UTC clock hour, 1 to 100000;
+    the others are recorded as suppressed and counted in one digest at the hour's end (see
+    Notifications)."""
     SCHEDULER_NOTIFY_MAX_RECIPIENTS: Annotated[
         int, from_text(int), Field(ge=1, le=MAX_NOTIFY_EMAILS)
     ] = 5
-    SCHEDULER_SMTP_HOST: str = ""  # empty: email notifications are not sent (recorded failed)
+    """Email addresses a schedule, or a tenant's defaults, may name, 1 to 20 (besides one webhook
+    URL); more are refused at save, next to the field."""
+    SCHEDULER_SMTP_HOST: str = ""
+    """Mail server for email notifications; empty: none is sent (each is recorded failed,
+    `SCHEDULER_SMTP_HOST is not set`)."""
     SCHEDULER_SMTP_PORT: Int = 25
+    """Its port (465 for `ssl`, 587 for `starttls` as a rule)."""
     SCHEDULER_SMTP_USERNAME: str = ""
+    """Logs in with this name and `SCHEDULER_SMTP_PASSWORD` when set."""
     SCHEDULER_SMTP_PASSWORD: str = ""
+    """The login's password (never logged)."""
     SCHEDULER_SMTP_FROM: str = "scheduler@localhost"
+    """The notifications' `From`; its domain ends their `Message-ID`."""
     SCHEDULER_SMTP_SECURITY: Literal["none", "starttls", "ssl"] = "none"
-    # The panel's address as users reach it, for links in notifications ("" : no links) and
-    # the URLs of sign-in links ("": the address the API request came to).
+    """`none`, `starttls` (upgrade a plain connection) or `ssl` (TLS from the start); the
+    certificate is verified."""
     SCHEDULER_BASE_URL: str = ""
-    # Seconds a one-time sign-in link (POST /api/v1/admin/sign-in-links) may be used.
+    """The panel's address as users reach it (`https://cron.example.com`), for the links in
+    notifications (empty: no links) and sign-in links (empty: the address the API request came
+    to)."""
     SCHEDULER_SIGN_IN_LINK_TTL: Annotated[int, from_text(int), Field(ge=1, le=3600)] = 60
-    # Hosts a sign-in link's return_url may point to (the panel's "Back to <host>").
+    """Seconds a one-time sign-in link works after it is made (1 to 3600; see Embed it in your
+    product)."""
     SCHEDULER_RETURN_URL_HOSTS: Names = []
-    # Origins (https://app.example.com) whose pages may show the panel in a frame; empty: none.
+    """Hosts a sign-in link's `return_url` may point to (the header's "Back to <host>"); empty: no
+    return URL is accepted."""
     SCHEDULER_FRAME_ANCESTORS: Names = []
-    # The bearer token /metrics asks for; empty: /metrics answers 404.
+    """Origins (`https://app.example.com`, comma-separated) whose pages may show the panel in a
+    frame; its cookies are then `SameSite=None; Secure; Partitioned`. Empty: no site may
+    (`frame-ancestors 'none'`)."""
     SCHEDULER_METRICS_TOKEN: str = ""
+    """The bearer token `/metrics` asks for; empty: `/metrics` answers 404."""
     SCHEDULER_LOG_FORMAT: Literal["keyvalue", "json"] = "keyvalue"
-    # A file the worker's loop (a Celery worker's heartbeat) touches at each turn, for a
-    # per-process liveness probe (`scheduler alive`) that reads no database; "": none.
+    """The worker's log lines: `keyvalue` (`action=... run_id=...`) or `json` (one object per
+    line)."""
     SCHEDULER_LIVENESS_FILE: str = ""
-    # Where leased runs execute: this worker's job pool, or a Celery fleet (README, Celery
-    # execution); "celery" needs the broker's URL.
+    """A file the worker touches at each turn of its loop, for the per-process liveness probe
+    `scheduler alive`."""
     SCHEDULER_EXECUTOR: Literal["pool", "celery"] = "pool"
+    """Where leased runs execute: `pool` (the worker's own job pool) or `celery` (sent to a Celery
+    fleet; see Celery execution)."""
     SCHEDULER_CELERY_BROKER_URL: str = ""
+    """The Celery broker, e.g. `redis://localhost:6379/0`; needed with
+    `SCHEDULER_EXECUTOR=celery`."""
     SCHEDULER_CELERY_QUEUE: Annotated[str, Field(min_length=1)] = "scheduler"
-    # Runs a worker has sent to Celery that no Celery worker has started yet, at most.
+    """The Celery queue runs are sent to and the fleet consumes."""
     SCHEDULER_CELERY_MAX_IN_FLIGHT: Positive = 1000
-    # Single sign-on with OpenID Connect (README, Single sign-on): all three, or none.
+    """Runs one worker has sent to Celery that no Celery worker has started yet, at most."""
     SCHEDULER_OIDC_ISSUER: str = ""
+    """Single sign-on: the OpenID Connect provider's issuer URL, exactly as its discovery document
+    names it (`https://`, or `http://` on localhost); empty: no single sign-on (Single sign-on)."""
     SCHEDULER_OIDC_CLIENT_ID: str = ""
+    """The panel's client id at the provider (needed with the issuer)."""
     SCHEDULER_OIDC_CLIENT_SECRET: str = ""
-    SCHEDULER_OIDC_NAME: str = ""  # the login button's "Sign in with <name>"
-    # "TENANT:ROLE": a verified email without an account gets one, in that tenant with that
-    # role; "": single sign-on never creates users.
+    """Its client secret (needed with the issuer; never logged)."""
+    SCHEDULER_OIDC_NAME: str = ""
+    """The provider's name on the login page's button, "Sign in with *name*"; empty: "Sign in with
+    single sign-on"."""
     SCHEDULER_OIDC_CREATE_USERS: str = ""
+    """`TENANT:ROLE` (`acme:viewer`): a verified email without an account here gets one, in that
+    tenant with that role; empty: single sign-on never creates users."""
 
     @model_validator(mode="after")
     def listen_on_postgresql(self) -> Self:
@@ -231,7 +299,7 @@ class Settings(BaseModel):
             missing = " and ".join(name for name in OIDC_CLIENT if name not in given)
             raise ValueError(
                 f"single sign-on needs {', '.join(OIDC_CLIENT)}: {missing} not set "
-                "(README, Single sign-on)"
+                "(docs/how-to/sign-in.md, Single sign-on)"
             )
         if self.SCHEDULER_OIDC_ISSUER:
             problem = issuer_problem(self.SCHEDULER_OIDC_ISSUER)
@@ -388,7 +456,7 @@ JOB_SETTINGS = (
     "SCHEDULER_WEBHOOK_TIMEOUT",
 )
 SCHEDULER_SETTINGS = {name for name in Settings.model_fields if name.startswith("SCHEDULER_")}
-# How messages name the type a value failed to be (pydantic's error type -> the README's word).
+# How messages name the type a value failed to be (pydantic's error type -> the docs' word).
 KINDS = {
     "int_type": "int",
     "float_type": "float",

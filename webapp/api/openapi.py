@@ -347,10 +347,18 @@ TAGGED = (
 
 def path_parameter(name: str) -> dict[str, Any]:
     """An id (`schedule_id`...) or a tenant's slug, in a URL."""
+    owner = "tenant" if name == "slug" else name.removesuffix("_id")
+    description = f"The {owner}'s {'slug' if name == 'slug' else 'id'}"
     schema: dict[str, Any] = {"type": "integer", "minimum": 1, "maximum": MAX_ID}
     if name == "slug":
         schema = {"type": "string", "pattern": f"^{SLUG.pattern}$"}
-    return {"name": name, "in": "path", "required": True, "schema": schema}
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "description": description,
+        "schema": schema,
+    }
 
 
 def path_of(rule: str) -> str:

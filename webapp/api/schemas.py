@@ -405,19 +405,23 @@ class BackfillIn(Strict):
     dry_run: bool = Field(False, description="Answer the preview; queue nothing")
 
 
+PAGE_SIZE = "How many to answer at most"
+CURSOR = "Where the page starts: the previous page's `next_cursor`; absent: the first page"
+
+
 class PageQuery(Strict):
     """A page of a list by id: its size and where it starts (the previous page's cursor)."""
 
-    limit: int = Field(50, ge=1, le=MAX_PAGE)
-    cursor: str | None = Field(None, max_length=20)
+    limit: int = Field(50, ge=1, le=MAX_PAGE, description=PAGE_SIZE)
+    cursor: str | None = Field(None, max_length=20, description=CURSOR)
 
 
 class ScheduleQuery(Strict):
-    status: Literal["active", "paused"] | None = None
-    job: str | None = Field(None, max_length=MAX_TEXT_FILTER)
+    status: Literal["active", "paused"] | None = Field(None, description="Only these schedules")
+    job: str | None = Field(None, max_length=MAX_TEXT_FILTER, description="Only this job's")
     q: str | None = Field(None, max_length=MAX_TEXT_FILTER, description="Part of the name")
-    limit: int = Field(50, ge=1, le=MAX_PAGE)
-    cursor: str | None = Field(None, max_length=20)
+    limit: int = Field(50, ge=1, le=MAX_PAGE, description=PAGE_SIZE)
+    cursor: str | None = Field(None, max_length=20, description=CURSOR)
 
 
 Day = Annotated[date, Field(ge=cron.FIRST_DAY, le=cron.LAST_DAY)]
@@ -426,19 +430,22 @@ Day = Annotated[date, Field(ge=cron.FIRST_DAY, le=cron.LAST_DAY)]
 class RunQuery(Strict):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    status: RunStatus | None = None
-    trigger: Trigger | None = None
-    schedule_id: int | None = Field(None, ge=1, le=MAX_ID)
+    status: RunStatus | None = Field(None, description="Only runs in this state")
+    trigger: Trigger | None = Field(None, description="Only runs started this way")
+    schedule_id: int | None = Field(None, ge=1, le=MAX_ID, description="Only this schedule's")
     since: Day | None = Field(
         None, alias="from", description="First local day (the tenant's zone), YYYY-MM-DD"
     )
     until: Day | None = Field(None, alias="to", description="Last local day, YYYY-MM-DD")
-    limit: int = Field(50, ge=1, le=MAX_PAGE)
-    cursor: str | None = Field(None, max_length=20)
+    limit: int = Field(50, ge=1, le=MAX_PAGE, description=PAGE_SIZE)
+    cursor: str | None = Field(None, max_length=20, description=CURSOR)
+
+
+FIRE_COUNT = "How many fire times"
 
 
 class FiresQuery(Strict):
-    count: int = Field(5, ge=1, le=MAX_FIRES)
+    count: int = Field(5, ge=1, le=MAX_FIRES, description=FIRE_COUNT)
 
 
 class ParseQuery(Strict):
@@ -450,10 +457,14 @@ class ParseQuery(Strict):
 
 
 class PreviewQuery(Strict):
-    expression: str = Field(max_length=cron.MAX_EXPRESSION_LENGTH)
-    time_zone: str = Field("UTC", max_length=64)
-    count: int = Field(5, ge=1, le=MAX_FIRES)
+    expression: str = Field(
+        max_length=cron.MAX_EXPRESSION_LENGTH, description="A cron expression, or a phrase"
+    )
+    time_zone: str = Field("UTC", max_length=64, description="The IANA zone it is read in")
+    count: int = Field(5, ge=1, le=MAX_FIRES, description=FIRE_COUNT)
     calendar: str | None = Field(
         None, max_length=64, description="A business calendar's key: its skipped and moved fires"
     )
-    calendar_policy: Literal["skip", "next_business_day", "previous_business_day"] = "skip"
+    calendar_policy: Literal["skip", "next_business_day", "previous_business_day"] = Field(
+        "skip", description="What the calendar does to a fire on a closed day"
+    )

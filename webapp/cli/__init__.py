@@ -59,7 +59,9 @@ def refuse_import(problems: Iterable[str]) -> NoReturn:
     raise click.exceptions.Exit(1)
 
 
-def register_commands(app: Flask) -> None:
+def our_commands() -> dict[str, click.Command]:
+    """The app's commands by the name `flask --app webapp NAME` runs them (docs/reference/cli.md
+    is built from these)."""
     from webapp.cli.accounts import tenant_cli, user_cli
     from webapp.cli.calendars import calendar_cli
     from webapp.cli.catalog import catalog_cli
@@ -70,15 +72,22 @@ def register_commands(app: Flask) -> None:
     from webapp.cli.serve import serve_command
     from webapp.cli.tokens import token_cli
 
-    app.cli.add_command(tenant_cli)
-    app.cli.add_command(user_cli)
-    app.cli.add_command(demo_command)
-    app.cli.add_command(scheduler_cli)
-    # The product brief's name for the worker: the same command object, so the same options.
-    app.cli.add_command(worker_command, "scheduler-worker")
-    app.cli.add_command(serve_command)
-    app.cli.add_command(schedule_cli)
-    app.cli.add_command(catalog_cli)
-    app.cli.add_command(cron_cli)
-    app.cli.add_command(token_cli)
-    app.cli.add_command(calendar_cli)
+    return {
+        "tenant": tenant_cli,
+        "user": user_cli,
+        "demo": demo_command,
+        "scheduler": scheduler_cli,
+        # The product brief's name for the worker: the same command object, so the same options.
+        "scheduler-worker": worker_command,
+        "serve": serve_command,
+        "schedule": schedule_cli,
+        "catalog": catalog_cli,
+        "cron": cron_cli,
+        "token": token_cli,
+        "calendar": calendar_cli,
+    }
+
+
+def register_commands(app: Flask) -> None:
+    for name, command in our_commands().items():
+        app.cli.add_command(command, name)

@@ -47,7 +47,9 @@ def list_tenants() -> None:
 @user_cli.command("create")
 @click.argument("email")
 @click.option("--tenant", "tenant_slug", required=True, help="Slug of the tenant to join.")
-@click.option("--role", type=click.Choice(ROLES), required=True)
+@click.option(
+    "--role", type=click.Choice(ROLES), required=True, help="What the user may do in the tenant."
+)
 @click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
 @click.option("--operator", is_flag=True, help="Also make the user an operator (/operator).")
 @reports_errors
@@ -78,7 +80,7 @@ def set_operator(email: str, operator: bool) -> None:
 
 
 @user_cli.command("list")
-@click.option("--tenant", "tenant_slug", required=True)
+@click.option("--tenant", "tenant_slug", required=True, help="Slug of the tenant.")
 @reports_errors
 def list_users(tenant_slug: str) -> None:
     """List a tenant's users, one per line: email and role."""

@@ -25,8 +25,8 @@ calendar_cli = AppGroup("calendar", help="Business calendars: holidays, closed d
 
 @calendar_cli.command("create")
 @click.argument("key")
-@click.option("--tenant", "tenant_slug", required=True)
-@click.option("--name", required=True)
+@click.option("--tenant", "tenant_slug", required=True, help="Slug of the tenant.")
+@click.option("--name", required=True, help="The calendar's name, as the panel shows it.")
 @click.option("--country", help="ISO 3166 code of the public holidays (US, DE, GB...).")
 @click.option("--subdivision", help="A subdivision of the country (CA, BY...).")
 @click.option(
@@ -78,7 +78,7 @@ def parse_span(span: str, label: str) -> DayOffIn | WindowIn:
 @calendar_cli.command("add")
 @click.argument("key")
 @click.argument("span", metavar="DATE|FROM..TO")
-@click.option("--tenant", "tenant_slug", required=True)
+@click.option("--tenant", "tenant_slug", required=True, help="Slug of the tenant.")
 @click.option("--label", default="", help="Why it is closed (shown with the day).")
 @reports_errors
 def add_command(key: str, span: str, tenant_slug: str, label: str) -> None:
@@ -111,8 +111,13 @@ def list_command(tenant_slug: str | None) -> None:
 
 @calendar_cli.command("show")
 @click.argument("key")
-@click.option("--tenant", "tenant_slug", required=True)
-@click.option("--year", type=click.IntRange(FIRST_YEAR, LAST_YEAR), default=None)
+@click.option("--tenant", "tenant_slug", required=True, help="Slug of the tenant.")
+@click.option(
+    "--year",
+    type=click.IntRange(FIRST_YEAR, LAST_YEAR),
+    default=None,
+    help="The year to show (default: this year in the tenant's zone).",
+)
 @reports_errors
 def show_command(key: str, tenant_slug: str, year: int | None) -> None:
     """A year's closed days with their reasons, then its maintenance windows (default: this
@@ -129,7 +134,7 @@ def show_command(key: str, tenant_slug: str, year: int | None) -> None:
 
 @calendar_cli.command("delete")
 @click.argument("key")
-@click.option("--tenant", "tenant_slug", required=True)
+@click.option("--tenant", "tenant_slug", required=True, help="Slug of the tenant.")
 @reports_errors
 def delete_command(key: str, tenant_slug: str) -> None:
     """Delete a calendar (refused while schedules use it)."""
@@ -141,7 +146,7 @@ def delete_command(key: str, tenant_slug: str) -> None:
 @calendar_cli.command("import-ics")
 @click.argument("key")
 @click.argument("file", type=click.File("rb"))
-@click.option("--tenant", "tenant_slug", required=True)
+@click.option("--tenant", "tenant_slug", required=True, help="Slug of the tenant.")
 @reports_errors
 def import_ics_command(key: str, file: IO[bytes], tenant_slug: str) -> None:
     """Add an .ics file's events: all-day ones as closed days, timed ones as windows."""
@@ -153,7 +158,7 @@ def import_ics_command(key: str, file: IO[bytes], tenant_slug: str) -> None:
 
 @calendar_cli.command("import")
 @click.argument("file", type=click.File("r", encoding="utf-8"))
-@click.option("--tenant", "tenant_slug", required=True)
+@click.option("--tenant", "tenant_slug", required=True, help="Slug of the tenant.")
 @reports_errors
 def import_command(file: IO[str], tenant_slug: str) -> None:
     """Create or replace (by key) the calendars of a JSON file; all or nothing."""
@@ -166,7 +171,7 @@ def import_command(file: IO[str], tenant_slug: str) -> None:
 
 
 @calendar_cli.command("export")
-@click.option("--tenant", "tenant_slug", required=True)
+@click.option("--tenant", "tenant_slug", required=True, help="Slug of the tenant.")
 @reports_errors
 def export_command(tenant_slug: str) -> None:
     """Write the tenant's calendars as JSON to stdout (the import format)."""

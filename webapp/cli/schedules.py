@@ -24,7 +24,7 @@ schedule_cli = AppGroup("schedule", help="Import, export, run and backfill sched
 
 @schedule_cli.command("import")
 @click.argument("file", type=click.File("r", encoding="utf-8"))
-@click.option("--tenant", "tenant_slug", required=True)
+@click.option("--tenant", "tenant_slug", required=True, help="Slug of the tenant.")
 @reports_errors
 def import_command(file: IO[str], tenant_slug: str) -> None:
     """Create or update (by key) the schedules of a JSON file; all or nothing."""
@@ -44,7 +44,7 @@ def import_command(file: IO[str], tenant_slug: str) -> None:
 
 
 @schedule_cli.command("export")
-@click.option("--tenant", "tenant_slug", required=True)
+@click.option("--tenant", "tenant_slug", required=True, help="Slug of the tenant.")
 @click.option(
     "--with-calendars",
     is_flag=True,
@@ -59,7 +59,7 @@ def export_command(tenant_slug: str, with_calendars: bool) -> None:
 
 @schedule_cli.command("run")
 @click.argument("key")
-@click.option("--tenant", "tenant_slug", required=True)
+@click.option("--tenant", "tenant_slug", required=True, help="Slug of the tenant.")
 @click.option("--at", "at_text", help="When to start: ISO 8601; without an offset, schedule time.")
 @reports_errors
 def run_command(key: str, tenant_slug: str, at_text: str | None) -> None:
@@ -73,7 +73,7 @@ def run_command(key: str, tenant_slug: str, at_text: str | None) -> None:
 
 @schedule_cli.command("cancel-run")
 @click.argument("run_id", type=click.IntRange(min=1))
-@click.option("--tenant", "tenant_slug", required=True)
+@click.option("--tenant", "tenant_slug", required=True, help="Slug of the tenant.")
 @reports_errors
 def cancel_run_command(run_id: int, tenant_slug: str) -> None:
     """Cancel a queued run, or ask a running one to stop."""
@@ -95,7 +95,7 @@ def parse_at(text: str, time_zone: str) -> datetime:
 
 @schedule_cli.command("backfill")
 @click.argument("key")
-@click.option("--tenant", "tenant_slug", required=True)
+@click.option("--tenant", "tenant_slug", required=True, help="Slug of the tenant.")
 @click.option("--from", "start", required=True, help="ISO 8601; without an offset, schedule time.")
 @click.option("--to", "end", required=True, help="ISO 8601, not in the future; both ends included.")
 @click.option("--dry-run", is_flag=True, help="Print what would be queued; queue nothing.")

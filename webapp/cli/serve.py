@@ -15,8 +15,14 @@ from webapp.cli.demo import DEMO_ADMIN, DEMO_OPERATOR, DEMO_PASSWORD, DEMO_VIEWE
 
 
 @click.command("serve")
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=5000, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--host", default="127.0.0.1", show_default=True, help="The address to listen on.")
+@click.option(
+    "--port",
+    default=5000,
+    show_default=True,
+    type=click.IntRange(1, 65535),
+    help="The port to listen on.",
+)
 def serve_command(host: str, port: int) -> None:
     """Serve the panel with Flask's server and run a worker beside it; Ctrl-C stops both.
 

@@ -170,7 +170,8 @@ class ProcessJobPool(JobPool):
     ) -> tuple[FinishedRun, bool]:
         """Runs one attempt in the child: (its outcome, whether the child is gone). A run asked
         to stop before it began ends cancelled unstarted; one asked while its job runs in the
-        child goes on to its end (the child shares no memory to flag: see the README)."""
+        child goes on to its end (the child shares no memory to flag: see
+        docs/how-to/add-a-job.md)."""
         assert held.started_at is not None
         if held.stop.is_set():
             return finish(held.run, JobResult(None, "", stopped=True), held.started_at), False

@@ -290,7 +290,8 @@ def gauge_histogram(name: str, text: str, histogram: Histogram) -> GaugeHistogra
 
 
 def metric_families(figures: Figures) -> list[Metric]:
-    """The figures as Prometheus metrics; the README's Metrics section lists the same."""
+    """The figures as Prometheus metrics; docs/how-to/monitoring.md's Metrics section lists the
+    same."""
     window = f"in the last {int(RECENT_WINDOW.total_seconds() // 60)} minutes"
     return [
         labelled(

@@ -161,7 +161,8 @@ def moment_of(value: datetime, time_zone: str | None) -> tuple[str, str, str, st
 
 
 # A live badge or history row polls its run each second; a Run now's, for its first seconds,
-# four times a second: most end within them, and the result shows within a second (README).
+# four times a second: most end within them, and the result shows within a second
+# (docs/reference/panel.md).
 POLL_EVERY = "1s"
 FIRST_SECONDS_POLL_EVERY = "250ms"
 FIRST_SECONDS = timedelta(seconds=5)
