@@ -7,6 +7,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from playwright.sync_api import Error as PlaywrightError
+from playwright.sync_api import Route
 
 from tests.browser_support import LiveServer, PageErrors, log_in
 from tests.conftest import make_schedule
@@ -136,3 +138,45 @@ def test_the_form_warns_of_a_shared_name_and_a_legacy_zone_and_the_list_shows_th
     keys = page.locator("#schedule-list code:not(.cron)")
     assert keys.all_inner_texts() == ["after-delete", "after-delete-2"]
     assert errors.messages == []
+
+
+def test_a_preview_asked_for_later_is_the_one_shown_when_the_answers_come_in_order(
+    new_page: Any, live_panel: LiveServer, errors: PageErrors
+) -> None:
+    """Two preview requests in flight at once (the jitter typed, then the cron while the first
+    is still on its way), answered in the order they were sent: the later one is what the
+    preview shows. Before, each answer replaced the preview it had been asked from: the second
+    landed in the preview the first had already replaced, and 09:00 stayed on screen."""
+    page = new_page
+    log_in(page, live_panel, "alice@example.com")
+    page.goto(live_panel.url + "/schedules/new")
+    first_fire = page.locator("#cron-preview .fires li").first
+    page.get_by_label("Cron expression").fill("0 9 * * *")
+    first_fire.get_by_text("09:00").wait_for()
+    held: list[Route] = []
+
+    def hold(route: Route) -> None:  # answered below, in the order they were sent
+        held.append(route)
+
+    page.route("**/schedules/form/preview*", hold)
+
+    def wait_for_requests(count: int) -> None:
+        for _ in range(100):
+            if len(held) >= count:
+                return
+            page.wait_for_timeout(100)
+        raise AssertionError(f"{len(held)} preview requests, not {count}")
+
+    page.get_by_label("Jitter").fill("60")
+    wait_for_requests(1)
+    page.get_by_label("Cron expression").fill("0 18 * * *")
+    wait_for_requests(2)
+    assert "cron=0+18" in held[-1].request.url
+    for route in held:
+        try:
+            route.continue_()
+        except PlaywrightError:  # the browser gave it up when the later request replaced it
+            pass
+    first_fire.get_by_text("18:00").wait_for()
+    page.wait_for_timeout(1000)  # room for any other answer to land
+    assert "18:00" in first_fire.inner_text()

@@ -259,9 +259,14 @@ def test_the_form_sends_its_preview_date_with_every_preview_request(
 ) -> None:
     page = Panel(app, world.alice).get("/schedules/new").get_data(as_text=True)
     assert '<label for="preview_from">Preview from</label>' in page
-    calendar = "#calendar, #calendar_policy"
-    assert f'hx-include="#time_zone, #preview_from, #jitter_seconds, {calendar}"' in page
-    assert f'hx-include="#cron, #preview_from, #jitter_seconds, {calendar}"' in page
+    previewing = re.findall(r'<(?:input|select)[^>]*hx-get="/schedules/form/preview"[^>]*>', page)
+    fields = {re.search(r'id="([a-z_-]+)"', tag).group(1) for tag in previewing}  # type: ignore[union-attr]
+    assert {"cron", "phrase", "time_zone", "jitter_seconds", "preview_from"} <= fields
+    assert {"calendar", "calendar_policy", "repeat"} <= fields  # and the builder's fields
+    for tag in previewing:
+        assert "#cron, #time_zone, #preview_from, #jitter_seconds, #calendar" in tag
+        # a later field's request replaces an earlier one's in flight (never the form's save)
+        assert 'hx-sync="#schedule-timing:replace"' in tag
 
 
 def test_saving_creates_through_the_service_with_an_audit_event(app: Flask, world: World) -> None:
