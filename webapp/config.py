@@ -231,7 +231,7 @@ class Settings(BaseModel):
             missing = " and ".join(name for name in OIDC_CLIENT if name not in given)
             raise ValueError(
                 f"single sign-on needs {', '.join(OIDC_CLIENT)}: {missing} not set "
-                "(README, Single sign-on)"
+                "(docs/how-to/sign-in.md)"
             )
         if self.SCHEDULER_OIDC_ISSUER:
             problem = issuer_problem(self.SCHEDULER_OIDC_ISSUER)
