@@ -20,6 +20,7 @@ from __future__ import annotations
 import html
 import importlib.util
 import os
+import re
 import socket
 import subprocess
 import time
@@ -30,10 +31,12 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import requests
 
 from tests.conftest import PostgresServer, require_postgres
 from tests.docs_examples import (
     BIN,
+    CSRF_META,
     ROOT,
     Block,
     MakeRun,
@@ -63,11 +66,13 @@ PRODUCTION_VARIES = {
 }
 
 # The tutorial, on PostgreSQL.
+SHOWN_SECRET = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 TUTORIAL_VARIES = {
     "run 12 queued": r"run (?P<run>\d+) (?:queued|running|succeeded)",
     "2781fe06": r"[0-9a-f]{8}",  # a token's prefix
     '"id": 12,': r'"id": \d+,',
     '"schedule_id": 7,': r'"schedule_id": \d+,',
+    "run 13 queued": r"run \d+ (?:queued|running|failed)",
 }
 
 
@@ -112,7 +117,7 @@ def test_every_block_is_run_or_says_why_not(path: Path) -> None:
     ("path", "literals"),
     [
         (README, [*README_REPLACE, *README_VARIES, *PRODUCTION_VARIES]),
-        (TUTORIAL, [*TUTORIAL_VARIES, "127.0.0.1:5000", "scheduler:secret@localhost"]),
+        (TUTORIAL, [*TUTORIAL_VARIES, "127.0.0.1:5000", '("127.0.0.1", 8001)', SHOWN_SECRET]),
     ],
     ids=["readme", "tutorial"],
 )
@@ -126,8 +131,16 @@ class Walk:
     """A reader going through a doc's blocks in order: sessions in one terminal, files saved
     in the checkout, each `make run` replacing the one before."""
 
-    def __init__(self, directory: Path, shell: Shell, stack: ExitStack, port: int) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        shell: Shell,
+        stack: ExitStack,
+        port: int,
+        panel_steps: dict[str, Callable[[MakeRun], None]] | None = None,
+    ) -> None:
         self.directory = directory
+        self.panel_steps = panel_steps or {}  # what the reader does in the panel before a file
         self.shell = shell
         self.stack = stack
         self.port = port
@@ -143,12 +156,32 @@ class Walk:
             elif label:
                 continue
             elif block.kind == "file":
-                (self.directory / block.argument).write_text(block.text + "\n")
+                if block.argument in self.panel_steps:
+                    assert self.serving is not None
+                    self.panel_steps[block.argument](self.serving)
+                self.save(block)
             elif block.kind == "make":
                 for line in block.text.splitlines():
                     self.make(line.split("#")[0].strip(), block)
+            elif block.kind == "output" and block.argument:
+                self.background_printed(block)
             elif block.kind == "output":
                 self.outputs.append(block)
+
+    def save(self, block: Block) -> None:
+        text = block.text
+        for shown, actual in self.shell.replace.items():
+            if shown in text:
+                text = text.replace(shown, actual.format_map(self.shell.captured))
+        (self.directory / block.argument).write_text(text + "\n")
+
+    def background_printed(self, block: Block) -> None:
+        """What the newest background command printed is the block (within 60 s)."""
+        log = self.shell.home / f"background-{len(self.shell.background) - 1}.log"
+        deadline = time.monotonic() + 60
+        while output_match(block.text.splitlines(), log.read_text(), {}) is None:
+            assert time.monotonic() < deadline, f"{block.where}: printed {log.read_text()!r}"
+            time.sleep(0.5)
 
     def make(self, line: str, block: Block) -> None:
         if line == "make test":
@@ -182,10 +215,20 @@ def check_make_test(directory: Path) -> None:
     assert "make test" in (ROOT / ".ci" / "run").read_text()
 
 
+def log_in(serving: MakeRun, email: str, password: str) -> requests.Session:
+    serving.email, serving.password = email, password
+    return serving.log_in()
+
+
+def csrf_in(page: str) -> str:
+    found = CSRF_META.search(page)
+    assert found, page
+    return found.group(1)
+
+
 def run_page(serving: MakeRun, email: str, password: str, run_id: str) -> str:
     """The run's page, once the run has ended, as `email` sees it."""
-    serving.email, serving.password = email, password
-    browser = serving.log_in()
+    browser = log_in(serving, email, password)
     deadline = time.monotonic() + 60
     while True:
         page = html.unescape(browser.get(f"{serving.url}runs/{run_id}", timeout=30).text)
@@ -256,16 +299,33 @@ def test_the_tutorial(tmp_path: Path, empty_postgres: str) -> None:
     checkout_stand_in(directory)
     port = free_port()
     env = reader_environment(SCHEDULER_INSTANCE_PATH=str(directory / "instance"))
+    receiver = free_port()
     replace = {
         ".venv/bin/activate": f"{BIN}/activate",
         "postgresql://scheduler:secret@localhost/scheduler": empty_postgres,
         "127.0.0.1:5000": f"127.0.0.1:{port}",
         "/api/v1/runs/12": "/api/v1/runs/{run}",
+        "127.0.0.1:8001": f"127.0.0.1:{receiver}",
+        '("127.0.0.1", 8001)': f'("127.0.0.1", {receiver})',  # receiver.py's own
+        SHOWN_SECRET: "{secret}",
     }
     typed = {"read -rs PAT_PASSWORD": PASSWORD + "\n"}
     shell = Shell(directory, tmp_path, env, replace, typed, TUTORIAL_VARIES)
+
+    def set_webhook(serving: MakeRun) -> None:
+        """Step 9 in the panel: pat saves the default webhook URL and reads the secret."""
+        browser = log_in(serving, "pat@acme.example", PASSWORD)
+        page = browser.get(serving.url + "settings/notifications", timeout=30).text
+        form = {"notify_emails": "", "notify_webhook_url": f"http://127.0.0.1:{receiver}/hook"}
+        form["csrf_token"] = csrf_in(page)
+        saved = browser.post(serving.url + "settings/notifications", data=form, timeout=30)
+        found = re.search(r'id="webhook-secret-value">([0-9a-f]{64})<', saved.text)
+        assert saved.status_code == 200 and found, saved.text
+        shell.captured["secret"] = found.group(1)
+
     with ExitStack() as stack:
-        walk = Walk(directory, shell, stack, port)
+        stack.callback(shell.close)
+        walk = Walk(directory, shell, stack, port, {"receiver.py": set_webhook})
         walk.go(fenced_blocks(TUTORIAL))
         assert walk.serving is not None
         page = run_page(walk.serving, "pat@acme.example", PASSWORD, shell.captured["run"])
