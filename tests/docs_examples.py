@@ -10,6 +10,7 @@ what the test does with it:
 - `<!-- example: make -->`: lines of `make` (`make run`, `make test`), see `make_run`.
 - `<!-- example: file NAME -->`: a file the reader saves as NAME; the test writes it there.
 - `<!-- example: output -->`: a run's output as the panel shows it; the test compares it.
+- `<!-- example: output NAME -->`: what a command started in the background (`... &`) prints.
 - `<!-- not executed: REASON -->`: shown, not run, for the reason given.
 """
 

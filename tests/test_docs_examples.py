@@ -10,9 +10,16 @@ What is not run as written, and what stands in for it:
 - `make test` is the whole suite, which CI runs (`.ci/run`): here `make -n test` shows that its
   recipe runs the suite's pytest.
 - The reader's database URLs become a throwaway PostgreSQL database of the suite's server (or,
-  for the quick start, make run's own SQLite file), and the ports 5000 and 8000 free ports.
-- What varies between runs is named in each test's VARIES: run ids, a token's prefix, the
-  migration head and the version; any time stands for any time.
+  for the quick start, make run's own SQLite file), the ports 5000, 8000 and 8001 free ports,
+  and the webhook secret shown the one the panel made; `read -rs` is typed a password.
+- What the reader does in the panel between blocks, the test does over HTTP as a browser
+  without JavaScript would: it logs in with what make run printed, saves the tutorial's
+  webhook URL and reads the secret, and reads each run's page (succeeded, with the output
+  shown). The tutorial's "From the panel" way to make a schedule is prose: the test takes the
+  command line's.
+- What varies between runs is named in each test's VARIES: run ids (and whether the worker has
+  started the run when `schedule run` prints), a token's prefix, the migration head, the
+  version, a worker's host; any time stands for any time.
 """
 
 from __future__ import annotations
@@ -314,6 +321,7 @@ def test_the_tutorial(tmp_path: Path, empty_postgres: str) -> None:
 
     def set_webhook(serving: MakeRun) -> None:
         """Step 9 in the panel: pat saves the default webhook URL and reads the secret."""
+        assert "`http://127.0.0.1:8001/hook`" in TUTORIAL.read_text()
         browser = log_in(serving, "pat@acme.example", PASSWORD)
         page = browser.get(serving.url + "settings/notifications", timeout=30).text
         form = {"notify_emails": "", "notify_webhook_url": f"http://127.0.0.1:{receiver}/hook"}
