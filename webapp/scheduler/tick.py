@@ -114,8 +114,9 @@ def tick_once(
     session: Session, catalog: Catalog, settings: TickSettings, now: datetime | None = None
 ) -> TickResult:
     """One batch: claims up to `batch_size` due schedules and commits their runs and advance,
-    then logs them: no log line is written inside the transaction, so a log sink that blocks
-    (a full pipe, a stuck journald) never holds the claimed schedules' locks."""
+    then logs the batch: one INFO line (`tick_batch`: how many fired), each fire at DEBUG. No
+    log line is written inside the transaction, so a log sink that blocks (a full pipe, a stuck
+    journald) never holds the claimed schedules' locks."""
     result = TickResult()
     lines: list[LogLine] = []
     with write_transaction(session):
@@ -175,13 +176,16 @@ def tick_once(
                 {"id": schedule.id, "next_run_at": next_run_at, "last_run_at": plan.last_fire}
             )
         inserted = runs.insert_runs(session, rows)
+        debug = log.isEnabledFor(logging.DEBUG)
         for row in rows:
-            recorded = (row["schedule_id"], row["scheduled_for"]) in inserted
-            lines.extend(count_run(result, row, recorded))
+            action = count_run(result, row, (row["schedule_id"], row["scheduled_for"]) in inserted)
+            if debug and action:
+                lines.append((logging.DEBUG, action, fire_fields(row)))
         claims.advance_schedules(session, advances)
         claims.advance_schedules(session, deactivations)
     for level, action, fields in lines:  # committed
         log.log(level, action, extra={"action": action, **fields})
+    log.info("tick_batch", extra={"action": "tick_batch", **batch_fields(result)})
     return result
 
 
@@ -222,21 +226,39 @@ def plan_ahead(spec: cron.CronSpec, fire: datetime) -> FirePlan:
     )
 
 
-def count_run(result: TickResult, row: dict[str, Any], recorded: bool) -> list[LogLine]:
-    """Counts a run of the batch in `result`; returns its log line, to write after the commit."""
-    fields = {"schedule_id": row["schedule_id"], "scheduled_for": row["scheduled_for"].isoformat()}
+def count_run(result: TickResult, row: dict[str, Any], recorded: bool) -> str | None:
+    """Counts a run of the batch in `result`; returns the action of its DEBUG line (a failed
+    one has its WARNING, `schedule_deactivated`)."""
     if not recorded:
         result.already_recorded += 1
-        return [(logging.INFO, "fire_already_recorded", fields)]
+        return "fire_already_recorded"
     if row["status"] == "queued":
         result.queued += 1
         result.first_start = earliest_of(result.first_start, row["available_at"])
-        return [(logging.INFO, "schedule_fired", fields)]
+        return "schedule_fired"
     if row["status"] == "skipped":
         result.skipped += 1
-        return [(logging.INFO, "fire_skipped", {"reason": row["error"], **fields})]
+        return "fire_skipped"
     result.failed += 1
-    return []
+    return None
+
+
+def fire_fields(row: dict[str, Any]) -> dict[str, Any]:
+    """A fire's DEBUG line: which schedule, which fire time, and a skip's reason."""
+    fields = {"schedule_id": row["schedule_id"], "scheduled_for": row["scheduled_for"].isoformat()}
+    return {**fields, "reason": row["error"]} if row["status"] == "skipped" else fields
+
+
+def batch_fields(result: TickResult) -> dict[str, int]:
+    """The batch's one INFO line, `tick_batch`: how many schedules it claimed, how many fires
+    it queued (`fired`), skipped, failed, and found already recorded by another tick."""
+    return {
+        "claimed": result.claimed,
+        "fired": result.queued,
+        "skipped": result.skipped,
+        "failed": result.failed,
+        "already_recorded": result.already_recorded,
+    }
 
 
 def tick(
