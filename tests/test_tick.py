@@ -100,7 +100,7 @@ def test_each_batch_logs_one_info_line_saying_how_many_fired_and_each_fire_at_de
     with caplog.at_level(logging.DEBUG, logger="webapp.scheduler"):
         assert run_tick(batch_size=2).queued == 5
     info = [vars(r) for r in caplog.records if r.levelno >= logging.INFO]
-    batches = [(r["action"], r["claimed"], r["fired"], r["skipped"]) for r in info]
+    batches = [(r["action"], r["claimed"], r["queued"], r["skipped"]) for r in info]
     assert sorted(batches) == [("tick_batch", 2, 1, 1)] + [("tick_batch", 2, 2, 0)] * 2
     debug = [vars(r) for r in caplog.records if r.levelno == logging.DEBUG]
     fired = {r["schedule_id"] for r in debug if r["action"] == "schedule_fired"}

@@ -63,8 +63,7 @@ class CronSpec(CronFields):
     tz: str  # IANA key
     zone: ZoneInfo = field(compare=False, repr=False)
 
-    # Cached (pure: the same expression, zone and instant give the same fire): the schedules
-    # of a tick that share a cron and zone share each fire's search (bench/README.md, issue 36).
+    # Pure, so cached: a tick's schedules that share a cron and zone share each fire's search.
     @lru_cache(maxsize=8192)  # noqa: B019 (specs are kept for good by _compile anyway)
     def next_fire_after(self, after_utc: datetime) -> datetime:
         """The first fire time strictly after ``after_utc``, as an aware UTC datetime.

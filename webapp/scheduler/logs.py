@@ -18,7 +18,7 @@ TRACEBACK = "traceback"
 
 
 class KeyValueFormatter(logging.Formatter):
-    """`2026-03-08T07:00:00 INFO action=tick_batch claimed=300 fired=300 skipped=0 ...`."""
+    """`2026-03-08T07:00:00 INFO action=tick_batch claimed=300 queued=300 skipped=0 ...`."""
 
     def format(self, record: logging.LogRecord) -> str:
         fields = {k: v for k, v in vars(record).items() if k not in STANDARD_ATTRIBUTES}
@@ -50,7 +50,7 @@ def bind_process_fields(**fields: object) -> None:
 
 class JsonFormatter(logging.Formatter):
     """`{"time": "2026-03-08T07:00:00.123Z", "level": "INFO", "action": "tick_batch",
-    "fired": 300, ...}`: one object per line, a traceback as a field, never extra lines."""
+    "queued": 300, ...}`: one object per line, a traceback as a field, never extra lines."""
 
     def format(self, record: logging.LogRecord) -> str:
         fields = {k: v for k, v in vars(record).items() if k not in STANDARD_ATTRIBUTES}

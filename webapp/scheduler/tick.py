@@ -32,6 +32,8 @@ log = logging.getLogger("webapp.scheduler")
 
 # A log line held until the transaction commits: its level, action and fields.
 LogLine = tuple[int, str, dict[str, Any]]
+# The batch's INFO line, `tick_batch`: schedules claimed, fires queued, skipped, failed, recorded.
+BATCH_COUNTS = ("claimed", "queued", "skipped", "failed", "already_recorded")
 
 
 @dataclass
@@ -44,11 +46,8 @@ class TickResult:
     first_start: datetime | None = None  # the earliest available_at of the runs queued
 
     def add(self, other: TickResult) -> None:
-        self.claimed += other.claimed
-        self.queued += other.queued
-        self.skipped += other.skipped
-        self.failed += other.failed
-        self.already_recorded += other.already_recorded
+        for name in BATCH_COUNTS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
         self.first_start = earliest_of(self.first_start, other.first_start)
 
 
@@ -114,9 +113,8 @@ def tick_once(
     session: Session, catalog: Catalog, settings: TickSettings, now: datetime | None = None
 ) -> TickResult:
     """One batch: claims up to `batch_size` due schedules and commits their runs and advance,
-    then logs the batch: one INFO line (`tick_batch`: how many fired), each fire at DEBUG. No
-    log line is written inside the transaction, so a log sink that blocks (a full pipe, a stuck
-    journald) never holds the claimed schedules' locks."""
+    then logs it (one INFO line, each fire at DEBUG): no log line is written inside the
+    transaction, so a log sink that blocks never holds the claimed schedules' locks."""
     result = TickResult()
     lines: list[LogLine] = []
     with write_transaction(session):
@@ -176,16 +174,18 @@ def tick_once(
                 {"id": schedule.id, "next_run_at": next_run_at, "last_run_at": plan.last_fire}
             )
         inserted = runs.insert_runs(session, rows)
-        debug = log.isEnabledFor(logging.DEBUG)
         for row in rows:
             action = count_run(result, row, (row["schedule_id"], row["scheduled_for"]) in inserted)
-            if debug and action:
-                lines.append((logging.DEBUG, action, fire_fields(row)))
+            if action and log.isEnabledFor(logging.DEBUG):  # which schedules: DEBUG only
+                at = row["scheduled_for"].isoformat()
+                which = dict(schedule_id=row["schedule_id"], scheduled_for=at, reason=row["error"])
+                lines.append((logging.DEBUG, action, which))
         claims.advance_schedules(session, advances)
         claims.advance_schedules(session, deactivations)
     for level, action, fields in lines:  # committed
         log.log(level, action, extra={"action": action, **fields})
-    log.info("tick_batch", extra={"action": "tick_batch", **batch_fields(result)})
+    counts = {name: getattr(result, name) for name in BATCH_COUNTS}
+    log.info("tick_batch", extra={"action": "tick_batch", **counts})
     return result
 
 
@@ -227,8 +227,7 @@ def plan_ahead(spec: cron.CronSpec, fire: datetime) -> FirePlan:
 
 
 def count_run(result: TickResult, row: dict[str, Any], recorded: bool) -> str | None:
-    """Counts a run of the batch in `result`; returns the action of its DEBUG line (a failed
-    one has its WARNING, `schedule_deactivated`)."""
+    """Counts a run of the batch in `result`; returns its DEBUG line's action (None: failed)."""
     if not recorded:
         result.already_recorded += 1
         return "fire_already_recorded"
@@ -241,24 +240,6 @@ def count_run(result: TickResult, row: dict[str, Any], recorded: bool) -> str | 
         return "fire_skipped"
     result.failed += 1
     return None
-
-
-def fire_fields(row: dict[str, Any]) -> dict[str, Any]:
-    """A fire's DEBUG line: which schedule, which fire time, and a skip's reason."""
-    fields = {"schedule_id": row["schedule_id"], "scheduled_for": row["scheduled_for"].isoformat()}
-    return {**fields, "reason": row["error"]} if row["status"] == "skipped" else fields
-
-
-def batch_fields(result: TickResult) -> dict[str, int]:
-    """The batch's one INFO line, `tick_batch`: how many schedules it claimed, how many fires
-    it queued (`fired`), skipped, failed, and found already recorded by another tick."""
-    return {
-        "claimed": result.claimed,
-        "fired": result.queued,
-        "skipped": result.skipped,
-        "failed": result.failed,
-        "already_recorded": result.already_recorded,
-    }
 
 
 def tick(
