@@ -290,13 +290,16 @@ def finish(bench: str, problems: list[str], targets: list[tuple[str, bool]]) -> 
     return 0
 
 
-def run_python(module: str, args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+def run_python(
+    module: str, args: list[str], env: dict[str, str], stderr: Any, root: str = PROJECT_ROOT
+) -> subprocess.Popen[str]:
+    """`python -m module` from the source tree `root` (its own webapp and bench packages)."""
     return subprocess.Popen(
         [sys.executable, "-m", module, *args],
-        cwd=PROJECT_ROOT,
-        env=env,
+        cwd=root,
+        env={**env, "PYTHONPATH": root},
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=stderr,
         text=True,
     )

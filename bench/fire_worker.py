@@ -4,8 +4,9 @@ Started by bench.fire; prints "ready", waits for a line on stdin, fires until no
 prints one JSON line: what it fired, when it started and ended (wall clock), commits it made.
 
 The project mode calls webapp.scheduler.tick.tick (the function the worker loop calls) with
-`now` pinned to the benchmark's instant, so that the expected result is exact; the only thing
-this skips is the tick's `SELECT clock_timestamp()`, one statement per batch.
+`now` pinned to the benchmark's instant, so that the expected result is exact, and logs as a
+worker does (INFO lines to stderr, a file here); the only thing this skips is reading the
+database's clock, in the claim statement itself.
 """
 
 from __future__ import annotations
@@ -91,20 +92,24 @@ def project(url: str, now: datetime, batch_size: int) -> dict[str, Any]:
     from webapp import config
     from webapp.catalog.current import current_catalog
     from webapp.extensions import db
+    from webapp.scheduler.logs import configure_worker_logging
     from webapp.scheduler.tick import TickResult, TickSettings, tick
 
     app = make_app(url, SCHEDULER_BATCH_SIZE=batch_size)
     with app.app_context():
+        configure_worker_logging()  # the worker's own: its lines at INFO to stderr
         commits = [0]
         event.listen(db.engine, "commit", lambda _conn: commits.__setitem__(0, commits[0] + 1))
         session = db.session()
         catalog = current_catalog()
         settings = TickSettings.of(config.settings(app))
-        session.execute(text("SELECT 1"))
+        postgresql = db.engine.dialect.name == "postgresql"
+        backend = session.execute(text("SELECT pg_backend_pid()")).scalar() if postgresql else None
         session.commit()
         commits[0] = 0
         wait_for_go()
         start = time.time()
+        cpu_start, backend_start = time.process_time(), backend_cpu_seconds(backend)
         total = TickResult()
         ticks = 0
         while True:
@@ -114,9 +119,14 @@ def project(url: str, now: datetime, batch_size: int) -> dict[str, Any]:
             if result.claimed == 0:
                 break
         end = time.time()
+        cpu = time.process_time() - cpu_start
+        backend_end = backend_cpu_seconds(backend)
         db.session.remove()
         db.engine.dispose()
+    spent = None if backend_start is None or backend_end is None else backend_end - backend_start
     return {
+        "cpu": cpu,
+        "backend_cpu": spent,
         "fired": total.queued,
         "claimed": total.claimed,
         "failed": total.failed,
@@ -160,9 +170,12 @@ def raw_postgresql(
     return {"fired": fired, "start": start, "end": end, "commits": statements, "backend_cpu": cpu}
 
 
-def backend_cpu_seconds(pid: int) -> float | None:
+def backend_cpu_seconds(pid: int | None) -> float | None:
     """CPU time (user + system) of a PostgreSQL backend on this machine, from /proc; None where
-    it cannot be read. On a busy machine it varies far less than wall time."""
+    it cannot be read (or no backend: SQLite). On a busy machine it varies far less than wall
+    time."""
+    if pid is None:
+        return None
     try:
         with open(f"/proc/{pid}/stat") as stat:
             fields = stat.read().rsplit(")", 1)[1].split()

@@ -123,7 +123,7 @@ def nothing_due_or_unfinished(started: datetime) -> bool:
 
 
 def fired_lines(log: Path) -> int:
-    return log.read_text(errors="replace").count("action=schedule_fired")
+    return log.read_text(errors="replace").count("action=tick_batch")
 
 
 @one_at_a_time
@@ -132,8 +132,8 @@ def test_kill_9_during_ticks_leaves_every_fire_recorded_exactly_once(
     app: Flask, world: World, workers: Workers, tmp_path: Path
 ) -> None:
     """100 schedules with 15 due fires each, 3 workers committing one schedule per tick batch;
-    each worker seen logging `schedule_fired` (logged before its batch commits) is killed at
-    once and replaced, up to 3 times."""
+    each worker seen logging `tick_batch` (logged once a batch commits: it is ticking through
+    the next ones) is killed at once and replaced, up to 3 times."""
     first_due = add_minutely_backlog(world.alpha.id, count=100, fires=15)
     started = datetime.now(UTC)
     settings = {"SCHEDULER_BATCH_SIZE": "1", "SCHEDULER_LOCK_TTL": "2"}
@@ -205,7 +205,7 @@ def test_a_tick_longer_than_the_lock_ttl_does_not_let_its_workers_leases_expire(
     assert process.wait(30) == 0, workers.logs()
     ended = get_run(run)
     assert (ended.status, ended.error, ended.attempt) == ("succeeded", None, 1), workers.logs()
-    assert "schedule_fired" in workers.logs()  # the tick ran while the sleep did
+    assert "action=tick_batch" in workers.logs()  # the tick ran while the sleep did
 
 
 @one_at_a_time

@@ -19,7 +19,7 @@ from tests.conftest import WorkerFactory, World, make_run, make_schedule
 from tests.scheduler_helpers import catalog, settings
 from webapp.extensions import db
 from webapp.models import Run, Schedule
-from webapp.scheduler.leases import lease_with_starts
+from webapp.scheduler.leases import lease_once, lease_with_starts, reap_once
 from webapp.scheduler.tick import tick
 
 
@@ -78,6 +78,7 @@ def test_the_tick_logs_its_fires_once_it_has_committed(app: Flask, world: World)
         ("fire_skipped", True),
         ("schedule_deactivated", True),
         ("schedule_fired", True),
+        ("tick_batch", True),
     ]
 
 
@@ -91,3 +92,15 @@ def test_a_lease_logs_its_runs_once_it_has_committed(
         lease = lease_with_starts(db.session(), worker.id, None, timedelta(seconds=60), 2, [], 1)
     assert len(lease.runs) == 2
     assert probe.lines == [("run_leased", True), ("run_leased", True)]
+
+
+def test_the_reaper_logs_the_runs_it_takes_back_once_it_has_committed(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
+    now = datetime.now(UTC)
+    worker = make_worker()
+    run = make_run(world.alpha, scheduled_for=now - timedelta(seconds=1))
+    lease_once(db.session(), worker.id, now, timedelta(seconds=1), 1)
+    with probing("webapp.scheduler", Run, [run.id]) as probe:
+        assert reap_once(db.session(), now + timedelta(seconds=2)) == 1
+    assert probe.lines == [("run_lease_expired", True)]

@@ -73,12 +73,39 @@ def test_it_skips_a_fire_already_recorded(
         trigger="schedule",
         idempotency_key="recorded-by-another-worker",
     )
-    with caplog.at_level(logging.INFO, logger="webapp.scheduler"):
+    with caplog.at_level(logging.DEBUG, logger="webapp.scheduler"):
         result = run_tick()
     assert (result.queued, result.already_recorded) == (0, 1)
     assert [r.idempotency_key for r in all_runs()] == ["recorded-by-another-worker"]
     assert reload(schedule).next_run_at == datetime(2026, 3, 7, 13, tzinfo=UTC)
-    assert [vars(r)["action"] for r in caplog.records] == ["fire_already_recorded"]
+    assert [(r.levelname, vars(r)["action"]) for r in caplog.records] == [
+        ("DEBUG", "fire_already_recorded"),
+        ("INFO", "tick_batch"),
+    ]
+    assert vars(caplog.records[1])["already_recorded"] == 1
+
+
+def test_each_batch_logs_one_info_line_saying_how_many_fired_and_each_fire_at_debug(
+    app: Flask, world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """5 due schedules in batches of 2: one `tick_batch` line per batch at INFO, and which
+    schedules fired only at DEBUG (a fire per line at INFO was most of a herd's log)."""
+    due = [
+        make_schedule(world.alpha, f"s{n}", datetime(2026, 3, 7, 12, tzinfo=UTC)) for n in range(5)
+    ]
+    busy = make_schedule(
+        world.alpha, "busy", datetime(2026, 3, 7, 12, tzinfo=UTC), overlap_policy="skip"
+    )
+    make_run(busy, scheduled_for=NOW, trigger="manual")  # unfinished: its fire is skipped
+    with caplog.at_level(logging.DEBUG, logger="webapp.scheduler"):
+        assert run_tick(batch_size=2).queued == 5
+    info = [vars(r) for r in caplog.records if r.levelno >= logging.INFO]
+    batches = [(r["action"], r["claimed"], r["queued"], r["skipped"]) for r in info]
+    assert sorted(batches) == [("tick_batch", 2, 1, 1)] + [("tick_batch", 2, 2, 0)] * 2
+    debug = [vars(r) for r in caplog.records if r.levelno == logging.DEBUG]
+    fired = {r["schedule_id"] for r in debug if r["action"] == "schedule_fired"}
+    skipped = [r["schedule_id"] for r in debug if r["action"] == "fire_skipped"]
+    assert (fired, skipped) == ({s.id for s in due}, [busy.id])
 
 
 def test_fire_once_coalesces_missed_fires_into_one_run(app: Flask, world: World) -> None:

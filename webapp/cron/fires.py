@@ -63,6 +63,8 @@ class CronSpec(CronFields):
     tz: str  # IANA key
     zone: ZoneInfo = field(compare=False, repr=False)
 
+    # Pure, so cached: a tick's schedules that share a cron and zone share each fire's search.
+    @lru_cache(maxsize=8192)  # noqa: B019 (specs are kept for good by _compile anyway)
     def next_fire_after(self, after_utc: datetime) -> datetime:
         """The first fire time strictly after ``after_utc``, as an aware UTC datetime.
 

@@ -153,13 +153,12 @@ def take_at(
     return start if after is None else max(start, after + SECOND)
 
 
-@functools.lru_cache(maxsize=8192)  # as plan_fire: the schedules of a tick share their fires
 def fire_of(
     next_run_at: datetime, spec: cron.CronSpec, has_calendar: bool, policy: CalendarPolicy
 ) -> datetime:
     """The fire time a schedule taken at `next_run_at` stands at: `next_run_at` itself, or for
     a schedule that take_at may take early (previous_business_day with a calendar) the first
-    fire at or after it. Only those pay the cron search (bench.calendar_tick)."""
+    fire at or after it. Only those search (cached: CronSpec.next_fire_after)."""
     if not has_calendar or policy != "previous_business_day":
         return next_run_at
     return spec.next_fire_after(next_run_at - SECOND)

@@ -18,7 +18,7 @@ TRACEBACK = "traceback"
 
 
 class KeyValueFormatter(logging.Formatter):
-    """`2026-03-08T07:00:00 INFO action=schedule_fired schedule_id=4 scheduled_for=...`."""
+    """`2026-03-08T07:00:00 INFO action=tick_batch claimed=300 queued=300 skipped=0 ...`."""
 
     def format(self, record: logging.LogRecord) -> str:
         fields = {k: v for k, v in vars(record).items() if k not in STANDARD_ATTRIBUTES}
@@ -49,8 +49,8 @@ def bind_process_fields(**fields: object) -> None:
 
 
 class JsonFormatter(logging.Formatter):
-    """`{"time": "2026-03-08T07:00:00.123Z", "level": "INFO", "action": "schedule_fired",
-    "schedule_id": 4, ...}`: one object per line, a traceback as a field, never extra lines."""
+    """`{"time": "2026-03-08T07:00:00.123Z", "level": "INFO", "action": "tick_batch",
+    "queued": 300, ...}`: one object per line, a traceback as a field, never extra lines."""
 
     def format(self, record: logging.LogRecord) -> str:
         fields = {k: v for k, v in vars(record).items() if k not in STANDARD_ATTRIBUTES}

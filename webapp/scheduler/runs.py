@@ -17,7 +17,7 @@ fire ahead of its time, when its schedule changes).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from weakref import WeakKeyDictionary
 
@@ -108,12 +108,12 @@ def insert_runs(session: Session, rows: list[dict[str, Any]]) -> set[tuple[int, 
     scheduled_for) pairs actually inserted."""
     if not rows:
         return set()
-    full = [{name: row.get(name) for name in INSERT_COLUMNS} for row in rows]
-    if is_postgresql(session):
-        inserted = session.execute(INSERT_POSTGRESQL, {"rows": json_rows(full)})
+    if is_postgresql(session):  # jsonb_to_recordset: a column a row leaves out is NULL
+        inserted = session.execute(INSERT_POSTGRESQL, {"rows": json_rows(rows)})
     else:
+        full = [{name: row.get(name) for name in INSERT_COLUMNS} for row in rows]
         inserted = session.execute(INSERT_SQLITE, full)
-    return {(sid, at.astimezone(UTC)) for sid, at in inserted if sid is not None}
+    return {(sid, at) for sid, at in inserted if sid is not None}  # UTCDateTime's: in UTC
 
 
 def insert_manual_run(session: Session, row: dict[str, Any]) -> int:

@@ -32,6 +32,8 @@ log = logging.getLogger("webapp.scheduler")
 
 # A log line held until the transaction commits: its level, action and fields.
 LogLine = tuple[int, str, dict[str, Any]]
+# The batch's INFO line, `tick_batch`: schedules claimed, fires queued, skipped, failed, recorded.
+BATCH_COUNTS = ("claimed", "queued", "skipped", "failed", "already_recorded")
 
 
 @dataclass
@@ -44,11 +46,8 @@ class TickResult:
     first_start: datetime | None = None  # the earliest available_at of the runs queued
 
     def add(self, other: TickResult) -> None:
-        self.claimed += other.claimed
-        self.queued += other.queued
-        self.skipped += other.skipped
-        self.failed += other.failed
-        self.already_recorded += other.already_recorded
+        for name in BATCH_COUNTS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
         self.first_start = earliest_of(self.first_start, other.first_start)
 
 
@@ -114,8 +113,8 @@ def tick_once(
     session: Session, catalog: Catalog, settings: TickSettings, now: datetime | None = None
 ) -> TickResult:
     """One batch: claims up to `batch_size` due schedules and commits their runs and advance,
-    then logs them: no log line is written inside the transaction, so a log sink that blocks
-    (a full pipe, a stuck journald) never holds the claimed schedules' locks."""
+    then logs it (one INFO line, each fire at DEBUG): no log line is written inside the
+    transaction, so a log sink that blocks never holds the claimed schedules' locks."""
     result = TickResult()
     lines: list[LogLine] = []
     with write_transaction(session):
@@ -176,12 +175,17 @@ def tick_once(
             )
         inserted = runs.insert_runs(session, rows)
         for row in rows:
-            recorded = (row["schedule_id"], row["scheduled_for"]) in inserted
-            lines.extend(count_run(result, row, recorded))
+            action = count_run(result, row, (row["schedule_id"], row["scheduled_for"]) in inserted)
+            if action and log.isEnabledFor(logging.DEBUG):  # which schedules: DEBUG only
+                at = row["scheduled_for"].isoformat()
+                which = dict(schedule_id=row["schedule_id"], scheduled_for=at, reason=row["error"])
+                lines.append((logging.DEBUG, action, which))
         claims.advance_schedules(session, advances)
         claims.advance_schedules(session, deactivations)
     for level, action, fields in lines:  # committed
         log.log(level, action, extra={"action": action, **fields})
+    counts = {name: getattr(result, name) for name in BATCH_COUNTS}
+    log.info("tick_batch", extra={"action": "tick_batch", **counts})
     return result
 
 
@@ -222,21 +226,20 @@ def plan_ahead(spec: cron.CronSpec, fire: datetime) -> FirePlan:
     )
 
 
-def count_run(result: TickResult, row: dict[str, Any], recorded: bool) -> list[LogLine]:
-    """Counts a run of the batch in `result`; returns its log line, to write after the commit."""
-    fields = {"schedule_id": row["schedule_id"], "scheduled_for": row["scheduled_for"].isoformat()}
+def count_run(result: TickResult, row: dict[str, Any], recorded: bool) -> str | None:
+    """Counts a run of the batch in `result`; returns its DEBUG line's action (None: failed)."""
     if not recorded:
         result.already_recorded += 1
-        return [(logging.INFO, "fire_already_recorded", fields)]
+        return "fire_already_recorded"
     if row["status"] == "queued":
         result.queued += 1
         result.first_start = earliest_of(result.first_start, row["available_at"])
-        return [(logging.INFO, "schedule_fired", fields)]
+        return "schedule_fired"
     if row["status"] == "skipped":
         result.skipped += 1
-        return [(logging.INFO, "fire_skipped", {"reason": row["error"], **fields})]
+        return "fire_skipped"
     result.failed += 1
-    return []
+    return None
 
 
 def tick(
