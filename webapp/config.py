@@ -525,8 +525,12 @@ def args_limits(job_settings: Mapping[str, Any] | None) -> tuple[int, int]:
     """Settings.args_limits from a job's settings (Settings.job_settings(), what the catalog
     checks arguments with); the defaults where none are given (a default schedule checked at
     registration)."""
-    values = {**DEFAULTS.job_settings(), **(job_settings or {})}
-    return int(values["SCHEDULER_MAX_ARG_BYTES"]), int(values["SCHEDULER_MAX_ARGS_BYTES"])
+    given = job_settings or {}
+    default_arg, default_args = DEFAULTS.args_limits
+    return (
+        int(given.get("SCHEDULER_MAX_ARG_BYTES", default_arg)),
+        int(given.get("SCHEDULER_MAX_ARGS_BYTES", default_args)),
+    )
 
 
 DEFAULTS = Settings()
