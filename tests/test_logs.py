@@ -137,3 +137,5 @@ def test_a_worker_process_prints_json_lines_when_asked(
     assert all(
         line["worker_id"] == worker_id for line in lines if line["action"] != "worker_started"
     )
+    # One line per run at INFO: its outcome, with its duration (run_started is at DEBUG).
+    assert [line["action"] for line in lines if line.get("run_id") == run_id] == ["run_succeeded"]

@@ -590,11 +590,10 @@ def is_secret_key_optional(config: Mapping[str, Any]) -> bool:
 
 
 def args_limits(job_settings: Mapping[str, Any] | None) -> tuple[int, int]:
-    """Settings.args_limits from a job's settings (Settings.job_settings(), what the catalog
-    checks arguments with); the defaults where none are given (a default schedule checked at
-    registration)."""
-    values = {**DEFAULTS.job_settings(), **(job_settings or {})}
-    return int(values["SCHEDULER_MAX_ARG_BYTES"]), int(values["SCHEDULER_MAX_ARGS_BYTES"])
+    """Settings.args_limits from a job's settings (Settings.job_settings()); the defaults where
+    none are given (a default schedule checked at registration)."""
+    given, (arg, args) = job_settings or {}, DEFAULTS.args_limits
+    return given.get("SCHEDULER_MAX_ARG_BYTES", arg), given.get("SCHEDULER_MAX_ARGS_BYTES", args)
 
 
 DEFAULTS = Settings()

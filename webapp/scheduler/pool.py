@@ -159,7 +159,7 @@ class JobPool(ABC):
                 if self.stopping:
                     return None
                 self.run_waiting.wait()
-        log.info(
+        log.debug(  # INFO: its outcome's line, with its duration (execution.store_outcomes)
             "run_started",
             extra={
                 "action": "run_started",
@@ -453,18 +453,18 @@ class ThreadJobPool(JobPool):
 
     def serve(self, slot: Slot) -> None:
         with self.app.app_context():
+            session = db.session()  # the slot's, closed after each job: none sees another's
             while (held := self.take(slot)) is not None:
                 assert held.started_at is not None
                 try:
                     deadline = held.hard_deadline - HARD_LIMIT_GRACE
-                    session = db.session()
                     done = run_attempt(
                         held.run, self.catalog, self.settings, session, deadline, held.stop
                     )
                 except Exception as crash:  # run_attempt records the job's errors: our own bug
                     done = self.crashed(held.run, held.started_at, crash)
                 finally:
-                    db.session.remove()
+                    session.close()
                 self.complete(slot, held, done)
                 if slot.abandoned:
                     self.finished_late(held)
