@@ -299,7 +299,10 @@ def fresh_copy(template: str, path: str) -> str:
     for journal in ("-wal", "-shm", "-journal"):
         with suppress(FileNotFoundError):
             os.remove(path + journal)
-    shutil.rmtree(f"{path}{DIRECTORY_SUFFIX}", ignore_errors=True)
+    wake = Path(f"{path}{DIRECTORY_SUFFIX}")  # or a file there, as a test may leave
+    if wake.is_dir():
+        shutil.rmtree(wake)
+    wake.unlink(missing_ok=True)
     os.replace(f"{path}.new", path)
     return f"sqlite:///{path}"
 
