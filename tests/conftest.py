@@ -9,7 +9,7 @@ import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,6 +20,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient, FlaskCliRunner
 from flask_migrate import upgrade
+from psycopg import sql
 from sqlalchemy.engine import make_url
 from werkzeug.test import TestResponse
 
@@ -28,8 +29,11 @@ from tests.pg_cluster import Cluster, ClusterUnavailable, start_cluster
 from tests.worker_support import Workers
 from webapp import create_app
 from webapp.catalog import JobContext
+from webapp.config import INSTANCE_FILE
 from webapp.extensions import db
 from webapp.models import Membership, Run, RunStatus, Schedule, Tenant, Trigger, User, Worker
+from webapp.scheduler.local_wakeup import DIRECTORY_SUFFIX
+from webapp.scheduler.runs import LEASE_CURSORS
 from webapp.services.accounts import add_user, create_tenant, hash_password
 from webapp.services.audit import Actor
 from webapp.services.schedules import ScheduleInput, create_schedule
@@ -70,6 +74,35 @@ def run_migrations(url: str) -> None:
         db.engine.dispose()
 
 
+# What makes a test database differ from a fresh clone of the template, beside its rows: its
+# tables, columns, indexes, constraints, triggers, functions, the migration it is at, and any
+# planner statistics (a fresh clone has none).
+SCHEMA = """
+SELECT 'column', c.relname, c.relkind::text, a.attname, format_type(a.atttypid, a.atttypmod),
+       a.attnotnull::text
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'public'
+LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+UNION ALL
+SELECT 'index', tablename, indexname, indexdef, '', '' FROM pg_indexes WHERE schemaname = 'public'
+UNION ALL
+SELECT 'constraint', conrelid::regclass::text, conname, pg_get_constraintdef(oid), '', ''
+FROM pg_constraint WHERE connamespace = 'public'::regnamespace
+UNION ALL
+SELECT 'trigger', tgrelid::regclass::text, tgname, '', '', '' FROM pg_trigger WHERE NOT tgisinternal
+UNION ALL
+SELECT 'function', proname, '', '', '', '' FROM pg_proc WHERE pronamespace = 'public'::regnamespace
+UNION ALL
+SELECT 'statistics', tablename, attname, '', '', '' FROM pg_stats WHERE schemaname = 'public'
+UNION ALL
+SELECT 'migration', version_num, '', '', '', '' FROM alembic_version
+ORDER BY 1, 2, 3, 4
+"""
+TABLES = """
+SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'alembic_version'
+"""
+
+
 class PostgresServer:
     """One server for the session; each test gets a database cloned from a migrated template.
 
@@ -87,6 +120,8 @@ class PostgresServer:
         # a few tenths of a second, which a test that waits on a process or a browser hides.
         self.cloning = ThreadPoolExecutor(max_workers=1)
         self.spare: Future[str] | None = None
+        self.reused: str | None = None  # this process's test database (test_database)
+        self.fresh_schema: tuple[Any, ...] | None = None  # SCHEMA of a fresh clone
 
     def conninfo(self, database: str = "postgres") -> str:
         url = make_url(self.admin_url).set(drivername="postgresql", database=database)
@@ -113,6 +148,38 @@ class PostgresServer:
         self.spare = self.cloning.submit(self.new_database, self.TEMPLATE)
         return name
 
+    def test_database(self) -> str:
+        """This process's database for the next test, as `upgrade head` left it. Emptied after
+        each test (TRUNCATE, ids from 1 again), which costs the server a fraction of a clone; a
+        clone of its own again after a test that changed the schema, left planner statistics
+        (ANALYZE) or a lock behind."""
+        if self.reused is not None and self.emptied(self.reused):
+            return self.reused
+        if self.reused is not None:
+            self.drop_database(self.reused)
+        self.reused = self.create_database()
+        with psycopg.connect(self.conninfo(self.reused), autocommit=True) as connection:
+            schema = tuple(connection.execute(SCHEMA).fetchall())
+        self.fresh_schema = self.fresh_schema or schema
+        return self.reused
+
+    def emptied(self, name: str) -> bool:
+        """Empties `name` as a fresh clone is, if its schema is still a fresh clone's."""
+        try:
+            with psycopg.connect(self.conninfo(name), autocommit=True) as connection:
+                if tuple(connection.execute(SCHEMA).fetchall()) != self.fresh_schema:
+                    return False
+                connection.execute("SET lock_timeout = '5s'")
+                tables = [row[0] for row in connection.execute(TABLES)]
+                connection.execute(
+                    sql.SQL("TRUNCATE {} RESTART IDENTITY CASCADE").format(
+                        sql.SQL(", ").join(map(sql.Identifier, tables))
+                    )
+                )
+        except psycopg.Error:  # a lock held by a process the test left behind, say
+            return False
+        return True
+
     def new_database(self, template: str) -> str:
         name = f"test_{uuid.uuid4().hex[:12]}"
         self.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
@@ -124,6 +191,9 @@ class PostgresServer:
     def close(self) -> None:
         """Drops the spare clone (a server given by SCHEDULER_TEST_POSTGRES_URL outlives us)."""
         self.cloning.shutdown()
+        if self.reused:
+            self.drop_database(self.reused)
+            self.reused = None
         if self.spare:
             self.drop_database(self.spare.result())
             self.spare = None
@@ -202,29 +272,39 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(path)
 
 
+@pytest.fixture(scope="session")
+def sqlite_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Where this process's tests find their SQLite database (database_url)."""
+    return str(tmp_path_factory.mktemp("sqlite") / "test.db")
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(
-    request: pytest.FixtureRequest,
-    tmp_path: os.PathLike[str],
-    sqlite_template: str,
-) -> Iterator[str]:
+def database_url(request: pytest.FixtureRequest, sqlite_template: str, sqlite_path: str) -> str:
     """A fresh database at `upgrade head`, on each dialect in turn; "pgbouncer" (only where a
-    test asks for it) is PostgreSQL's through PgBouncer in transaction mode (a PooledUrl)."""
+    test asks for it) is PostgreSQL's through PgBouncer in transaction mode (a PooledUrl).
+    The same URL for every test of a process and dialect, so that `app` can serve them all."""
     if request.param == "sqlite":
-        path = os.path.join(tmp_path, "test.db")
-        shutil.copyfile(sqlite_template, path)
-        yield f"sqlite:///{path}"
-        return
+        return fresh_copy(sqlite_template, sqlite_path)
     server = require_postgres(request.getfixturevalue("postgres_server"))
-    bouncer = None
+    url = server.sqlalchemy_url(server.test_database())
     if request.param == "pgbouncer":
-        bouncer = required(request.getfixturevalue("pgbouncer"), "PgBouncer")
-    name = server.create_database()
-    try:
-        url = server.sqlalchemy_url(name)
-        yield bouncer.url(url) if bouncer else url
-    finally:
-        server.drop_database(name)
+        return required(request.getfixturevalue("pgbouncer"), "PgBouncer").url(url)
+    return url
+
+
+def fresh_copy(template: str, path: str) -> str:
+    """`path` replaced by a copy of `template` (a new file: a process a test left behind keeps
+    the old one), without the old one's journal and workers' wake-up folder; its URL."""
+    shutil.copyfile(template, f"{path}.new")
+    for journal in ("-wal", "-shm", "-journal"):
+        with suppress(FileNotFoundError):
+            os.remove(path + journal)
+    wake = Path(f"{path}{DIRECTORY_SUFFIX}")  # or a file there, as a test may leave
+    if wake.is_dir():
+        shutil.rmtree(wake)
+    wake.unlink(missing_ok=True)
+    os.replace(f"{path}.new", path)
+    return f"sqlite:///{path}"
 
 
 class RequestIsolatedClient(FlaskClient):
@@ -241,14 +321,57 @@ class RequestIsolatedClient(FlaskClient):
         return response
 
 
+@dataclass
+class BuiltApp:
+    """An app as `app` built it, with what it was built from and what a test may change."""
+
+    app: Flask
+    sources: tuple[object, ...]
+    config: dict[str, Any]
+    extensions: dict[str, Any]
+
+    def put_back(self) -> None:
+        """The app's settings as built, and no lease cursors of its engine's workers."""
+        self.app.config.clear()
+        self.app.config.update(self.config)
+        self.app.extensions.clear()
+        self.app.extensions.update(self.extensions)
+        with self.app.app_context():
+            LEASE_CURSORS.pop(db.engine, None)
+
+
+BUILT: dict[str, BuiltApp] = {}  # this process's apps of `app`, by database URL
+
+
+def settings_sources() -> tuple[object, ...]:
+    """What create_app reads beside the mapping it is given: the environment and the instance
+    file (a test may change either before it asks for `app`)."""
+    environment = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    path = Path(os.environ["SCHEDULER_INSTANCE_PATH"], INSTANCE_FILE)
+    return (sorted(environment.items()), path.read_bytes() if path.exists() else None)
+
+
 @pytest.fixture
 def app(database_url: str) -> Iterator[Flask]:
-    application = migrated_app(database_url, **pooler_settings(database_url))
-    application.test_client_class = RequestIsolatedClient
-    with application.app_context():
-        yield application
-        db.session.remove()
-        db.engine.dispose()
+    """The app on `database_url` with the tests' settings, in an app context. Built once per
+    process and URL (building one costs more than most tests: werkzeug compiles every route,
+    Jinja every template), and put back as built after each test: its config and settings, its
+    session and connections closed; built again when the environment or instance file differs."""
+    sources = settings_sources()
+    built = BUILT.get(database_url)
+    if built is None or built.sources != sources:
+        application = migrated_app(database_url, **pooler_settings(database_url))
+        application.test_client_class = RequestIsolatedClient
+        built = BUILT[database_url] = BuiltApp(
+            application, sources, dict(application.config), dict(application.extensions)
+        )
+    try:
+        with built.app.app_context():
+            yield built.app
+            db.session.remove()
+            db.engine.dispose()
+    finally:
+        built.put_back()
 
 
 @pytest.fixture
