@@ -41,6 +41,14 @@ FENCE = re.compile(r"^```")
 TIME = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)?"
 SHOWN_TIME = re.compile(TIME)
 CSRF_META = re.compile(r'<meta name="csrf-token" content="([^"]+)"')
+# What a `make` inherits from the `make test` it runs under: without them, a make these tests
+# start runs as the reader's would (a sub-make prints "make[1]: Entering directory ...").
+SUB_MAKE = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")
+
+
+def as_typed(env: dict[str, str]) -> dict[str, str]:
+    """`env` without what an enclosing make passes down (SUB_MAKE)."""
+    return {name: value for name, value in env.items() if name not in SUB_MAKE}
 
 
 @dataclass(frozen=True)
@@ -303,7 +311,7 @@ def make_run(line: str, directory: Path, env: dict[str, str], port: int) -> Iter
     process = subprocess.Popen(
         command,
         cwd=directory,
-        env={**env, **given},
+        env=as_typed({**env, **given}),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,

@@ -48,6 +48,7 @@ from tests.docs_examples import (
     Block,
     MakeRun,
     Shell,
+    as_typed,
     checkout_stand_in,
     fenced_blocks,
     make_run,
@@ -214,6 +215,7 @@ def check_make_test(directory: Path) -> None:
     recipe = subprocess.run(
         ["make", "-n", "-f", str(ROOT / "Makefile"), "test", f"BIN={BIN}"],
         cwd=directory,
+        env=as_typed(dict(os.environ)),
         capture_output=True,
         text=True,
         check=True,
