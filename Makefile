@@ -34,7 +34,12 @@ instance/config.py:
 	chmod 600 $@.tmp
 	mv $@.tmp $@
 
+# Every flask, worker and test process imports the package: its bytecode written once here, so
+# that none compiles it again (an environment with PYTHONDONTWRITEBYTECODE set writes none).
+BYTECODE := $(BIN)/python -m compileall -q webapp
+
 run: $(VENV)/.runtime instance/config.py
+	$(BYTECODE)
 	$(FLASK) db upgrade
 	$(FLASK) demo
 	$(FLASK) serve --host $(HOST) --port $(PORT)
@@ -46,6 +51,7 @@ run: $(VENV)/.runtime instance/config.py
 TEST_PROCESSES ?= 4
 
 test: $(VENV)/.dev
+	$(BYTECODE) tests bench
 	$(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadgroup --durations=30
 
 bench: $(VENV)/.dev

@@ -125,9 +125,10 @@ def build_app(config: Mapping[str, Any] | None) -> Flask:
     login_manager.user_loader(auth.load_user)
     login_manager.login_view = "auth.login"
     app.register_blueprint(auth.bp)
-    from webapp.web import sso
+    if settings.single_sign_on:  # Authlib and requests imported only where they serve
+        from webapp.web import sso
 
-    sso.install(app, settings)
+        sso.install(app, settings)
     from webapp.web import register_panel
 
     register_panel(app)

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 
-import icalendar
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
@@ -47,6 +46,8 @@ def read_ics(data: bytes, time_zone: str) -> list[Entry]:
         raise CalendarProblems(
             {"file": f"the file has {len(data):,} bytes: an .ics file may have at most 1 MiB"}
         )
+    import icalendar  # here: 80 modules that no worker or other command needs at start-up
+
     try:
         parsed = icalendar.Calendar.from_ical(data)
     except Exception as error:  # the parser's many ways of refusing bytes that are not iCalendar

@@ -40,10 +40,9 @@ NEXT_KEY = "sso_next"
 
 
 def install(app: Flask, chosen: Settings) -> None:
-    """With SCHEDULER_OIDC_ISSUER set: the provider's client and the two routes (without it,
-    /login/sso answers 404 and the login page shows no button)."""
-    if not chosen.single_sign_on:
-        return
+    """With SCHEDULER_OIDC_ISSUER set (create_app calls it then only): the provider's client
+    and the two routes (without it, /login/sso answers 404 and the login page shows no
+    button)."""
     oauth = OAuth(app)
     app.extensions[CLIENT_KEY] = oauth.register(
         "oidc",
