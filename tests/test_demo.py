@@ -182,3 +182,18 @@ def test_demo_history_is_the_same_for_the_same_present(app: Flask) -> None:
             )
         )
     assert len(histories[0]) > 200 and histories[0] == histories[1]
+
+
+def test_the_flaky_schedule_fails_three_times_whatever_the_hour_of_the_demo(app: Flask) -> None:
+    """Seeded at 17:20 UTC in winter, the demo's downtime (9 hours before, 08:10-08:50 UTC)
+    holds the daily Flaky import's fire (03:15 New York = 08:15 UTC), which its misfire policy
+    skips: its history goes back a day further, so that it still failed three times in a row."""
+    now = datetime(2026, 1, 20, 17, 20, tzinfo=UTC)
+    tenant = accounts.create_tenant("winter", "Winter", "Europe/Berlin")
+    admin = accounts.add_user("admin@demo.example", "winter", "admin", "demo-password").user
+    assert seed_demo_schedules(tenant, admin, now) == 4
+    flaky = db.session.scalars(select(Schedule).where(Schedule.key == "flaky-import")).one()
+    runs = db.session.scalars(select(Run).where(Run.schedule_id == flaky.id)).all()
+    failed = [run for run in runs if run.status == "failed"]
+    assert not flaky.active and flaky.consecutive_failures == len(failed) == 3
+    assert [run.status for run in runs if run.status != "failed"] == ["skipped"]  # the downtime's

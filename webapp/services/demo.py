@@ -106,13 +106,16 @@ def seed_demo_schedules(tenant: Tenant, admin: User, now: datetime) -> int:
     actor = Actor.for_user(admin)
     end = now - SETTLED
     play = quiet(now, end)
-    starts = {data["key"]: history_start(data, end) if play else now for data in DEMO_SCHEDULES}
+    down = (now - DOWNTIME_AGO).replace(minute=10, second=0, microsecond=0)
+    downtime = (down, down + DOWNTIME)
+    starts = {
+        data["key"]: history_start(data, end, downtime) if play else now for data in DEMO_SCHEDULES
+    }
     schedules = [
         create_schedule(tenant, data, actor, starts[data["key"]]) for data in DEMO_SCHEDULES
     ]
     if play:
-        down = (now - DOWNTIME_AGO).replace(minute=10, second=0, microsecond=0)
-        worker = FakeClockWorker(actor, min(starts.values()), (down, down + DOWNTIME))
+        worker = FakeClockWorker(actor, min(starts.values()), downtime)
         worker.play(next(s for s in schedules if s.key == STORIES), starts[STORIES], end)
     for schedule in schedules:
         if schedule.key == PAUSED:
@@ -138,11 +141,20 @@ def quiet(now: datetime, end: datetime) -> bool:
     return all(db.session.scalar(query.limit(1)) is None for query in (due, waiting, alive))
 
 
-def history_start(data: ScheduleInput, end: datetime) -> datetime:
-    """A day back, or as many days as it takes for MIN_FIRES fires (at most MAX_HISTORY)."""
+def history_start(
+    data: ScheduleInput, end: datetime, downtime: tuple[datetime, datetime]
+) -> datetime:
+    """A day back, or as many days as it takes for MIN_FIRES fires (at most MAX_HISTORY) while
+    the worker was up: a daily fire in the downtime is not fired (misfire "skip") or fired late,
+    whatever the hour `flask demo` runs at."""
     spec = cron.validate(data["cron"], data["time_zone"])
     start = end - HISTORY
-    while len(spec.fire_times_between(start, end, MIN_FIRES)) < MIN_FIRES:
+
+    def fires_while_up() -> int:
+        fires = spec.fire_times_between(start, end, MIN_FIRES + 1)
+        return sum(1 for fire in fires if not downtime[0] <= fire < downtime[1])
+
+    while fires_while_up() < MIN_FIRES:
         if end - start >= MAX_HISTORY:
             break
         start -= timedelta(days=1)
