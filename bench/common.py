@@ -7,6 +7,7 @@ named bench_* next to the given one (the user needs CREATEDB).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -303,3 +304,17 @@ def run_python(
         stderr=stderr,
         text=True,
     )
+
+
+def ab_trees(
+    doc: str, argv: list[str] | None, **counts: int
+) -> tuple[argparse.Namespace, dict[str, str]]:
+    """An A/B harness's command line: --a and --b (the source trees before and after a change)
+    and an integer option for each of `counts` (its default); the options and the trees."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--a", required=True, help="source tree before")
+    parser.add_argument("--b", required=True, help="source tree after")
+    for name, default in counts.items():
+        parser.add_argument(f"--{name}", type=int, default=default)
+    options = parser.parse_args(argv)
+    return options, {"A": os.path.abspath(options.a), "B": os.path.abspath(options.b)}

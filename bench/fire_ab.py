@@ -12,12 +12,10 @@ the same `bench/` (this harness) so that only `webapp/` differs.
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 from datetime import timedelta
 
-from bench.common import check, median, postgres_server
+from bench.common import ab_trees, check, median, postgres_server
 from bench.fire import (
     create_minimal,
     fire_once,
@@ -31,13 +29,7 @@ from bench.workloads import realistic
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--a", required=True, help="source tree before")
-    parser.add_argument("--b", required=True, help="source tree after")
-    parser.add_argument("--n", type=int, default=10_000)
-    parser.add_argument("--rounds", type=int, default=3)
-    options = parser.parse_args(argv)
-    roots = {"A": os.path.abspath(options.a), "B": os.path.abspath(options.b)}
+    options, roots = ab_trees(__doc__, argv, n=10_000, rounds=3)
     schedules = realistic(options.n)
     problems: list[str] = []
     rates: dict[str, list[float]] = {"A": [], "B": [], "M": []}

@@ -438,6 +438,40 @@ def test_a_running_job_asked_to_stop_ends_cancelled_if_it_checks_and_runs_on_if_
     assert stored.error is None
 
 
+def test_a_stop_asked_of_one_run_does_not_reach_the_next_job_of_its_slot(
+    job_app: Flask, database_url: str, tmp_path: Path
+) -> None:
+    """One slot: the run asked to stop ends cancelled, and the next run that slot takes runs
+    all its work (the slot's stop flag, its job's ctx.stop, starts clear for each job)."""
+    first = long_run("cancel.polite", 60)
+    short = ScheduleInput(
+        name="Short", job="cancel.polite", args={"seconds": 0.5}, cron="0 0 1 1 *", time_zone="UTC"
+    )
+    second = create_schedule(find_tenant("alpha"), short, Actor.cli(), utcnow())
+    workers = Workers(database_url, tmp_path)
+
+    def status(run_id: int) -> str:
+        db.session.expire_all()
+        return db.session.get(Run, run_id).status  # type: ignore[union-attr]
+
+    try:
+        workers.start(
+            "--concurrency", "1", SCHEDULER_JOB_MODULES="tests.cancel_jobs", SCHEDULER_LOCK_TTL="3"
+        )
+        wait_for(lambda: status(first) == "running", 90, "the first job to start")
+        run = db.session.get(Run, first)
+        assert run is not None
+        assert cancel_run(run, Actor.cli(), utcnow()).outcome == "stop_requested"
+        wait_for(lambda: status(first) == "cancelled", 60, "the first run to end cancelled")
+        next_id = run_now(second, Actor.cli(), utcnow()).id
+        wait_for(lambda: status(next_id) in ("succeeded", "cancelled"), 60, "the next run to end")
+    finally:
+        workers.stop_all()
+    stored = db.session.get(Run, next_id)
+    assert stored is not None and stored.output is not None
+    assert (stored.status, stored.output) == ("succeeded", "started\nfinished all the work\n")
+
+
 # --- The panel in Chromium -------------------------------------------------------------------
 
 

@@ -36,7 +36,7 @@ class KeyValueFormatter(logging.Formatter):
 
 def quote(value: object) -> str:
     text = str(value)
-    return f'"{text}"' if not text or any(c in text for c in ' "=') else text
+    return f'"{text}"' if not text or " " in text or '"' in text or "=" in text else text
 
 
 # Fields every JSON line of this process carries (the worker's id, once it has registered);

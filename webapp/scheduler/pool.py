@@ -85,9 +85,9 @@ class Held:
     started: float = 0.0  # time.monotonic() when a slot started it
     timeout: float = 0.0
     hard_deadline: float = math.inf  # time.monotonic()
-    # Set when an admin asks the run to stop: the job's ctx.stop (ThreadJobPool), or not
-    # started at all if it has not begun (both pools).
-    stop: threading.Event = field(default_factory=threading.Event)
+    # An admin asked the run to stop: its slot's `stop` is set (the job's ctx.stop), or it is
+    # not started at all if it has not begun (both pools).
+    stop_asked: bool = False
 
 
 @dataclass(eq=False)
@@ -96,6 +96,7 @@ class Slot:
 
     held: Held | None = None
     abandoned: bool = False  # thread pool: the job ran past its hard limit; a new slot took over
+    stop: threading.Event = field(default_factory=threading.Event)  # ctx.stop of its job now
     thread: threading.Thread | None = field(default=None, repr=False)
 
 
@@ -188,6 +189,9 @@ class JobPool(ABC):
         held.timeout = job_timeout(self.catalog, held.run.job)
         held.hard_deadline = now + held.timeout + HARD_LIMIT_GRACE
         slot.held = held
+        slot.stop.clear()  # its previous job has returned
+        if held.stop_asked:
+            slot.stop.set()
         return held
 
     def complete(self, slot: Slot, held: Held, done: FinishedRun) -> None:
@@ -229,8 +233,7 @@ class JobPool(ABC):
             for run in runs:
                 if run.id in self.held:  # leased again: the database took it back from us
                     self.lose(self.held[run.id])
-                held = Held(run, lease_deadline, leased_at=now)
-                self.held[run.id] = held
+                held = self.held[run.id] = Held(run, lease_deadline, leased_at=now)
                 self.waiting.append(held)
                 submitted.append(held)
         return submitted
@@ -329,7 +332,10 @@ class JobPool(ABC):
         with self.lock:
             for run_id in run_ids:
                 if (held := self.held.get(run_id)) is not None:
-                    held.stop.set()
+                    held.stop_asked = True
+            for slot in self.slots:
+                if slot.held is not None and slot.held.stop_asked:
+                    slot.stop.set()
 
     def lose(self, held: Held) -> None:
         """Called with the lock held: the lease on this run is lost. Not started, it is dropped;
@@ -459,7 +465,7 @@ class ThreadJobPool(JobPool):
                 try:
                     deadline = held.hard_deadline - HARD_LIMIT_GRACE
                     done = run_attempt(
-                        held.run, self.catalog, self.settings, session, deadline, held.stop
+                        held.run, self.catalog, self.settings, session, deadline, slot.stop
                     )
                 except Exception as crash:  # run_attempt records the job's errors: our own bug
                     done = self.crashed(held.run, held.started_at, crash)

@@ -173,7 +173,7 @@ class ProcessJobPool(JobPool):
         child goes on to its end (the child shares no memory to flag: see
         docs/how-to/add-a-job.md)."""
         assert held.started_at is not None
-        if held.stop.is_set():
+        if held.stop_asked:
             return finish(held.run, JobResult(None, "", stopped=True), held.started_at), False
         connection.send((held.run, held.timeout))
         if not connection.poll(max(0.0, held.hard_deadline - time.monotonic())):
