@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import sqlite3
 import stat
 import subprocess
@@ -182,6 +183,31 @@ def test_stopping_flask_serve_with_a_signal_stops_its_worker_too(
             "SELECT stopped_at FROM workers WHERE pid = ?", (worker_pid,)
         ).fetchone()
     assert stopped_at is not None  # it deregistered: a clean stop, not a killed process
+
+
+def test_flask_serve_on_a_port_in_use_says_so_and_starts_no_worker(
+    sqlite_template: str, tmp_path: Path
+) -> None:
+    """The port is bound before the worker starts and the URL is printed: a taken port ends
+    the command with werkzeug's one line, and no worker is left behind firing schedules."""
+    database = tmp_path / "serve.db"
+    shutil.copy(sqlite_template, database)
+    env = bare_environment(tmp_path, SECRET_KEY="k", DATABASE_URL=f"sqlite:///{database}")
+    with closing(socket.socket()) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run([*FLASK, "serve", "--port", str(port)], env)
+    time.sleep(3)  # a worker started before the bind would have registered by now
+    with closing(sqlite3.connect(database)) as connection:
+        workers = connection.execute("SELECT pid FROM workers").fetchall()
+    for (pid,) in workers:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)  # never left behind, whatever the outcome
+    assert result.returncode != 0
+    assert f"Port {port} is in use" in result.stdout + result.stderr
+    assert "Scheduler panel:" not in result.stdout
+    assert workers == []
 
 
 def options(help_text: str) -> str:

@@ -34,6 +34,10 @@ def serve_command(host: str, port: int) -> None:
     # leaving the worker firing schedules on its own: both stop the two, as Ctrl-C does.
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGHUP, stop)
+    app = current_app._get_current_object()  # type: ignore[attr-defined]
+    # The port bound first: taken, it fails here, before a worker starts; and the URL is
+    # printed once it answers, so that a script that waits for it can open it at once.
+    server = make_server(host, port, app, threaded=True, request_handler=PanelRequestHandler)
     worker = subprocess.Popen(
         [sys.executable, "-m", "flask", "--app", "webapp", "scheduler", "worker"]
     )
@@ -42,8 +46,6 @@ def serve_command(host: str, port: int) -> None:
         f"  Log in as {DEMO_ADMIN} / {DEMO_PASSWORD}"
         f" (viewer: {DEMO_VIEWER}, operator: {DEMO_OPERATOR})\n"
     )
-    app = current_app._get_current_object()  # type: ignore[attr-defined]
-    server = make_server(host, port, app, threaded=True, request_handler=PanelRequestHandler)
     try:
         server.serve_forever()  # without werkzeug's start-up lines: the URL is printed above
     finally:
