@@ -34,12 +34,12 @@ instance/config.py:
 	chmod 600 $@.tmp
 	mv $@.tmp $@
 
-# Every flask, worker and test process imports the package: its bytecode written once here, so
-# that none compiles it again (an environment with PYTHONDONTWRITEBYTECODE set writes none).
-BYTECODE := $(BIN)/python -m compileall -q webapp
+# Every flask command, worker and test process imports the package (and pytest rewrites the
+# tests): with PYTHONDONTWRITEBYTECODE set, as on some machines, each would compile it again, a
+# second of CPU each. These targets write bytecode (__pycache__, git-ignored).
+run test: export PYTHONDONTWRITEBYTECODE :=
 
 run: $(VENV)/.runtime instance/config.py
-	$(BYTECODE)
 	$(FLASK) db upgrade
 	$(FLASK) demo
 	$(FLASK) serve --host $(HOST) --port $(PORT)
@@ -51,7 +51,6 @@ run: $(VENV)/.runtime instance/config.py
 TEST_PROCESSES ?= 4
 
 test: $(VENV)/.dev
-	$(BYTECODE) tests bench
 	$(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadgroup --durations=30
 
 bench: $(VENV)/.dev
