@@ -39,6 +39,15 @@ def bare_environment(instance: Path, **settings: str) -> dict[str, str]:
     return {**kept, "SCHEDULER_INSTANCE_PATH": str(instance), **settings}
 
 
+def serve_database(sqlite_template: str, tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A migrated SQLite database of its own for `flask serve`, and the environment naming it."""
+    database = tmp_path / "serve.db"
+    shutil.copy(sqlite_template, database)
+    return database, bare_environment(
+        tmp_path, SECRET_KEY="k", DATABASE_URL=f"sqlite:///{database}"
+    )
+
+
 def run(
     command: list[str], env: dict[str, str], cwd: Path = PROJECT
 ) -> subprocess.CompletedProcess[str]:
@@ -152,10 +161,8 @@ def test_stopping_flask_serve_with_a_signal_stops_its_worker_too(
 ) -> None:
     # `make run`'s panel stopped by kill, a supervisor or a closed terminal: its worker must not
     # go on firing schedules alone.
-    database = tmp_path / "serve.db"
-    shutil.copy(sqlite_template, database)
+    database, env = serve_database(sqlite_template, tmp_path)
     port = free_port()
-    env = bare_environment(tmp_path, SECRET_KEY="k", DATABASE_URL=f"sqlite:///{database}")
     log = tmp_path / "serve.log"
     with log.open("w") as output:
         served = subprocess.Popen(
@@ -190,9 +197,7 @@ def test_flask_serve_on_a_port_in_use_says_so_and_starts_no_worker(
 ) -> None:
     """The port is bound before the worker starts and the URL is printed: a taken port ends
     the command with werkzeug's one line, and no worker is left behind firing schedules."""
-    database = tmp_path / "serve.db"
-    shutil.copy(sqlite_template, database)
-    env = bare_environment(tmp_path, SECRET_KEY="k", DATABASE_URL=f"sqlite:///{database}")
+    database, env = serve_database(sqlite_template, tmp_path)
     with closing(socket.socket()) as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -243,10 +248,8 @@ def test_flask_scheduler_worker_burst_runs_what_is_due(
 def test_flask_serve_logs_the_panels_requests_apart_without_static_files_or_banner(
     sqlite_template: str, tmp_path: Path
 ) -> None:
-    database = tmp_path / "serve.db"
-    shutil.copy(sqlite_template, database)
+    database, env = serve_database(sqlite_template, tmp_path)
     port = free_port()
-    env = bare_environment(tmp_path, SECRET_KEY="k", DATABASE_URL=f"sqlite:///{database}")
     out, err = tmp_path / "serve.out", tmp_path / "serve.err"
     with out.open("w") as stdout, err.open("w") as stderr:
         command = [*FLASK, "serve", "--port", str(port)]
