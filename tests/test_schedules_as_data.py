@@ -13,7 +13,7 @@ from flask import Flask
 from flask.testing import FlaskCliRunner
 from sqlalchemy import func, select, update
 
-from tests.conftest import World, migrated_app
+from tests.conftest import World, make_schedule, migrated_app
 from webapp.extensions import db
 from webapp.models import AuditEvent, Run, Schedule
 from webapp.services import accounts
@@ -64,6 +64,7 @@ def test_import_creates_every_schedule(cli: FlaskCliRunner, world: World, tmp_pa
 def test_import_warns_of_a_shared_name_and_a_legacy_zone_and_matches_zones_by_case(
     cli: FlaskCliRunner, world: World, tmp_path: Path
 ) -> None:
+    make_schedule(world.beta, "Same", by=world.charlie)  # another tenant's: not told
     items = [item("a", name="Same"), item("b", name="Same", time_zone="est")]
     items.append(item("c", time_zone="europe/berlin"))
     code, out, err = import_file(cli, write(tmp_path, items))
@@ -75,7 +76,8 @@ def test_import_warns_of_a_shared_name_and_a_legacy_zone_and_matches_zones_by_ca
         f"warning: key 'b': time_zone: {fixed}: for a place's local time choose its zone, "
         "such as America/New_York",
     ]
-    zones = db.session.execute(select(Schedule.key, Schedule.time_zone).order_by(Schedule.key))
+    alphas = select(Schedule.key, Schedule.time_zone).where(Schedule.tenant_id == world.alpha.id)
+    zones = db.session.execute(alphas.order_by(Schedule.key))
     assert [tuple(row) for row in zones] == [("a", "UTC"), ("b", "EST"), ("c", "Europe/Berlin")]
 
 

@@ -32,9 +32,9 @@ postgresql_and_pgbouncer = pytest.mark.parametrize(
 # - one_at_a_time: the tests whose workers race a bound of a few seconds (a lease against kill -9
 #   or SIGSTOP, a wake-up within a bound): two of them side by side would starve each other's
 #   workers of the CPU;
-# - heavy_one_at_a_time: the tests that load the machine for long (the minute of lock-order races,
-#   a burst of workers) or whose workers race only a generous bound (a grace, a job's timeout, a
-#   reconnection): one at a time among themselves, so that two loads never add up.
+# - heavy_one_at_a_time: the tests that load the machine for long (the half minute of lock-order
+#   races, a burst of workers) or whose workers race only a generous bound (a grace, a job's
+#   timeout, a reconnection): one at a time among themselves, so that two loads never add up.
 # A worker test that only waits for an outcome (a --burst worker, a start failure) is in neither.
 one_at_a_time = pytest.mark.xdist_group("real-workers")
 heavy_one_at_a_time = pytest.mark.xdist_group("heavy-workers")

@@ -14,7 +14,7 @@ from datetime import date, datetime, timedelta
 from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import insert, select
+from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
 from webapp import cron
@@ -168,13 +168,17 @@ def free_key(tenant: Tenant, name: str) -> str:
 
 
 def schedule_warnings(
-    tenant: Tenant, name: str, time_zone: str, key: str | None = None
+    tenant: Tenant,
+    name: str,
+    time_zone: str,
+    key: str | None = None,
+    shared: Mapping[str, list[str]] | None = None,
 ) -> dict[str, str]:
     """What a schedule's author may not have meant, by field: accepted all the same, and told
     wherever one is saved (the form, beside its fields and in the flash; the API's answer; the
     import and the command line, on stderr): a name another schedule has (`name_warning`), a
     legacy fixed-offset zone (`cron.zone_warning`)."""
-    warnings = {"name": name_warning(tenant, name, key)}
+    warnings = {"name": name_warning(tenant, name, key, shared)}
     try:
         warnings["time_zone"] = cron.zone_warning(cron.check_time_zone(time_zone))
     except cron.CronError:
@@ -182,16 +186,38 @@ def schedule_warnings(
     return {field: warning for field, warning in warnings.items() if warning}
 
 
-def name_warning(tenant: Tenant, name: str, key: str | None = None) -> str | None:
+def shared_names(tenant: Tenant) -> dict[str, list[str]]:
+    """The tenant's names that more than one of its schedules has, with their keys in order:
+    one query for the warnings of many saved schedules at once (an import's)."""
+    mine = scope.schedules(tenant.id)
+    shared = mine.with_only_columns(Schedule.name).group_by(Schedule.name).having(func.count() > 1)
+    rows = mine.with_only_columns(Schedule.name, Schedule.key).where(Schedule.name.in_(shared))
+    keys: dict[str, list[str]] = {}
+    for name, key in db.session.execute(rows.order_by(Schedule.key)):
+        keys.setdefault(name, []).append(key)
+    return keys
+
+
+def name_warning(
+    tenant: Tenant,
+    name: str,
+    key: str | None = None,
+    shared: Mapping[str, list[str]] | None = None,
+) -> str | None:
     """Another of the tenant's schedules is named `name`: the keys tell them apart (`key`: this
-    schedule's; None for one not saved yet, whose key the name gives)."""
+    schedule's; None for one not saved yet, whose key the name gives). `shared`: the
+    tenant's `shared_names`, when its schedules are saved and many are checked."""
     name = name.strip()
     if not name:
         return None
-    others = scope.schedules(tenant.id).with_only_columns(Schedule.key).where(Schedule.name == name)
-    if key is not None:
-        others = others.where(Schedule.key != key)
-    keys = sorted(db.session.scalars(others))
+    if shared is not None:
+        keys = [other for other in shared.get(name, ()) if other != key]
+    else:
+        others = scope.schedules(tenant.id).with_only_columns(Schedule.key)
+        others = others.where(Schedule.name == name)
+        if key is not None:
+            others = others.where(Schedule.key != key)
+        keys = sorted(db.session.scalars(others))
     if not keys:
         return None
     warning = f"another schedule is named “{name}” (key {', '.join(keys)})"

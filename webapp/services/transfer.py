@@ -43,6 +43,7 @@ from webapp.services.schedules import (
     lock_tenant,
     restart_cadence,
     schedule_warnings,
+    shared_names,
     stored_values,
     tenant_limits,
     tenant_rules,
@@ -167,11 +168,12 @@ def import_schedules(tenant: Tenant, text: str, actor: Actor, now: datetime) -> 
             session.execute(update(Schedule), changes)
             session.execute(insert(AuditEvent), audits)
             notify_workers(session)
+    shared = shared_names(tenant)
     warnings = [
         f"key {asked.key!r}: {format_error(name, warning)}"
         for asked in cleaned
         for name, warning in schedule_warnings(
-            tenant, asked.name, asked.time_zone, asked.key
+            tenant, asked.name, asked.time_zone, asked.key, shared
         ).items()
     ]
     return ImportResult(
