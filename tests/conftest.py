@@ -34,6 +34,7 @@ from webapp.extensions import db
 from webapp.models import Membership, Run, RunStatus, Schedule, Tenant, Trigger, User, Worker
 from webapp.scheduler.local_wakeup import DIRECTORY_SUFFIX
 from webapp.scheduler.runs import LEASE_CURSORS
+from webapp.services import accounts
 from webapp.services.accounts import add_user, create_tenant, hash_password
 from webapp.services.audit import Actor
 from webapp.services.schedules import ScheduleInput, create_schedule
@@ -385,10 +386,24 @@ def cli(app: Flask) -> FlaskCliRunner:
     return app.test_cli_runner()
 
 
+# scrypt is slow on purpose: 0.15 s for each hash made and each login here, a third of the
+# panel tests' time. In the tests' own processes passwords are hashed by the same code at a
+# lower cost (N=1024 instead of 32768: a real scrypt hash, 40 times cheaper), and a login checks
+# a hash at the cost it names. test_cli_accounts checks the product's own cost.
+PRODUCT_PASSWORD_METHOD = accounts.PASSWORD_METHOD
+TEST_PASSWORD_METHOD = "scrypt:1024:8:1"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cheap_password_hashes() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(accounts, "PASSWORD_METHOD", TEST_PASSWORD_METHOD)
+        yield
+
+
 @pytest.fixture(scope="session")
-def password_hash() -> str:
-    # scrypt is slow on purpose: hash the shared test password once per session.
-    return hash_password(PASSWORD)
+def password_hash(cheap_password_hashes: None) -> str:
+    return hash_password(PASSWORD)  # the shared test password's, once per session
 
 
 @dataclass

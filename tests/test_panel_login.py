@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from flask import Flask
@@ -92,6 +94,27 @@ def test_parallel_guesses_get_no_more_password_checks_than_the_limit(
         statuses = sorted(pool.map(lambda _: guess(), range(guesses)))
     assert statuses.count(401) == login_limiter.MAX_FAILURES_PER_PAIR
     assert statuses.count(429) == guesses - login_limiter.MAX_FAILURES_PER_PAIR
+
+
+def test_an_unknown_email_costs_one_password_check_as_a_wrong_password_does(
+    app: Flask, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both failures check one scrypt hash, so that their time does not tell which emails have
+    an account (an unknown email's login made a hash and then checked it: twice the time)."""
+    scrypts: list[int] = []
+    real = hashlib.scrypt
+
+    def counted(password: bytes, **parameters: Any) -> bytes:
+        scrypts.append(parameters["n"])
+        return real(password, **parameters)
+
+    monkeypatch.setattr(hashlib, "scrypt", counted)
+    client = app.test_client()
+    log_in(client, "alice@example.com", "wrong")  # the process's first login
+    for email in ("nobody@example.com", "alice@example.com", "someone@example.com"):
+        scrypts.clear()
+        assert log_in(client, email, "wrong").status_code == 401
+        assert len(scrypts) == 1, (email, scrypts)
 
 
 @contextmanager

@@ -44,8 +44,11 @@ def single_sign_on() -> dict[str, str | None]:
 
 
 @functools.cache
+@functools.cache
 def unknown_user_hash() -> str:
-    """Checked when the email is unknown, so that both failures take the same time."""
+    """Checked when the email is unknown, so that both failures take the same time: made once
+    per process, by its first login, whoever it is for (made at each unknown email's login, it
+    doubled their time: a hash made, then checked)."""
     return hash_password(secrets.token_hex(16))
 
 
@@ -100,7 +103,8 @@ def login() -> str | Response | tuple[str, int, dict[str, str]] | tuple[str, int
         # A user made by a sign-in link has no password: checked as an unknown one is (the
         # same time), and never a match.
         known = user is not None and has_password(user)
-        password_hash = user.password_hash if user and known else unknown_user_hash()
+        unknown = unknown_user_hash()
+        password_hash = user.password_hash if user and known else unknown
         if check_password_hash(password_hash, form.password.data or "") and user and known:
             if two_factor.is_enabled(user):
                 return begin_second_step(user, admission)
