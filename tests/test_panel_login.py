@@ -100,7 +100,7 @@ def test_an_unknown_email_costs_one_password_check_as_a_wrong_password_does(
     app: Flask, world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Both failures check one scrypt hash, so that their time does not tell which emails have
-    an account (an unknown email's login made a hash and then checked it: twice the time)."""
+    an account (a process's first unknown email made the hash, then checked it: twice the time)."""
     scrypts: list[int] = []
     real = hashlib.scrypt
 

@@ -44,11 +44,10 @@ def single_sign_on() -> dict[str, str | None]:
 
 
 @functools.cache
-@functools.cache
 def unknown_user_hash() -> str:
-    """Checked when the email is unknown, so that both failures take the same time: made once
-    per process, by its first login, whoever it is for (made at each unknown email's login, it
-    doubled their time: a hash made, then checked)."""
+    """Checked when the email is unknown, so that both failures take the same time: made by the
+    process's first login, whoever it is for (made by its first unknown email's, that login
+    took twice the time: a hash made, then checked)."""
     return hash_password(secrets.token_hex(16))
 
 
