@@ -217,17 +217,17 @@ def throughput_round(app: Any, server: Server, database: str, batch: int, unfair
             db.session.commit()
             while True:
                 started = time.perf_counter()
-                runs = lease_once(db.session(), worker, None, timedelta(seconds=60), batch)
+                taken = lease_once(db.session(), worker, None, timedelta(seconds=60), batch)
                 spent += time.perf_counter() - started
-                if not runs:
+                if not taken:
                     break
-                leased += len(runs)
+                leased += len(taken)
                 db.session.execute(
                     db.text(
                         "UPDATE runs SET status = 'succeeded', locked_until = NULL "
                         "WHERE id = ANY(:ids)"
                     ),
-                    {"ids": [run.id for run in runs]},
+                    {"ids": [run.id for run in taken]},
                 )
                 db.session.commit()
     finally:
