@@ -14,6 +14,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -304,6 +305,37 @@ def run_python(
         stderr=stderr,
         text=True,
     )
+
+
+WORKER = [sys.executable, "-m", "flask", "--app", "webapp", "scheduler", "worker"]
+
+
+def run_workers(args: list[str], count: int, env: dict[str, str], root: str = PROJECT_ROOT) -> None:
+    """`count` workers (`flask scheduler worker ARGS`, e.g. --burst) of the source tree `root`
+    at once, until each has exited. Each one's log goes to a file, as a worker's goes to its
+    journal: a pipe read only once an earlier worker has exited fills after about 500 lines
+    (64 KB) and then blocks the later worker's loop in its log call (execution's figures were
+    0.6-0.7x of themselves that way). Raises with the tail of a failed worker's log."""
+    logs = [tempfile.TemporaryFile("w+") for _ in range(count)]
+    try:
+        workers = [
+            subprocess.Popen(
+                [*WORKER, *args],
+                cwd=root,
+                env={**env, "PYTHONPATH": root},
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                text=True,
+            )
+            for log in logs
+        ]
+        for worker, log in zip(workers, logs, strict=True):
+            if worker.wait() != 0:
+                log.seek(0)
+                raise RuntimeError(f"worker exited {worker.returncode}: {log.read()[-2000:]}")
+    finally:
+        for log in logs:
+            log.close()
 
 
 def ab_trees(

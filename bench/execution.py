@@ -3,7 +3,9 @@
 The workers are `flask scheduler worker --burst --concurrency 8` (they exit once nothing is
 left); commits are pg_stat_database.xact_commit deltas of the benchmark database. The same-run
 floor: 2 raw psycopg processes leasing 100 runs at a time and marking them succeeded in one
-statement each (0.02 commits per run). Verified: every run succeeded exactly once.
+statement each (0.02 commits per run). Verified: every run succeeded exactly once. Each
+worker's log goes to a file of its own (common.run_workers), as a worker's goes to its journal.
+Targets: >= 8,000 runs/s and >= 0.5x the floor (issue 36), <= 0.05 commits per run.
 
     python -m bench.execution [--n 10000] [--quick]
 """
@@ -27,6 +29,7 @@ from bench.common import (
     machine,
     postgres_server,
     print_table,
+    run_workers,
     worker_env,
     write_results,
 )
@@ -38,6 +41,10 @@ SELECT %(tenant)s, 'bench.noop', '{}'::jsonb, 'manual', now(), 'exec:' || i, 'qu
        now(), now()
 FROM generate_series(1, %(n)s) AS i
 """
+
+# Targets (issue 36): 2 workers x 8 here, against the same run's raw floor.
+MIN_RUNS_PER_S = 8_000
+MIN_RATIO_TO_FLOOR = 0.5
 
 FLOOR_LEASE = """
 WITH leased AS (
@@ -90,49 +97,15 @@ def states(server: Server, database: str) -> dict[str, int]:
 
 
 def run_project(server: Server, database: str, concurrency: int) -> float:
-    env = worker_env(server.url(database))
-    command = [
-        sys.executable,
-        "-m",
-        "flask",
-        "--app",
-        "webapp",
-        "scheduler",
-        "worker",
-        "--burst",
-        "--concurrency",
-        str(concurrency),
-    ]
     start = time.perf_counter()
-    workers = [
-        subprocess.Popen(
-            command,
-            cwd=PROJECT_ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
-    for worker in workers:
-        _, err = worker.communicate()
-        if worker.returncode != 0:
-            raise RuntimeError(f"worker exited {worker.returncode}: {err[-2000:]}")
+    run_workers(["--burst", "--concurrency", str(concurrency)], 2, worker_env(server.url(database)))
     return time.perf_counter() - start
 
 
 def startup_time(server: Server, database: str) -> float:
     """A burst worker with nothing to do: the process start-up included in run_project."""
-    env = worker_env(server.url(database))
     start = time.perf_counter()
-    subprocess.run(
-        [sys.executable, "-m", "flask", "--app", "webapp", "scheduler", "worker", "--burst"],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        check=True,
-    )
+    run_workers(["--burst"], 1, worker_env(server.url(database)))
     return time.perf_counter() - start
 
 
@@ -229,10 +202,13 @@ def main(argv: list[str] | None = None) -> int:
         ),
     )
     targets = [
-        (f"execution {row['runs_per_s']:.0f} runs/s >= 5,000", row["runs_per_s"] >= 5000),
         (
-            f"execution ratio to floor {row['ratio_to_floor']:.3f} >= 0.1",
-            row["ratio_to_floor"] >= 0.1,
+            f"execution {row['runs_per_s']:.0f} runs/s >= {MIN_RUNS_PER_S:,}",
+            row["runs_per_s"] >= MIN_RUNS_PER_S,
+        ),
+        (
+            f"execution ratio to floor {row['ratio_to_floor']:.3f} >= {MIN_RATIO_TO_FLOOR}",
+            row["ratio_to_floor"] >= MIN_RATIO_TO_FLOOR,
         ),
         (
             f"execution {row['commits_per_run']:.3f} commits/run <= 0.05",

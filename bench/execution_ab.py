@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import os
 import resource
-import subprocess
 import sys
 
 import psycopg
 
-from bench.common import ab_trees, check, median, postgres_server, worker_env
+from bench.common import ab_trees, check, median, postgres_server, run_workers, worker_env
 from bench.execution import run_floor, seed, states
 
 
@@ -32,20 +31,8 @@ def children_cpu() -> float:
 
 def burst_workers(root: str, url: str, count: int) -> float:
     """`count` burst workers of the tree `root` until the queue is empty; their CPU seconds."""
-    env = {**worker_env(url), "PYTHONPATH": root}
-    command = [sys.executable, "-m", "flask", "--app", "webapp", "scheduler", "worker"]
-    command += ["--burst", "--concurrency", "8"]
     before = children_cpu()
-    workers = [
-        subprocess.Popen(
-            command, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-        )
-        for _ in range(count)
-    ]
-    for worker in workers:
-        _, err = worker.communicate()
-        if worker.returncode != 0:
-            raise RuntimeError(f"worker exited {worker.returncode}: {err[-2000:]}")
+    run_workers(["--burst", "--concurrency", "8"], count, worker_env(url), root)
     return children_cpu() - before
 
 

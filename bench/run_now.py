@@ -177,6 +177,7 @@ def through_panel(url: str, samples: int, poll: bool, problems: list[str]) -> di
         db.session.remove()
     install_bare_post(app, tenant_id)
     env = worker_env(url, SCHEDULER_POLL_INTERVAL="1.0")
+    log = tempfile.TemporaryFile()
     worker = __import__("subprocess").Popen(
         [
             sys.executable,
@@ -192,7 +193,7 @@ def through_panel(url: str, samples: int, poll: bool, problems: list[str]) -> di
         cwd=PROJECT_ROOT,
         env=env,
         stdout=__import__("subprocess").DEVNULL,
-        stderr=__import__("subprocess").PIPE,
+        stderr=log,  # a file: a pipe nobody reads would block the worker after 64 KB of log
         text=True,
     )
     commits: list[float] = []
@@ -252,6 +253,7 @@ def through_panel(url: str, samples: int, poll: bool, problems: list[str]) -> di
     finally:
         worker.terminate()
         worker.wait(timeout=60)
+        log.close()
         with app.app_context():
             db.engine.dispose()
         receiver.socket.close()
