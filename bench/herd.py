@@ -75,6 +75,10 @@ ZONES = ("UTC", "Africa/Abidjan", "Atlantic/Reykjavik", "America/Danmarkshavn", 
 EXPRESSION = "0 0 * * *"
 QUEUED_TARGET_S = 5.0
 FINISHED_TARGET_S = 30.0
+# With fire ahead (issue 36): all finished this soon after T, and within this share of the time
+# the same herd fired at T took in the same run.
+AHEAD_FINISHED_TARGET_S = 7.0
+AHEAD_SHARE_TARGET = 0.3
 UNCHANGED_TARGET = 1.2
 GRACE = timedelta(seconds=60)  # SCHEDULER_MISFIRE_GRACE's default
 
@@ -773,6 +777,27 @@ def main(argv: list[str] | None = None) -> int:
                 row["finished_s"] <= FINISHED_TARGET_S,
             )
         )
+    at_t = {row["workers"]: row for row in rows if not row["jitter"] and not row["fire_ahead"]}
+    for row in rows:
+        if row["jitter"] or not row["fire_ahead"]:
+            continue
+        targets.append(
+            (
+                f"herd {row['workers']} workers, fire ahead: all finished "
+                f"{row['finished_s']:.2f} s <= {AHEAD_FINISHED_TARGET_S:g} s after T",
+                row["finished_s"] <= AHEAD_FINISHED_TARGET_S,
+            )
+        )
+        base = at_t.get(row["workers"])
+        if base is not None:
+            share = row["finished_s"] / base["finished_s"]
+            targets.append(
+                (
+                    f"herd {row['workers']} workers, fire ahead: {share:.2f}x the herd fired "
+                    f"at T <= {AHEAD_SHARE_TARGET}x",
+                    share <= AHEAD_SHARE_TARGET,
+                )
+            )
     if day:
         print_table(
             f"A day's schedules: idle tick and a due batch of {options.batch:,} fired by the "
