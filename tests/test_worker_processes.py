@@ -133,6 +133,23 @@ def test_sigterm_stops_an_idle_worker_at_once(app: Flask, world: World, workers:
     assert db.session.scalar(select(Worker.stopped_at)) is not None
 
 
+@one_at_a_time
+def test_ctrl_c_then_sigterm_stops_an_idle_worker(
+    app: Flask, world: World, workers: Workers
+) -> None:
+    """What Ctrl-C on `make run` sends: SIGINT to the worker and to `flask serve`, which sends
+    SIGTERM a moment later. A worker whose handler set an Event could hang in it for good when
+    the second signal came while the first handler held the Event's lock (on_stop_signals)."""
+    process = workers.start(SCHEDULER_POLL_INTERVAL="30")
+    wait_for(lambda: db.session.scalar(select(Worker.id)), 30, "the worker to register")
+    time.sleep(0.5)  # asleep in its 30 s poll
+    process.send_signal(signal.SIGINT)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=10) == 0
+    db.session.rollback()
+    assert db.session.scalar(select(Worker.stopped_at)) is not None
+
+
 @heavy_one_at_a_time
 def test_sigterm_lets_a_running_job_finish_within_the_grace(
     app: Flask, world: World, workers: Workers

@@ -15,10 +15,11 @@ from __future__ import annotations
 import logging
 import math
 import signal
+import socket
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
-from types import FrameType
 
 from flask import Flask
 from sqlalchemy.exc import DBAPIError
@@ -71,6 +72,33 @@ def pool_kind(chosen: Settings, pool: str) -> type[JobPool]:
 
         return CeleryJobPool
     return POOLS[pool]
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def on_stop_signals(stop: Callable[[int], None]) -> None:
+    """Calls `stop(signum)` for each SIGTERM or SIGINT, in a thread of its own. A Python signal
+    handler runs in the main thread between two of its steps: one that took a lock (an Event's,
+    a log handler's) waited forever when the main thread, or the handler of an earlier signal
+    that it interrupted, held that lock. Ctrl-C on `make run` did that: SIGINT reached the
+    worker and `flask serve`, which sent SIGTERM a moment later, and the worker hung in
+    Event.set. So the handlers do nothing; the interpreter writes each signal's number to a
+    socket (signal.set_wakeup_fd), which the thread reads. Main thread only."""
+    receive, send = socket.socketpair()
+    send.setblocking(False)
+    signal.set_wakeup_fd(send.fileno(), warn_on_full_buffer=False)
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, lambda _signum, _frame: None)
+
+    def watch(sockets: tuple[socket.socket, socket.socket]) -> None:
+        while True:
+            for signum in sockets[0].recv(64):
+                if signum in STOP_SIGNALS:
+                    stop(signum)
+
+    # The thread holds both sockets: the write end must stay open for the interpreter.
+    threading.Thread(target=watch, args=((receive, send),), name="signals", daemon=True).start()
 
 
 class WorkerProcess:
@@ -144,7 +172,9 @@ class WorkerProcess:
 
     # --- signals and waking ------------------------------------------------------------------
 
-    def request_stop(self, signum: int, _frame: FrameType | None) -> None:
+    def stop(self, signum: int) -> None:
+        """SIGTERM or SIGINT, in the signal thread (on_stop_signals): the loop ends its round,
+        hands back what it has not started and deregisters (shut_down)."""
         log.info("stop_requested", extra={"action": "stop_requested", "signal": signum})
         self.stop_requested.set()
         self.wake.set()
@@ -400,8 +430,7 @@ class WorkerProcess:
     # --- the loop ----------------------------------------------------------------------------
 
     def run(self) -> None:
-        signal.signal(signal.SIGTERM, self.request_stop)
-        signal.signal(signal.SIGINT, self.request_stop)
+        on_stop_signals(self.stop)
         with self.app.app_context(), prints_go_to_runs():
             self.connect_and_register()
             if self.worker_id is None:
