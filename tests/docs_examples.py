@@ -244,6 +244,18 @@ def stop_group(process: subprocess.Popen[bytes], sent: signal.Signals) -> None:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=10)
         raise
+    # The rest of its group too (a worker `flask serve` gave up on): one left behind would hold
+    # the output pipe open, and the test would wait for the end of its output for good.
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            os.killpg(process.pid, 0)
+        except ProcessLookupError:
+            return
+        if time.monotonic() > deadline:
+            os.killpg(process.pid, signal.SIGKILL)
+            raise AssertionError(f"a process of the group outlived {sent.name} by 30 s")
+        time.sleep(0.1)
 
 
 def check_pip_install(command: str) -> None:
