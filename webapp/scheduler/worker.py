@@ -79,9 +79,9 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 def on_stop_signals(stop: Callable[[int], None]) -> None:
     """Calls `stop(signum)` for each SIGTERM or SIGINT, in a thread of its own. A Python signal
-    handler runs in the main thread between two of its steps: one that took a lock (an Event's,
-    a log handler's) waited forever when the main thread, or the handler of an earlier signal
-    that it interrupted, held that lock. Ctrl-C on `make run` did that: SIGINT reached the
+    handler runs in the main thread between two of its steps: one that took a lock that is not
+    reentrant (an Event's) waited forever when the main thread, or the handler of an earlier
+    signal that it interrupted, held that lock. Ctrl-C on `make run` did that: SIGINT reached the
     worker and `flask serve`, which sent SIGTERM a moment later, and the worker hung in
     Event.set. So the handlers do nothing; the interpreter writes each signal's number to a
     socket (signal.set_wakeup_fd), which the thread reads. Main thread only."""
