@@ -35,6 +35,7 @@ import psycopg
 
 from bench.common import (
     PROJECT_ROOT,
+    WORKER,
     Server,
     check,
     finish,
@@ -86,14 +87,13 @@ def start_workers(server: Server, database: str, unfair: bool) -> list[subproces
         SCHEDULER_DEMO_JOBS="1",
         SCHEDULER_POLL_INTERVAL="0.2",
     )
-    command = [sys.executable, "-m", "flask", "--app", "webapp", "scheduler", "worker"]
     # Their logs go to files: a pipe nobody reads fills up (a log line per run start and end)
     # and blocks the worker.
     workers = []
     for _ in range(2):
         log = tempfile.TemporaryFile("w+")
         worker = subprocess.Popen(
-            [*command, "--concurrency", "8"],
+            [*WORKER, "--concurrency", "8"],
             cwd=PROJECT_ROOT,
             env=env,
             stdout=subprocess.DEVNULL,

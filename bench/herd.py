@@ -57,6 +57,7 @@ import psycopg
 
 from bench.common import (
     PROJECT_ROOT,
+    WORKER,
     Server,
     check,
     commit_count,
@@ -279,7 +280,7 @@ def seed_schedules(
 def start_worker(
     url: str, concurrency: int | None, log: IO[bytes], ahead: float = 0.0
 ) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "flask", "--app", "webapp", "scheduler", "worker"]
+    command = list(WORKER)
     if concurrency:
         command += ["--concurrency", str(concurrency)]
     env = worker_env(url, SCHEDULER_FIRE_AHEAD=str(ahead))

@@ -36,6 +36,7 @@ from sqlalchemy.orm import Session
 
 from bench.common import (
     PROJECT_ROOT,
+    WORKER,
     check,
     finish,
     log_in,
@@ -179,17 +180,7 @@ def through_panel(url: str, samples: int, poll: bool, problems: list[str]) -> di
     env = worker_env(url, SCHEDULER_POLL_INTERVAL="1.0")
     log = tempfile.TemporaryFile()
     worker = __import__("subprocess").Popen(
-        [
-            sys.executable,
-            "-m",
-            "flask",
-            "--app",
-            "webapp",
-            "scheduler",
-            "worker",
-            "--concurrency",
-            "2",
-        ],
+        [*WORKER, "--concurrency", "2"],
         cwd=PROJECT_ROOT,
         env=env,
         stdout=__import__("subprocess").DEVNULL,

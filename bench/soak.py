@@ -35,6 +35,7 @@ from sqlalchemy.pool import NullPool
 
 from bench.common import (
     PROJECT_ROOT,
+    WORKER,
     check,
     finish,
     machine,
@@ -66,7 +67,7 @@ def fire_times(lead: float) -> list[datetime]:
 
 def start_worker(url: str, log: IO[bytes]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "flask", "--app", "webapp", "scheduler", "worker"],
+        WORKER,
         cwd=PROJECT_ROOT,
         env=worker_env(url),
         stdout=log,
