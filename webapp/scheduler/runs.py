@@ -539,7 +539,11 @@ def outcome_statement(postgresql: bool, taken_back: bool) -> Any:
             and_(Run.status == "failed", Run.worker_id == worker_id, Run.error == LOST_ERROR),
         )
     else:
-        owner = and_(Run.status == "running", Run.worker_id == worker_id)
+        # Not `status = 'running'` as such: that lets PostgreSQL read the batch through
+        # ix_runs_leases, which it does when its statistics count few runs running, at a cost
+        # that grows with every run finished since the last vacuum (a herd's batch: 100-190 ms
+        # instead of 11-17). Through an expression, each row is found by its primary key.
+        owner = and_(func.coalesce(Run.status, "") == "running", Run.worker_id == worker_id)
     statement = update(Run)
     if postgresql:
         statement = statement.where(Run.id == rows.c.id, Run.attempt == rows.c.attempt, owner)
