@@ -207,9 +207,10 @@ def test_a_batch_of_outcomes_finds_each_run_by_its_primary_key(app: Flask, world
     # One statement for the batch on PostgreSQL, one per run on SQLite.
     sent = statements_of(lambda: runs.record_outcomes(db.session, worker_id, rows))
     db.session.commit()
-    assert db.session.scalars(select(Run.status).where(Run.worker_id == worker_id)).all() == [
-        "succeeded"
-    ] * 3
+    assert (
+        db.session.scalars(select(Run.status).where(Run.worker_id == worker_id)).all()
+        == ["succeeded"] * 3
+    )
     primary_key = "pk_runs" if db.engine.dialect.name == "postgresql" else "PRIMARY KEY"
     for statement, parameters in sent:
         plan = plan_of(statement, parameters)
