@@ -186,7 +186,7 @@ def test_a_batch_of_outcomes_finds_each_run_by_its_primary_key(app: Flask, world
     the table's last vacuum (the index's dead entries, which a bitmap scan visits and never
     marks) and with this worker's running runs times the batch (the join compared each with
     each): 100-190 ms a batch of 400 in the midnight herd instead of 11-17."""
-    worker_id = register_worker(db.session, 4, "thread")
+    worker_id = register_worker(db.session(), 4, "thread")
     db.session.commit()
     held = [make_run(world.alpha, "running", worker_id=worker_id) for _ in range(3)]
     finished_at = utcnow()
@@ -205,7 +205,7 @@ def test_a_batch_of_outcomes_finds_each_run_by_its_primary_key(app: Flask, world
         for run in held
     ]
     # One statement for the batch on PostgreSQL, one per run on SQLite.
-    sent = statements_of(lambda: runs.record_outcomes(db.session, worker_id, rows))
+    sent = statements_of(lambda: runs.record_outcomes(db.session(), worker_id, rows))
     db.session.commit()
     assert (
         db.session.scalars(select(Run.status).where(Run.worker_id == worker_id)).all()
