@@ -34,7 +34,7 @@ def test_after_it():
 def test_a_hung_test_fails_with_its_stacks_and_the_suite_goes_on(tmp_path: Path) -> None:
     (tmp_path / "test_hung.py").write_text(textwrap.dedent(HUNG_AND_FINE))
     started = time.monotonic()
-    # The project's settings (its timeout method), with a limit of 3 s instead of 300.
+    # The project's settings (its timeout method), with a limit of 3 s instead of 600.
     settings = ["-c", str(PROJECT / "pyproject.toml"), "--timeout", "3", "--rootdir", str(tmp_path)]
     result = subprocess.run(
         [sys.executable, "-m", "pytest", *settings, "-p", "no:cacheprovider", "test_hung.py"],
