@@ -278,7 +278,6 @@ def mark_started(
     session: Session, worker_id: int, run_ids: Iterable[int], now: datetime | None = None
 ) -> set[int]:
     """Marks these runs started; returns the ids marked, the only ones that may start.
-
     `now=None`: the database's clock on PostgreSQL (the one reapers compare leases with), the
     host's on SQLite."""
     ids = list(run_ids)
@@ -539,10 +538,7 @@ def outcome_statement(postgresql: bool, taken_back: bool) -> Any:
             and_(Run.status == "failed", Run.worker_id == worker_id, Run.error == LOST_ERROR),
         )
     else:
-        # Not `status = 'running'` as such: that lets PostgreSQL read the batch through
-        # ix_runs_leases, which it does when its statistics count few runs running, at a cost
-        # that grows with every run finished since the last vacuum (a herd's batch: 100-190 ms
-        # instead of 11-17). Through an expression, each row is found by its primary key.
+        # Not `status = 'running'`: PostgreSQL may then use ix_runs_leases (test_query_plans.py).
         owner = and_(func.coalesce(Run.status, "") == "running", Run.worker_id == worker_id)
     statement = update(Run)
     if postgresql:
