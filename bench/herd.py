@@ -353,6 +353,7 @@ def herd_round(
             load_before = load_average()
             deadline = time.monotonic() + 600 + (jitter or 0)
             peak_ready, probes = 0, 0
+            at_t: tuple[float, float] | None = None  # the CPU seconds at T (fire ahead)
             while not monitor.one(DONE, {"t": fire})[0]:
                 alive(workers)
                 if time.monotonic() > deadline:
@@ -360,10 +361,22 @@ def herd_round(
                 probes += 1
                 if probes % 2 == 0:  # every second: a count costs PostgreSQL too
                     peak_ready = max(peak_ready, monitor.one(READY)[0])
+                until_t = (fire - datetime.now(UTC)).total_seconds()
+                if ahead and at_t is None and until_t <= 0.5:
+                    time.sleep(max(0.0, until_t))
+                    at_t = (
+                        sum(cpu_seconds(pid) for pid in pids),
+                        sum(cpu_seconds(pid) for pid in server_processes(postmaster)),
+                    )
+                    continue
                 time.sleep(0.5)
-            cpu_workers = sum(cpu_seconds(pid) for pid in pids) - cpu_workers
+            workers_now = sum(cpu_seconds(pid) for pid in pids)
+            cpu_workers = workers_now - cpu_workers
             server_pids += [p for p in server_processes(postmaster) if p not in server_pids]
-            cpu_server = sum(cpu_seconds(pid) for pid in server_pids) - cpu_server
+            server_now = sum(cpu_seconds(pid) for pid in server_pids)
+            cpu_server = server_now - cpu_server
+            # After T (fire ahead): a backend that ended before the end is left out.
+            after_t = (workers_now - at_t[0], server_now - at_t[1]) if at_t else (None, None)
             cpu_machine = machine_busy_seconds() - cpu_machine
             load_after = load_average()
             top = top_statements(server, database) if statements else []
@@ -411,6 +424,8 @@ def herd_round(
         "commits_per_fire_life": commits / n,
         "worker_cpu_s": cpu_workers,
         "server_cpu_s": cpu_server,
+        "worker_cpu_after_t_s": after_t[0],
+        "server_cpu_after_t_s": after_t[1],
         "statements_ms": top[-1]["total_ms"] if top else None,
         "peak_ready": peak_ready,
         "machine_busy_s": cpu_machine,
@@ -646,6 +661,8 @@ CPU_COLUMNS = (
     "machine_busy_s",
     "worker_cpu_s",
     "server_cpu_s",
+    "worker_cpu_after_t_s",
+    "server_cpu_after_t_s",
     "statements_ms",
     "peak_ready",
     "others_cpu_s",
