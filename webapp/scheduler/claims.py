@@ -34,7 +34,7 @@ from webapp.database import (
     now_or_database_clock,
     utcnow,
 )
-from webapp.models import UNFINISHED_STATUSES, Run, Schedule, Tenant
+from webapp.models import UNFINISHED_STATUSES, Run, Schedule, Tenant, run_status_is
 
 DUE_COLUMNS = (
     Schedule.id,
@@ -197,5 +197,5 @@ def schedules_with_unfinished_runs(session: Session, schedule_ids: Iterable[int]
 
 def any_run_available(session: Session, now: datetime) -> bool:
     """Whether a queued run may start now (an idle worker's question before it sleeps)."""
-    query = select(Run.id).where(Run.status == "queued", Run.available_at <= now).limit(1)
+    query = select(Run.id).where(run_status_is("queued"), Run.available_at <= now).limit(1)
     return session.scalar(query) is not None

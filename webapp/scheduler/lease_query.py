@@ -29,7 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 
 from webapp.database import UTCDateTime
-from webapp.models import Run, RunStatus, Schedule, Tenant
+from webapp.models import Run, Schedule, Tenant, run_status_is
 
 # What a lease returns of each run (a worker's LeasedRun): its columns, its tenant's slug and its
 # schedule's key (correlated subqueries, which spare the lease a second query). The arguments as
@@ -71,15 +71,7 @@ LEASED_COLUMNS = (
 # runs and 16 running waits while one with 0 running starts its first run.
 
 
-def status_is(status: RunStatus) -> Any:
-    """`runs.status = '<status>'`, the status written into the statement's text, not bound: a
-    prepared statement may run on PostgreSQL's generic plan, and only a status in the text lets
-    that plan use the partial indexes of queued or running runs (in the midnight herd a third of
-    the leases read each tenant's whole history instead: test_query_plans.py)."""
-    return Run.status == literal(status, literal_execute=True)
-
-
-QUEUED = status_is("queued")
+QUEUED = run_status_is("queued")
 
 
 def queued_tenants() -> Any:
@@ -101,7 +93,7 @@ def window_tenants() -> Any:
 
 
 def running_count(group: Any) -> Any:
-    return select(func.count()).where(group, status_is("running")).scalar_subquery()
+    return select(func.count()).where(group, run_status_is("running")).scalar_subquery()
 
 
 def lease_groups(

@@ -50,7 +50,7 @@ from webapp.database import (
     now_or_database_clock,
     utcnow,
 )
-from webapp.models import AuditEvent, Run, Worker
+from webapp.models import AuditEvent, Run, Worker, run_status_is
 from webapp.scheduler.lease_query import LEASE_WINDOW, LEASED_COLUMNS, lease_query
 from webapp.scheduler.wakeup import wake_workers_column
 
@@ -465,7 +465,7 @@ def reap_statement() -> Any:
     retry = and_(~stop_requested, or_(never_started, Run.attempt < Run.max_attempts))
     return (
         update(Run)
-        .where(Run.status == "running", Run.locked_until < now)
+        .where(run_status_is("running"), Run.locked_until < now)
         .values(
             status=case((stop_requested, "cancelled"), (retry, "queued"), else_="failed"),
             worker_id=case((retry, None), else_=Run.worker_id),

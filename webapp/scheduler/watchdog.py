@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from webapp.config import Settings
 from webapp.database import is_postgresql, write_transaction
-from webapp.models import Run, Schedule, Worker
+from webapp.models import Run, Schedule, Worker, run_status_is
 from webapp.run_rules import overdue_runs, schedule_late, schedule_overdue
 from webapp.scheduler.notify import record_overdue
 
@@ -224,7 +224,7 @@ def queue_stall_reason(session: Session, now: datetime, lock_ttl: timedelta) -> 
     """
     held = (
         select(func.count(Run.id))
-        .where(Run.status == "running", Run.worker_id == Worker.id)
+        .where(run_status_is("running"), Run.worker_id == Worker.id)
         .correlate(Worker)
         .scalar_subquery()
     )
