@@ -70,7 +70,6 @@ LEASED_COLUMNS = (
 # are small), and a run's turn also counts its tenant's runs running: a tenant with 10,000 queued
 # runs and 16 running waits while one with 0 running starts its first run.
 
-
 QUEUED = run_status_is("queued")
 
 
