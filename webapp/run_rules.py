@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, CompoundSelect, and_, case, or_, select, union, union_all
 
-from webapp.models import Run, Schedule
+from webapp.models import Run, Schedule, run_status_is
 
 
 def schedule_late(now: datetime, grace: timedelta) -> ColumnElement[bool]:
@@ -24,8 +24,8 @@ def run_overdue_halves(now: datetime, grace: timedelta) -> tuple[ColumnElement[b
     held for a free slot of its worker, or sent to Celery and taken by no Celery worker)."""
     could_start = Run.available_at < now - grace
     return (
-        and_(Run.status == "queued", could_start),
-        and_(Run.status == "running", Run.started_at.is_(None), could_start),
+        and_(run_status_is("queued"), could_start),
+        and_(run_status_is("running"), Run.started_at.is_(None), could_start),
     )
 
 

@@ -27,7 +27,7 @@ from webapp.catalog.current import current_catalog
 from webapp.config import settings
 from webapp.database import write_transaction
 from webapp.extensions import db
-from webapp.models import Run, Schedule, Tenant, User, Worker
+from webapp.models import Run, Schedule, Tenant, User, Worker, run_status_is
 from webapp.scheduler import claims
 from webapp.scheduler.execution import FinishedRun, decide, run_job, store_outcomes
 from webapp.scheduler.leases import LeasedRun, lease_with_starts, reap_once
@@ -131,8 +131,8 @@ def quiet(now: datetime, end: datetime) -> bool:
     due = select(Schedule.id).where(Schedule.active, Schedule.next_run_at <= end + ahead)
     waiting = select(Run.id).where(
         or_(
-            and_(Run.status == "queued", Run.available_at <= end),
-            and_(Run.status == "running", Run.locked_until <= end),
+            and_(run_status_is("queued"), Run.available_at <= end),
+            and_(run_status_is("running"), Run.locked_until <= end),
         )
     )
     alive = select(Worker.id).where(
@@ -211,7 +211,7 @@ class FakeClockWorker:
             moments.append(self.lost_until + lag(f"reap {self.lost_until}", 0.1, 1.0))
         fire = claims.earliest_next_run(session)
         waiting = select(func.min(Run.available_at)).where(
-            Run.status == "queued", Run.available_at > self.now
+            run_status_is("queued"), Run.available_at > self.now
         )
         starts = [
             None if fire is None else fire + lag(f"tick {fire}", 0.02, 0.95),

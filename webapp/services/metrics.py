@@ -36,6 +36,7 @@ from webapp.models import (
     Run,
     Schedule,
     Worker,
+    run_status_is,
 )
 from webapp.run_rules import meant_to_start, overdue_schedule_ids, run_overdue
 
@@ -137,7 +138,7 @@ def read_figures(session: Session, settings: Settings) -> Figures:
 
     ready = (
         select(Run.available_at, run_overdue(now, grace).label("overdue"))
-        .where(Run.status == "queued", Run.available_at <= now)
+        .where(run_status_is("queued"), Run.available_at <= now)
         .order_by(Run.available_at)
         .limit(COUNT_LIMIT)
         .subquery()
@@ -145,12 +146,12 @@ def read_figures(session: Session, settings: Settings) -> Figures:
     depth, overdue_runs, oldest_ready = session.execute(
         select(func.count(), tally(ready.c.overdue), func.min(ready.c.available_at))
     ).one()
-    queued = capped_count(session, select(Run.available_at).where(Run.status == "queued"))
+    queued = capped_count(session, select(Run.available_at).where(run_status_is("queued")))
 
     # A run leased and not started is overdue too (sent to Celery, taken by no Celery worker).
     held = (
         select(Run.locked_until, run_overdue(now, grace).label("overdue"))
-        .where(Run.status == "running")
+        .where(run_status_is("running"))
         .limit(COUNT_LIMIT)
         .subquery()
     )

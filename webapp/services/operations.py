@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from webapp import database
 from webapp.database import UTCDateTime, write_transaction
 from webapp.extensions import db
-from webapp.models import Run, Schedule, Tenant, Worker
+from webapp.models import Run, Schedule, Tenant, Worker, run_status_is
 from webapp.run_rules import run_overdue, schedule_overdue
 from webapp.scheduler import runs
 from webapp.services import audit
@@ -96,7 +96,7 @@ def tenant_health(
     )
     running = (
         select(Run.tenant_id, func.count().label("total"))
-        .where(Run.status == "running")
+        .where(run_status_is("running"))
         .group_by(Run.tenant_id)
         .subquery()
     )
@@ -272,7 +272,7 @@ RUNNING_RUNS = (
     select(*HELD_COLUMNS)
     .outerjoin(Tenant, Tenant.id == Run.tenant_id)
     .outerjoin(Worker, Worker.id == Run.worker_id)
-    .where(Run.status == "running")
+    .where(run_status_is("running"))
 )
 
 

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from webapp import cron
 from webapp.calendar_models import Calendar
 from webapp.cron.business_days import BusinessCalendar
-from webapp.models import CalendarPolicy, Run, Schedule
+from webapp.models import CalendarPolicy, Run, Schedule, run_status_is
 from webapp.scheduler.calendar_rules import load_calendars
 from webapp.services import scope
 from webapp.services.calendar_marks import CalendarMark, mark_fire
@@ -141,7 +141,7 @@ def by_day(fires: list[Fire], time_zone: str) -> list[tuple[date, list[Fire]]]:
 
 # A queued one-off run ("Run once later"): the first attempt of a manual run that waits for a
 # later time (a retry's wait is not one).
-ONE_OFF = (Run.status == "queued", Run.trigger == "manual", Run.attempt == 0)
+ONE_OFF = (run_status_is("queued"), Run.trigger == "manual", Run.attempt == 0)
 # What Next runs needs of a schedule to compute and show its fire times (a Timetable).
 UPCOMING_COLUMNS = (
     Schedule.id,
