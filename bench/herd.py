@@ -375,7 +375,8 @@ def herd_round(
             server_pids += [p for p in server_processes(postmaster) if p not in server_pids]
             server_now = sum(cpu_seconds(pid) for pid in server_pids)
             cpu_server = server_now - cpu_server
-            # After T (fire ahead): a backend that ended before the end is left out.
+            # After T (fire ahead); a backend that ended since T takes its CPU with it (the
+            # workers' own connections last).
             after_t = (workers_now - at_t[0], server_now - at_t[1]) if at_t else (None, None)
             cpu_machine = machine_busy_seconds() - cpu_machine
             load_after = load_average()
