@@ -23,6 +23,7 @@ from webapp.extensions import db
 from webapp.models import Run, Schedule
 from webapp.scheduler import claims, runs
 from webapp.scheduler.executor import register_worker
+from webapp.services import history
 
 
 def plan_of(statement: str, parameters: Any) -> str:
@@ -290,3 +291,33 @@ def test_a_workers_round_reads_queued_and_running_runs_through_their_indexes_on_
                 name,
                 plan,
             )
+
+
+def test_the_historys_status_and_trigger_filters_use_their_indexes_on_any_plan(
+    app: Flask, world: World
+) -> None:
+    """The history filtered by a rare status or trigger reads its partial index, also on a
+    generic plan: with the value a parameter, that plan would walk the tenant's whole history
+    (a tenant with 1,000,000 runs: 110-200 ms a page instead of 1.5-3 ms)."""
+    make_run(world.alpha, "succeeded", 5, trigger="schedule")
+    make_run(world.alpha, "failed", 5, trigger="manual")
+    make_run(world.alpha, "queued", 5)
+    session = db.session()
+    filters = {
+        "ix_runs_tenant_status_history": {"status": "failed"},
+        "ix_runs_tenant_trigger_history": {"trigger": "manual"},
+    }
+    for index, values in filters.items():
+
+        def page(values: dict[str, str] = values) -> object:
+            return history.read_history(session, world.alpha.id, values, page_size=50)
+
+        if db.engine.dialect.name == "sqlite":
+            plans = [
+                plan_of(statement, parameters) for statement, parameters in statements_of(page)
+            ]
+            db.session.rollback()
+        else:
+            plans = generic_plans(page)
+        assert any(index in plan for plan in plans), (values, plans)
+        assert not any("ix_runs_tenant_history" in plan for plan in plans), (values, plans)

@@ -431,14 +431,24 @@ class Run(Model):
 
 def run_status_is(status: RunStatus) -> ColumnElement[bool]:
     """`runs.status = '<status>'` with the status in the statement's text, not a bound
-    parameter: for the statements that the partial indexes of queued and running runs serve
-    (ix_runs_queue, ix_runs_tenant_queue, ix_runs_leases). psycopg prepares a statement from its
-    fifth execution, and PostgreSQL may then run it on a generic plan, which can use a partial
-    index only if the statement's text implies its predicate: a lease on that plan read each
-    tenant's whole history (test_query_plans.py)."""
-    if status not in RUN_STATUSES:  # the only text that goes into the statement
-        raise ValueError(f"not a run status: {status!r}")
-    return Run.status == literal_column(f"'{status}'")
+    parameter: for the statements that a partial index of runs serves (the queue, the running
+    runs, the history's rare statuses). psycopg prepares a statement from its fifth execution,
+    and PostgreSQL may then run it on a generic plan, which can use a partial index only if the
+    statement's text implies its predicate: a lease on that plan read each tenant's whole
+    history (test_query_plans.py)."""
+    return written_value(Run.status, status, RUN_STATUSES)
+
+
+def run_trigger_is(trigger: Trigger) -> ColumnElement[bool]:
+    """`runs.trigger = '<trigger>'` in the statement's text, as run_status_is (the history's
+    rare triggers have a partial index)."""
+    return written_value(Run.trigger, trigger, TRIGGERS)
+
+
+def written_value(column: Any, value: str, allowed: tuple[str, ...]) -> ColumnElement[bool]:
+    if value not in allowed:  # the only text that goes into the statement
+        raise ValueError(f"not one of {allowed}: {value!r}")
+    return column == literal_column(f"'{value}'")
 
 
 class AuditEvent(Model):
