@@ -249,6 +249,16 @@ def generic_plans(action: Callable[[], object]) -> list[str]:
     return plans
 
 
+def plans_on_any_plan(action: Callable[[], object]) -> list[str]:
+    """The plans of the statements `action` sends: their generic plans on PostgreSQL; on
+    SQLite, which keeps no plans, their plans as sent."""
+    if db.engine.dialect.name == "postgresql":
+        return generic_plans(action)
+    plans = [plan_of(statement, parameters) for statement, parameters in statements_of(action)]
+    db.session.rollback()
+    return plans
+
+
 def test_a_workers_round_reads_queued_and_running_runs_through_their_indexes_on_any_plan(
     app: Flask, world: World
 ) -> None:
@@ -275,13 +285,7 @@ def test_a_workers_round_reads_queued_and_running_runs_through_their_indexes_on_
         "idle": (lambda: claims.any_run_available(session, utcnow()), queue),
     }
     for name, (action, indexes) in rounds.items():
-        if db.engine.dialect.name == "sqlite":
-            plans = [
-                plan_of(statement, parameters) for statement, parameters in statements_of(action)
-            ]
-            db.session.rollback()
-        else:
-            plans = generic_plans(action)
+        plans = plans_on_any_plan(action)
         assert plans and all(any(index in plan for index in indexes) for plan in plans), (
             name,
             plans,
@@ -312,12 +316,6 @@ def test_the_historys_status_and_trigger_filters_use_their_indexes_on_any_plan(
         def page(values: dict[str, str] = values) -> object:
             return history.read_history(session, world.alpha.id, values, page_size=50)
 
-        if db.engine.dialect.name == "sqlite":
-            plans = [
-                plan_of(statement, parameters) for statement, parameters in statements_of(page)
-            ]
-            db.session.rollback()
-        else:
-            plans = generic_plans(page)
+        plans = plans_on_any_plan(page)
         assert any(index in plan for plan in plans), (values, plans)
         assert not any("ix_runs_tenant_history" in plan for plan in plans), (values, plans)
