@@ -201,7 +201,11 @@ class Shell:
         return f"set -a\n. {shlex.quote(str(self.state))}\n{command}"
 
     def execute(self, command: str, typed: str) -> tuple[int, str]:
-        save = f"\nstatus=$?\nexport -p > {shlex.quote(str(self.state))}\nexit $status"
+        # Saved whole, then renamed: a background command started just before may still be
+        # reading the file (bash starts later than Popen returns), and a file truncated under
+        # it gave a tutorial's receiver none of the variables (WEBHOOK_SECRET).
+        state, new = shlex.quote(str(self.state)), shlex.quote(f"{self.state}.new")
+        save = f"\nstatus=$?\nexport -p > {new}\nmv -f {new} {state}\nexit $status"
         result = subprocess.run(
             ["bash", "-c", self.script(command) + save],
             cwd=self.cwd,
