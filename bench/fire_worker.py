@@ -94,6 +94,7 @@ def project(url: str, now: datetime, batch_size: int) -> dict[str, Any]:
     from webapp.extensions import db
     from webapp.scheduler.logs import configure_worker_logging
     from webapp.scheduler.tick import TickResult, TickSettings, tick
+    from webapp.scheduler.worker import freeze_start_up
 
     app = make_app(url, SCHEDULER_BATCH_SIZE=batch_size)
     with app.app_context():
@@ -107,6 +108,7 @@ def project(url: str, now: datetime, batch_size: int) -> dict[str, Any]:
         backend = session.execute(text("SELECT pg_backend_pid()")).scalar() if postgresql else None
         session.commit()
         commits[0] = 0
+        freeze_start_up()  # as a worker's start-up ends
         wait_for_go()
         start = time.time()
         cpu_start, backend_start = time.process_time(), backend_cpu_seconds(backend)

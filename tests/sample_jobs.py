@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 import time
@@ -83,3 +84,8 @@ def chatty(ctx: JobContext, params: ChattyParams) -> None:
 @catalog.job("sample.printer", title="Print to stdout")
 def printer(ctx: JobContext, params: BaseModel) -> None:
     print("printed by the job")
+
+
+@catalog.job("sample.collector", title="Show what the garbage collector walks")
+def collector(ctx: JobContext, params: BaseModel) -> None:
+    print(f"walked={len(gc.get_objects())} frozen={gc.get_freeze_count()}")

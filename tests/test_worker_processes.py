@@ -294,6 +294,27 @@ def test_what_a_job_prints_lands_in_its_output(app: Flask, world: World, workers
     assert "printed by the job" not in workers.logs()
 
 
+def test_a_full_collection_in_a_worker_walks_only_what_it_made_since_start_up(
+    app: Flask, world: World, workers: Workers
+) -> None:
+    """The app, the catalog and the libraries' classes are frozen once the worker has started
+    (worker.freeze_start_up): a full collection, which stops every thread of the worker, no
+    longer walks them."""
+    run = make_run(
+        world.alpha, scheduled_for=datetime(2026, 1, 1, tzinfo=UTC), job="sample.collector", args={}
+    )
+    process = workers.start("--burst", SCHEDULER_JOB_MODULES="tests.sample_jobs")
+    assert process.wait(timeout=60) == 0, workers.logs()
+    db.session.rollback()
+    shown = db.session.get(Run, run.id)
+    assert shown is not None and shown.status == "succeeded", shown and shown.error
+    counts = re.fullmatch(r"walked=(\d+) frozen=(\d+)\n", shown.output or "")
+    assert counts is not None, shown.output
+    walked, frozen = int(counts[1]), int(counts[2])
+    assert frozen > 50_000  # start-up's objects
+    assert walked < frozen / 5
+
+
 def test_the_console_script_runs_a_worker(app: Flask, world: World, database_url: str) -> None:
     run = make_run(world.alpha, scheduled_for=datetime(2026, 1, 1, tzinfo=UTC))
     script = Path(sys.executable).with_name("scheduler-worker")
