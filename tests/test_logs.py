@@ -113,7 +113,7 @@ def test_the_setting_chooses_the_format(app: Flask) -> None:
 def test_a_worker_process_prints_json_lines_when_asked(
     app: Flask, world: World, workers: Workers
 ) -> None:
-    schedule = make_schedule(world.alpha, "hello", datetime(2026, 1, 1, tzinfo=UTC))
+    make_schedule(world.alpha, "hello", datetime(2026, 1, 1, tzinfo=UTC))
     process = workers.start("--burst", SCHEDULER_LOG_FORMAT="json")
     assert process.wait(timeout=120) == 0, workers.logs()
     lines = [json.loads(line) for line in workers.logs().splitlines() if line.strip()]
@@ -121,21 +121,51 @@ def test_a_worker_process_prints_json_lines_when_asked(
     by_action = {line["action"]: line for line in lines}
     worker_id = by_action["worker_started"]["worker_id"]
     assert by_action["tick_batch"]["queued"] == 1
-    assert by_action["run_succeeded"] | {"time": None, "duration_ms": None} == {
+    assert by_action["runs_succeeded"] | {"time": None} == {
+        "time": None,
+        "level": "INFO",
+        "action": "runs_succeeded",
+        "logger": "webapp.scheduler",
+        "worker_id": worker_id,
+        "count": 1,
+        "run_ids": [run_id],
+    }
+    assert all(
+        line["worker_id"] == worker_id for line in lines if line["action"] != "worker_started"
+    )
+    # At INFO a success is an id on its batch's line: no line of the run's own (they are DEBUG).
+    assert [line["action"] for line in lines if line.get("run_id") == run_id] == []
+
+
+@pytest.mark.slow
+def test_at_debug_a_worker_logs_each_run_leased_started_and_succeeded(
+    app: Flask, world: World, workers: Workers
+) -> None:
+    schedule = make_schedule(world.alpha, "hello", datetime(2026, 1, 1, tzinfo=UTC))
+    process = workers.start("--burst", SCHEDULER_LOG_FORMAT="json", SCHEDULER_LOG_LEVEL="DEBUG")
+    assert process.wait(timeout=120) == 0, workers.logs()
+    lines = [json.loads(line) for line in workers.logs().splitlines() if line.strip()]
+    (run_id,) = db.session.scalars(db.select(Run.id))
+    own = [line for line in lines if line.get("run_id") == run_id]
+    assert [line["action"] for line in own] == ["run_leased", "run_started", "run_succeeded"]
+    assert own[-1] | {"time": None, "duration_ms": None, "worker_id": None} == {
         "time": None,
         "duration_ms": None,
-        "level": "INFO",
+        "worker_id": None,
+        "level": "DEBUG",
         "action": "run_succeeded",
         "message": "run_finished",
         "logger": "webapp.scheduler",
-        "worker_id": worker_id,
         "run_id": run_id,
         "attempt": 1,
         "tenant_id": world.alpha.id,
         "schedule_id": schedule.id,
     }
-    assert all(
-        line["worker_id"] == worker_id for line in lines if line["action"] != "worker_started"
-    )
-    # One line per run at INFO: its outcome, with its duration (run_started is at DEBUG).
-    assert [line["action"] for line in lines if line.get("run_id") == run_id] == ["run_succeeded"]
+    assert [line["run_ids"] for line in lines if line["action"] == "runs_succeeded"] == [[run_id]]
+    fired = [line for line in lines if line["action"] == "schedule_fired"]
+    assert [line["schedule_id"] for line in fired] == [schedule.id]
+
+
+def test_a_list_is_written_comma_separated() -> None:
+    line = KeyValueFormatter().format(record("runs_succeeded", count=3, run_ids=[7, 8, 12]))
+    assert line.endswith(" WARNING action=runs_succeeded count=3 run_ids=7,8,12")

@@ -90,6 +90,17 @@ def warnings_in(logs: str) -> list[str]:
     return [line for line in logs.splitlines() if " WARNING " in line or " ERROR " in line]
 
 
+def succeeded_ids(logs: str) -> list[int]:
+    """The runs that key=value logs say succeeded: each id of each `runs_succeeded` line (one
+    line per stored batch), as often as it is said."""
+    return [
+        int(run_id)
+        for line in logs.splitlines()
+        if " action=runs_succeeded " in line
+        for run_id in line.partition(" run_ids=")[2].split()[0].split(",")
+    ]
+
+
 def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -230,6 +230,10 @@ class Settings(BaseModel):
     SCHEDULER_LOG_FORMAT: Literal["keyvalue", "json"] = "keyvalue"
     """The worker's log lines: `keyvalue` (`action=... run_id=...`) or `json` (one object per
     line)."""
+    SCHEDULER_LOG_LEVEL: Literal["DEBUG", "INFO", "WARNING"] = "INFO"
+    """The least level the worker logs: `INFO` (each event, but successes one line per batch,
+    `runs_succeeded`), `DEBUG` (also a line per run leased, started and succeeded and per fire)
+    or `WARNING` (only what went wrong)."""
     SCHEDULER_LIVENESS_FILE: str = ""
     """A file the worker touches at each turn of its loop, for the per-process liveness probe
     `scheduler alive`."""

@@ -341,8 +341,20 @@ def store_outcomes(
             for done in ended
         ]
         record_finished_runs(session, settings, attempts, utcnow())
+    # A success is one id on its batch's line; its own line, at DEBUG. At a herd's pace one line
+    # per run would be most of a worker's Python and past a log sink's rate limit, which then
+    # drops lines, failures' too (bench/README.md, "One line per batch of successes").
+    succeeded = [
+        done.run.id
+        for done in finished
+        if done.run.id in stored and done.outcome.status == "succeeded"
+    ]
+    debug = log.isEnabledFor(logging.DEBUG)
     for done in finished:
         kept = done.run.id in stored or done.run.id in stored_late
+        plain = done.run.id in stored and done.outcome.status == "succeeded"
+        if plain and not debug:
+            continue
         fields: dict[str, object] = {
             "action": ACTIONS[done.outcome.status] if kept else "run_outcome_dropped",
             "run_id": done.run.id,
@@ -361,7 +373,10 @@ def store_outcomes(
         if done.outcome.error_detail is not None:
             fields[TRACEBACK] = done.outcome.error_detail  # the full one: operators only
         level = logging.INFO if done.outcome.error is None and kept else logging.WARNING
-        log.log(level, "run_finished", extra=fields)
+        log.log(logging.DEBUG if plain else level, "run_finished", extra=fields)
+    if succeeded:
+        extra = {"action": "runs_succeeded", "count": len(succeeded), "run_ids": succeeded}
+        log.info("runs_succeeded", extra=extra)
     return stored | stored_late
 
 

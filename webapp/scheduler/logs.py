@@ -35,7 +35,7 @@ class KeyValueFormatter(logging.Formatter):
 
 
 def quote(value: object) -> str:
-    text = str(value)
+    text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
     return f'"{text}"' if not text or " " in text or '"' in text or "=" in text else text
 
 
@@ -81,11 +81,14 @@ FORMATTERS: dict[str, type[logging.Formatter]] = {
 }
 
 
-def configure_worker_logging(log_format: str | None = None, level: int = logging.INFO) -> None:
-    """Sends the `webapp` loggers to stderr in `log_format`; by default SCHEDULER_LOG_FORMAT's
-    (the settings validate it), key=value outside an app."""
+def configure_worker_logging(log_format: str | None = None, level: str | None = None) -> None:
+    """Sends the `webapp` loggers to stderr in `log_format` from `level` up; by default
+    SCHEDULER_LOG_FORMAT's and SCHEDULER_LOG_LEVEL's (the settings validate them), key=value
+    and INFO outside an app."""
     if log_format is None:
         log_format = settings().SCHEDULER_LOG_FORMAT if has_app_context() else "keyvalue"
+    if level is None:
+        level = settings().SCHEDULER_LOG_LEVEL if has_app_context() else "INFO"
     handler = logging.StreamHandler()
     handler.setFormatter(FORMATTERS[log_format]())
     root = logging.getLogger("webapp")
