@@ -71,7 +71,7 @@ def freeze_start_up() -> None:
     alive as long as the process) out of the garbage collector's reach. A full collection then
     walks only what the worker made since: 2-15 ms of CPU instead of about 100, each one
     stopping every thread of the worker (the leases, the job threads), as a herd's allocations
-    bring several (bench/README.md, "The collector's pauses")."""
+    bring several (bench/README.md, "... the collector's pauses")."""
     gc.collect()  # what start-up left as garbage is freed, not frozen
     gc.freeze()
 
