@@ -162,6 +162,7 @@ def test_a_due_schedule_fires_once_and_run_now_runs_in_the_celery_worker(
         cron="0 0 1 1 *",
         args={"message": "from celery"},
     )
+    settings["SCHEDULER_LOG_LEVEL"] = "DEBUG"  # the Celery worker's lines too
     _, celery_row = both_started(workers, celery_workers, settings)
 
     def succeeded() -> bool:
@@ -175,6 +176,7 @@ def test_a_due_schedule_fires_once_and_run_now_runs_in_the_celery_worker(
     assert worker is not None and worker.version and worker.concurrency == 2
     text = logs(workers, celery_workers)
     assert f"action=run_sent run_id={run.id} " in text
+    assert f"action=run_started run_id={run.id} " in celery_workers.logs()
     assert succeeded_ids(text).count(run.id) == 1, text
 
     pressed = run_now(schedule, Actor.cli(), datetime.now(UTC))

@@ -20,9 +20,10 @@ def build() -> Any:
     from webapp.scheduler.celery_tasks import install_tasks
     from webapp.scheduler.logs import configure_worker_logging
 
-    configure_worker_logging()
     app = create_app()
-    celery = make_celery(settings(app))
+    chosen = settings(app)
+    configure_worker_logging(chosen.SCHEDULER_LOG_FORMAT, chosen.SCHEDULER_LOG_LEVEL)
+    celery = make_celery(chosen)
     install_tasks(celery, app)
     return celery
 

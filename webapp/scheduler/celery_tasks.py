@@ -238,7 +238,7 @@ class CeleryNode:
                 },
             )
             return
-        log.debug(  # INFO: its outcome's (execution.store_outcomes)
+        log.debug(  # at INFO, its outcome tells (execution.store_outcomes)
             "run_started",
             extra={"action": "run_started", "run_id": run.id, "attempt": run.attempt},
         )

@@ -344,17 +344,15 @@ def store_outcomes(
     # A success is one id on its batch's line; its own line, at DEBUG. At a herd's pace one line
     # per run would be most of a worker's Python and past a log sink's rate limit, which then
     # drops lines, failures' too (bench/README.md, "One line per batch of successes").
-    succeeded = [
-        done.run.id
-        for done in finished
-        if done.run.id in stored and done.outcome.status == "succeeded"
-    ]
+    succeeded: list[int] = []
     debug = log.isEnabledFor(logging.DEBUG)
     for done in finished:
         kept = done.run.id in stored or done.run.id in stored_late
         plain = done.run.id in stored and done.outcome.status == "succeeded"
-        if plain and not debug:
-            continue
+        if plain:
+            succeeded.append(done.run.id)
+            if not debug:
+                continue
         fields: dict[str, object] = {
             "action": ACTIONS[done.outcome.status] if kept else "run_outcome_dropped",
             "run_id": done.run.id,

@@ -160,7 +160,7 @@ class JobPool(ABC):
                 if self.stopping:
                     return None
                 self.run_waiting.wait()
-        log.debug(  # INFO: its outcome's (execution.store_outcomes)
+        log.debug(  # at INFO, its outcome tells (execution.store_outcomes)
             "run_started",
             extra={
                 "action": "run_started",
