@@ -3,8 +3,11 @@
 The workers are `flask scheduler worker --burst --concurrency 8` (they exit once nothing is
 left); commits are pg_stat_database.xact_commit deltas of the benchmark database. The same-run
 floor: 2 raw psycopg processes leasing 100 runs at a time and marking them succeeded in one
-statement each (0.02 commits per run). Verified: every run succeeded exactly once. Each
-worker's log goes to a file of its own (common.run_workers), as a worker's goes to its journal.
+statement each (0.02 commits per run). Both rates are over the runs' own span, from the first
+run's `started_at` to the last one's `finished_at`: the workers' start-up and exit are left
+out (subtracting a start-up measured apart, as before, swung the figure by a third and more:
+the runs take about a second). Verified: every run succeeded exactly once. Each worker's log
+goes to a file of its own (common.run_workers), as a worker's goes to its journal.
 Targets: >= 8,000 runs/s and >= 0.5x the floor (issue 36), <= 0.05 commits per run.
 
     python -m bench.execution [--n 10000] [--quick]
@@ -102,11 +105,14 @@ def run_project(server: Server, database: str, concurrency: int) -> float:
     return time.perf_counter() - start
 
 
-def startup_time(server: Server, database: str) -> float:
-    """A burst worker with nothing to do: the process start-up included in run_project."""
-    start = time.perf_counter()
-    run_workers(["--burst"], 1, worker_env(server.url(database)))
-    return time.perf_counter() - start
+def span_seconds(conninfo: str) -> float:
+    """From the first run's start to the last run's end, by the database's clock."""
+    with psycopg.connect(conninfo) as connection:
+        row = connection.execute(
+            "SELECT extract(epoch FROM max(finished_at) - min(started_at)) FROM runs"
+        ).fetchone()
+    assert row is not None
+    return float(row[0])
 
 
 def run_floor(server: Server, database: str) -> float:
@@ -149,13 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     with postgres_server() as server:
         version = server.version()
         database = server.create_database()
-        seed(server, database, 0)
-        startup = startup_time(server, database)
-
         seed(server, database, n)
         before = commit_count(server, database)
-        floor_seconds = run_floor(server, database)
+        run_floor(server, database)
         floor_commits = commit_count(server, database) - before
+        floor_span = span_seconds(server.conninfo(database))
         check(
             states(server, database) == {"succeeded/1": n},
             f"floor: runs afterwards {states(server, database)}",
@@ -166,29 +170,28 @@ def main(argv: list[str] | None = None) -> int:
         before = commit_count(server, database)
         seconds = run_project(server, database, options.concurrency)
         commits = commit_count(server, database) - before
+        span = span_seconds(server.conninfo(database))
         check(
             states(server, database) == {"succeeded/1": n},
             f"project: runs afterwards {states(server, database)}",
             problems,
         )
-    net = max(seconds - startup, 1e-9)
     row: dict[str, Any] = {
         "n": n,
         "workers": 2,
         "concurrency": options.concurrency,
-        "seconds": seconds,
-        "startup_s": startup,
-        "runs_per_s": n / net,
+        "seconds": seconds,  # the workers' whole lives, start-up to exit
+        "runs_per_s": n / span,
         "commits_per_run": commits / n,
-        "floor_runs_per_s": n / floor_seconds,
+        "floor_runs_per_s": n / floor_span,
         "floor_commits_per_run": floor_commits / n,
-        "ratio_to_floor": (n / net) / (n / floor_seconds),
+        "ratio_to_floor": floor_span / span,
     }
     info = machine(version)
     write_results("execution", [row], info)
     print_table(
         f"Execution: {n:,} queued no-op runs, 2 worker processes ({info['nproc']} CPUs, "
-        f"PostgreSQL {version}); runs/s net of one worker's start-up",
+        f"PostgreSQL {version}); runs/s over the runs' span (first start to last end)",
         [row],
         (
             "n",
@@ -198,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             "floor_runs_per_s",
             "floor_commits_per_run",
             "ratio_to_floor",
-            "startup_s",
+            "seconds",
         ),
     )
     targets = [

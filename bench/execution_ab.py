@@ -18,10 +18,8 @@ import os
 import resource
 import sys
 
-import psycopg
-
 from bench.common import ab_trees, check, median, postgres_server, run_workers, worker_env
-from bench.execution import run_floor, seed, states
+from bench.execution import run_floor, seed, span_seconds, states
 
 
 def children_cpu() -> float:
@@ -34,15 +32,6 @@ def burst_workers(root: str, url: str, count: int) -> float:
     before = children_cpu()
     run_workers(["--burst", "--concurrency", "8"], count, worker_env(url), root)
     return children_cpu() - before
-
-
-def span_seconds(conninfo: str) -> float:
-    with psycopg.connect(conninfo) as connection:
-        row = connection.execute(
-            "SELECT extract(epoch FROM max(finished_at) - min(started_at)) FROM runs"
-        ).fetchone()
-    assert row is not None
-    return float(row[0])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
                 seed(server, database, 0)
                 empty[side].append(burst_workers(roots[side], url, 1))
                 seed(server, database, n)
-                floor = n / run_floor(server, database)
+                run_floor(server, database)
+                floor = n / span_seconds(server.conninfo(database))
                 seed(server, database, n)
                 load = os.getloadavg()[0]
                 busy[side].append(burst_workers(roots[side], url, 2))
