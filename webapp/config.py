@@ -228,15 +228,12 @@ class Settings(BaseModel):
     SCHEDULER_METRICS_TOKEN: str = ""
     """The bearer token `/metrics` asks for; empty: `/metrics` answers 404."""
     SCHEDULER_LOG_FORMAT: Literal["keyvalue", "json"] = "keyvalue"
-    """The worker's log lines: `keyvalue` (`action=... run_id=...`) or `json` (one object per
-    line)."""
+    """The worker's log lines: `keyvalue` (`action=... run_id=...`) or `json` (one per line)."""
     SCHEDULER_LOG_LEVEL: Literal["DEBUG", "INFO", "WARNING"] = "INFO"
-    """The least level the worker logs: `INFO` (each event, but successes one line per batch,
-    `runs_succeeded`), `DEBUG` (also a line per run leased, started and succeeded and per fire)
-    or `WARNING` (only what went wrong)."""
+    """The worker's least log level: `INFO` (successes one line per batch), `DEBUG` (a line
+    per run leased, started, succeeded and per fire) or `WARNING` (only what went wrong)."""
     SCHEDULER_LIVENESS_FILE: str = ""
-    """A file the worker touches at each turn of its loop, for the per-process liveness probe
-    `scheduler alive`."""
+    """A file the worker touches at each turn of its loop, for the probe `scheduler alive`."""
     SCHEDULER_EXECUTOR: Literal["pool", "celery"] = "pool"
     """Where leased runs execute: `pool` (the worker's own job pool) or `celery` (sent to a Celery
     fleet; see Celery execution)."""
