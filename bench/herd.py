@@ -103,9 +103,12 @@ JOIN tenants AS t ON t.slug = 'herd-' || (i %% %(tenants)s)
 
 # Every run of T has ended: nothing due any more, nothing queued or running (a finished run stays
 # `running` until its outcome is stored). Three probes of partial indexes: a count(*) of the runs
-# every half second cost PostgreSQL as much as the workers' own statements.
+# every half second cost PostgreSQL as much as the workers' own statements. The schedules' probe
+# is a min(), which PostgreSQL always reads from ix_schedules_due: as `next_run_at <= T` it was
+# planned on the statistics of the seed (every schedule due) as a scan of all 100,000 schedules,
+# 15-50 ms a probe, 0.6-0.9 s of the server's time after T.
 DONE = """
-SELECT NOT EXISTS (SELECT 1 FROM schedules WHERE active AND next_run_at <= %(t)s)
+SELECT COALESCE((SELECT min(next_run_at) FROM schedules WHERE active) > %(t)s, true)
    AND NOT EXISTS (SELECT 1 FROM runs WHERE status = 'queued')
    AND NOT EXISTS (SELECT 1 FROM runs WHERE status = 'running')
 """
