@@ -482,9 +482,9 @@ def main(argv: list[str] | None = None) -> int:
     n, rounds = (2_000, 1) if options.quick else (options.n, options.rounds)
     if options.per_index:
         return per_index(n, rounds)
-    workloads = {"realistic": realistic(n), "worst": worst_case(n)}
-    if options.only:
-        workloads = {options.only: workloads[options.only]}
+    # Only the workloads asked for: the worst case runs out of distinct expressions at 11,520.
+    builders = {"realistic": realistic, "worst": worst_case}
+    workloads = {name: build(n) for name, build in builders.items() if options.only in (None, name)}
     problems: list[str] = []
     rows: list[dict[str, Any]] = []
     with postgres_server() as server:
