@@ -282,15 +282,20 @@ def test_the_process_pool_kills_a_job_over_its_timeout_and_frees_its_slot(
         os.kill(job_pid, 0)
 
 
-def test_what_a_job_prints_lands_in_its_output(app: Flask, world: World, workers: Workers) -> None:
-    run = make_run(
-        world.alpha, scheduled_for=datetime(2026, 1, 1, tzinfo=UTC), job="sample.printer", args={}
-    )
+def run_sample_job(world: World, workers: Workers, job: str) -> Run:
+    """One run of a job of tests/sample_jobs.py by a real burst worker, read back once done."""
+    run = make_run(world.alpha, scheduled_for=datetime(2026, 1, 1, tzinfo=UTC), job=job, args={})
     process = workers.start("--burst", SCHEDULER_JOB_MODULES="tests.sample_jobs")
     assert process.wait(timeout=60) == 0, workers.logs()
     db.session.rollback()
-    printed = db.session.get(Run, run.id)
-    assert printed is not None and printed.output == "printed by the job\n"
+    done = db.session.get(Run, run.id)
+    assert done is not None
+    return done
+
+
+def test_what_a_job_prints_lands_in_its_output(app: Flask, world: World, workers: Workers) -> None:
+    printed = run_sample_job(world, workers, "sample.printer")
+    assert printed.output == "printed by the job\n"
     assert "printed by the job" not in workers.logs()
 
 
@@ -300,14 +305,8 @@ def test_a_full_collection_in_a_worker_walks_only_what_it_made_since_start_up(
     """The app, the catalog and the libraries' classes are frozen once the worker has started
     (worker.freeze_start_up): a full collection, which stops every thread of the worker, no
     longer walks them."""
-    run = make_run(
-        world.alpha, scheduled_for=datetime(2026, 1, 1, tzinfo=UTC), job="sample.collector", args={}
-    )
-    process = workers.start("--burst", SCHEDULER_JOB_MODULES="tests.sample_jobs")
-    assert process.wait(timeout=60) == 0, workers.logs()
-    db.session.rollback()
-    shown = db.session.get(Run, run.id)
-    assert shown is not None and shown.status == "succeeded", shown and shown.error
+    shown = run_sample_job(world, workers, "sample.collector")
+    assert shown.status == "succeeded", shown.error
     counts = re.fullmatch(r"walked=(\d+) frozen=(\d+)\n", shown.output or "")
     assert counts is not None, shown.output
     walked, frozen = int(counts[1]), int(counts[2])
