@@ -6,12 +6,13 @@ over UDP as its first statement. Measured in two parts, median and p95 of 50: th
 own (its arrival to the commit of its transaction) and commit -> job running; on PostgreSQL
 (LISTEN/NOTIFY wakes the worker) and on SQLite (the web process's datagram to the worker's wake
 socket, webapp/scheduler/local_wakeup.py). Baselines in the same run: for the request, a bare
-POST route registered by this benchmark only (no login, no form: insert one row, commit), timed
-interleaved with Run now (target: the request's part within 2x of it); for the wake-up on
-PostgreSQL, a raw psycopg listener process that leases the run and reports at once; on SQLite,
-the same worker polling (SCHEDULER_POLL_INTERVAL=1 s) because a plain file stands where its
-wake directory would be (the fallback). Targets: total median <= 8 ms on PostgreSQL and
-commit -> job running within 2x the raw floor's median (issue 36), < 50 ms on SQLite.
+POST route registered by this benchmark only (no login required, no form: one row inserted in
+a write transaction), timed interleaved with Run now (target: the request's part within 2x of
+it); for the wake-up on PostgreSQL, a raw psycopg listener process that leases the run and
+reports at once; on SQLite, the same worker polling (SCHEDULER_POLL_INTERVAL=1 s) because a
+plain file stands where its wake directory would be (the fallback). Targets: total median <= 8
+ms on PostgreSQL and commit -> job running within 2x the raw floor's median (issue 36), < 50 ms
+on SQLite.
 
     python -m bench.run_now [--samples 50] [--quick] [--no-sqlite] [--no-postgresql]
 """
@@ -139,21 +140,25 @@ BARE_URL = "/_bench/insert"
 
 def install_bare_post(app: Flask, tenant_id: int) -> None:
     """The request's baseline (this benchmark's app only): a POST that inserts one row and
-    commits, through the same app, engine and pool as Run now, without login or form."""
+    commits, through the same app, engine, pool and transaction helper as Run now, without its
+    form. On SQLite the transaction takes the write lock first (write_transaction): a plain
+    session's insert after the request's user lookup could not wait for a polling worker's
+    lock and failed with "database is locked" (once in a `make bench`)."""
+    from webapp.database import write_transaction
     from webapp.extensions import db
     from webapp.models import AuditEvent
 
     def insert() -> str:
-        db.session.execute(
-            insert_row(AuditEvent).values(
-                tenant_id=tenant_id,
-                actor_label="bench",
-                action="bench.insert",
-                object_type="bench",
-                created_at=func.now(),
+        with write_transaction(db.session) as session:
+            session.execute(
+                insert_row(AuditEvent).values(
+                    tenant_id=tenant_id,
+                    actor_label="bench",
+                    action="bench.insert",
+                    object_type="bench",
+                    created_at=func.now(),
+                )
             )
-        )
-        db.session.commit()
         return "ok"
 
     app.add_url_rule(BARE_URL, "bench_insert", insert, methods=["POST"])
@@ -203,8 +208,9 @@ def through_panel(url: str, samples: int, poll: bool, problems: list[str]) -> di
             time.sleep(random.uniform(0.15, 0.3) if not poll else random.uniform(0.2, 1.2))
             commits.clear()
             requested = time.time()
-            if client.post(BARE_URL).status_code != 200 or not commits:
-                problems.append("the bare POST failed")
+            bare = client.post(BARE_URL)
+            if bare.status_code != 200 or not commits:
+                problems.append(f"the bare POST answered {bare.status_code}")
                 break
             bare_to_commit.append(commits[-1] - requested)
             commits.clear()
