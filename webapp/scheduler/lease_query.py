@@ -249,11 +249,17 @@ def lease_window_statement() -> Any:
     on their tenant) go on meanwhile.
 
     Tenants passed over (nothing available yet, or full at their cap) cost a probe each and
-    count for nothing: the window's cost is O(limit) plus those."""
+    count for nothing: the window's cost is O(limit) plus those. While no run of any tenant is
+    available, it walks none (one probe of the queue's head)."""
     statement = text(
         """
 WITH RECURSIVE lease_window(step, tenant_id, first_id, opened, open) AS (
+    -- No walk while no tenant's run is available: tenants whose runs are all queued for later
+    -- (a retry's backoff, Run once later, fire ahead) would each cost a probe, every round.
     SELECT 0, CAST(:after AS INTEGER), CAST(NULL AS INTEGER), 0, false
+    WHERE EXISTS (SELECT FROM runs WHERE status = 'queued' AND tenant_id IS NOT NULL
+                  AND available_at <= COALESCE(CAST(:now AS TIMESTAMP WITH TIME ZONE),
+                                               statement_timestamp()))
   UNION ALL
     SELECT w.step + 1, n.tenant_id, COALESCE(w.first_id, n.tenant_id),
            w.opened + CAST(n.open AS INTEGER), n.open
