@@ -169,22 +169,17 @@ def insert_manual_run_audited(session: Session, row: dict[str, Any], event: dict
 
 def lease_statement(postgresql: bool) -> Any:
     """The lease UPDATE, built once per dialect (which runs: lease_query.lease_query). On
-    PostgreSQL `:now` may be NULL: the statement reads the database's clock itself (one round
-    trip less for a Run now)."""
+    PostgreSQL `:now` may be NULL: the database's clock (one round trip less for Run now)."""
     now: Any = now_or_database_clock() if postgresql else bindparam("now", type_=UTCDateTime)
-    locked_until: Any = (
-        now + bindparam("lock_ttl", type_=Interval)
-        if postgresql
-        else bindparam("locked_until", type_=UTCDateTime)
-    )
+    ttl = bindparam("lock_ttl", type_=Interval)
+    locked_until = now + ttl if postgresql else bindparam("locked_until", type_=UTCDateTime)
     leased = (
         lease_query(now, bindparam("limit", type_=Integer), postgresql)
         .cte("lease_ids")
         .prefix_with("MATERIALIZED")
     )
-    # The first :start_new leased (by id) get their start mark here (see start_statement):
-    # a second UPDATE of the same rows in the same transaction would write each row, and
-    # every index entry of it, twice. Just leased, their lease holds: the mark's fence is met.
+    # The first :start_new leased (by id) get their start mark here (start_statement): a second
+    # UPDATE would write each row and its index entries twice; just leased, the fence is met.
     start_now = (
         select(leased.c.id).order_by(leased.c.id).limit(bindparam("start_new", 0, type_=Integer))
     )
@@ -207,8 +202,7 @@ def lease_statement(postgresql: bool) -> Any:
 LEASE_POSTGRESQL = lease_statement(postgresql=True)
 LEASE_SQLITE = lease_statement(postgresql=False)
 # Each worker's cursor, by database (engine) and worker id: the last tenant its previous lease
-# window reached. Only a starting point: a lost or stale one costs nothing but a window
-# somewhere else.
+# window reached. Only a starting point: a lost or stale one costs a window somewhere else.
 LEASE_CURSORS: WeakKeyDictionary[Engine, dict[int, int]] = WeakKeyDictionary()
 
 
@@ -222,10 +216,12 @@ def lease_runs(
     start_new: int = 0,
 ) -> Sequence[Row[Any]]:
     """Marks up to `limit` available queued runs as running for this worker, in one statement
-    (on PostgreSQL after the statement that finds this lease's window of tenants and locks its
-    capped ones), fairly between tenants and never beyond a tenant's cap (`max_running`: the
-    default cap, SCHEDULER_MAX_RUNNING). The first `start_new` of them (by id) are marked
-    started too (their `started_at` returned set), as mark_started would.
+    (on PostgreSQL after the one that finds this lease's window of tenants and locks its capped
+    ones; once more with the next window if leases in flight held every run of this one and it
+    locked none: workers meet at the same tenants of a wide, shallow queue), fairly between
+    tenants and never beyond a tenant's cap (`max_running`: the default cap,
+    SCHEDULER_MAX_RUNNING). The first `start_new` of them (by id) are marked started too (their
+    `started_at` returned set), as mark_started would.
 
     `now=None`: the database's clock on PostgreSQL, the host's on SQLite.
     """
@@ -242,13 +238,17 @@ def lease_runs(
         return connection.execute(LEASE_SQLITE, parameters).all()
     parameters.update(now=now, lock_ttl=lock_ttl)
     cursors = LEASE_CURSORS.setdefault(connection.engine, {})
-    after = {"after": cursors.get(worker_id)}
-    tenants = connection.execute(LEASE_WINDOW, {**parameters, **after}).all()
-    if tenants:  # on, even if nothing is leased: tenants full at their cap starve nobody
-        cursors[worker_id] = tenants[-1].tenant_id
-    parameters["window"] = [row.tenant_id for row in tenants if row.open]
-    parameters["locked"] = [row.tenant_id for row in tenants if row.locked]
-    return connection.execute(LEASE_POSTGRESQL, parameters).all()
+    for _ in range(2):  # see above; never past a window that locked tenants (lock order)
+        cursor = cursors.get(worker_id)
+        tenants = connection.execute(LEASE_WINDOW, {**parameters, "after": cursor}).all()
+        if tenants:  # on, even if nothing is leased: tenants full at their cap starve nobody
+            cursors[worker_id] = tenants[-1].tenant_id
+        parameters["window"] = [row.tenant_id for row in tenants if row.open]
+        parameters["locked"] = [row.tenant_id for row in tenants if row.locked]
+        rows = connection.execute(LEASE_POSTGRESQL, parameters).all()
+        if rows or not parameters["window"] or parameters["locked"]:
+            return rows
+    return rows
 
 
 def start_statement(postgresql: bool, mark: bool) -> Any:
