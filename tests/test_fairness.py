@@ -139,7 +139,9 @@ def test_no_lease_walks_the_tenants_while_no_run_is_available(app: Flask, world:
     ahead), a lease's window walks no tenant: it walked every tenant with a queued run, a
     probe each, in every idle worker's round. With 100,000 such tenants two idle workers kept
     PostgreSQL 0.6-0.7 CPUs busy (bench/README.md, "An idle lease walked every tenant with a
-    run queued for later")."""
+    run queued for later"). A walk that has passed `limit` such tenants takes the tenants of
+    the runs available now from the queue's head when it holds them all (up to 8 x limit): a
+    lease of one run among 100,000 such tenants walked them all (707 ms)."""
     later = [Tenant(slug=f"later-{index}", name="Later", time_zone="UTC") for index in range(30)]
     db.session.add_all(later)
     db.session.commit()
@@ -154,9 +156,39 @@ def test_no_lease_walks_the_tenants_while_no_run_is_available(app: Flask, world:
 
     assert window_open() == []
     queue(world.beta, 1)
-    assert window_open().count(True) == 1  # beta's run: the walk goes on to find it
+    assert window_open() == [True]  # beta's run, and no tenant passed over
+    queue(world.beta, 80)  # 81 available: more than the head's read (8 x limit), so it walks
+    assert window_open().count(True) == 1 and len(window_open()) == 32
     parameters["now"] = NOW + timedelta(hours=2)  # every tenant's run available
     assert window_open() == [True] * 10
+
+
+@postgresql_only
+def test_a_window_read_from_the_queues_head_keeps_the_caps(
+    app: Flask, world: World, make_worker: WorkerFactory
+) -> None:
+    """A walk that passes `limit` tenants with only later runs takes its window from the
+    queue's head instead; a capped tenant in it is passed over while full, as in the walk, and
+    served when it has room."""
+    later = [Tenant(slug=f"later-{index}", name="Later", time_zone="UTC") for index in range(8)]
+    db.session.add_all(later)
+    db.session.commit()
+    for tenant in later:
+        make_run(tenant, scheduled_for=NOW + timedelta(hours=1))
+    set_cap(world.alpha, 1)
+    queue(world.alpha, 3)
+    queue(world.beta, 1)
+    worker = make_worker().id
+    first = lease(worker, limit=4)  # 4 runs available: the walk; alpha at most 1
+    assert len(first) == 2 and {run.tenant_id for run in first} == {world.alpha.id, world.beta.id}
+    assert lease(worker, limit=4) == []  # 2 available (alpha's), alpha at its cap
+    parameters = {"now": NOW, "limit": 4, "after": None, "max_running": None}
+    window = db.session.execute(LEASE_WINDOW, parameters).all()
+    db.session.rollback()
+    assert [tuple(row) for row in window] == [(world.alpha.id, False, False)]  # full, not locked
+    finish(first[0] if first[0].tenant_id == world.alpha.id else first[1])
+    assert [run.tenant_id for run in lease(worker, limit=4)] == [world.alpha.id]
+    assert running_of(world.alpha.id) == 1
 
 
 @postgresql_only

@@ -239,43 +239,64 @@ def lease_query(now: Any, limit: Any, skip_locked: bool) -> Any:
 
 
 def lease_window_statement() -> Any:
-    """PostgreSQL: the first statement of a lease transaction. Walks the tenants with queued
-    runs from the one after `:after` (this worker's cursor), wrapping around, until it has
-    passed `:limit` open ones (the LATERAL step) or come back to where it started; returns each
-    tenant it passed, in that order, with `open` and `locked`. It locks, in id order (no
-    deadlock between leases), the open tenants that are capped: two leases of one capped tenant
-    so take turns, and the second one's lease statement (a new snapshot under READ COMMITTED)
-    counts the runs the first has leased. NO KEY UPDATE: the tick's inserts of runs (KEY SHARE
-    on their tenant) go on meanwhile.
+    """PostgreSQL: the first statement of a lease transaction; returns the window's tenants in
+    rotation order from the one after `:after` (this worker's cursor), each with `open` and
+    `locked`.
 
-    Tenants passed over (nothing available yet, or full at their cap) cost a probe each and
-    count for nothing: the window's cost is O(limit) plus those. While no run of any tenant is
-    available, it walks none (one probe of the queue's head)."""
+    It walks the tenants with queued runs from the cursor, wrapping around, until it has passed
+    `:limit` open ones (the LATERAL step) or come back to where it started, and returns each
+    tenant it passed. Tenants passed over (nothing available yet, or full at their cap) cost a
+    probe each and count for nothing, so a walk that has passed `:limit` tenants without
+    filling the window reads the queue's head (ix_runs_queue, up to 8 x `:limit` runs
+    available now): if that is all of them, the window is their tenants instead, in rotation
+    order up to the `:limit`-th open one, however many tenants have runs queued for later (a
+    retry's backoff, Run once later, fire ahead, jitter). While no run is available, it walks
+    none (one probe of the queue's head).
+
+    It locks, in id order (no deadlock between leases), the open tenants that are capped: two
+    leases of one capped tenant so take turns, and the second one's lease statement (a new
+    snapshot under READ COMMITTED) counts the runs the first has leased. NO KEY UPDATE: the
+    tick's inserts of runs (KEY SHARE on their tenant) go on meanwhile."""
     statement = text(
         """
-WITH RECURSIVE lease_window(step, tenant_id, first_id, opened, open) AS (
-    -- No walk while no tenant's run is available: tenants whose runs are all queued for later
-    -- (a retry's backoff, Run once later, fire ahead) would each cost a probe, every round.
-    SELECT 0, CAST(:after AS INTEGER), CAST(NULL AS INTEGER), 0, false
-    WHERE EXISTS (SELECT FROM runs WHERE status = 'queued' AND tenant_id IS NOT NULL
+WITH RECURSIVE available AS MATERIALIZED (
+    -- Up to 8 x :limit runs available now, the tenant-less ones too: the conditions of
+    -- ix_runs_queue and no other, so that PostgreSQL reads that index even while its
+    -- statistics have not seen the queue yet (in a herd). Read only by a walk that has passed
+    -- :limit tenants without filling the window (the CASEs below).
+    SELECT tenant_id, available_at FROM runs
+    WHERE status = 'queued'
+      AND available_at <= COALESCE(CAST(:now AS TIMESTAMP WITH TIME ZONE), statement_timestamp())
+    ORDER BY available_at, id
+    LIMIT 8 * :limit
+),
+heads AS MATERIALIZED (
+    -- The tenants of `available` (and each one's oldest available_at), in rotation order from
+    -- the cursor: one row of two arrays, which the walk takes one by one.
+    SELECT array_agg(tenant_id ORDER BY tenant_id <= COALESCE(CAST(:after AS INTEGER), 0),
+                                        tenant_id) AS tenants,
+           array_agg(oldest ORDER BY tenant_id <= COALESCE(CAST(:after AS INTEGER), 0),
+                                     tenant_id) AS oldest
+    FROM (SELECT tenant_id, min(available_at) AS oldest FROM available
+          WHERE tenant_id IS NOT NULL GROUP BY tenant_id) AS a
+),
+lease_window(step, tenant_id, first_id, opened, open, head) AS (
+    -- No walk while no run is available (the same conditions). `head`: the position in
+    -- `heads` of a tenant taken from there, NULL for one the walk's probe found.
+    SELECT 0, CAST(:after AS INTEGER), CAST(NULL AS INTEGER), 0, false, CAST(NULL AS INTEGER)
+    WHERE EXISTS (SELECT FROM runs WHERE status = 'queued'
                   AND available_at <= COALESCE(CAST(:now AS TIMESTAMP WITH TIME ZONE),
                                                statement_timestamp()))
   UNION ALL
-    SELECT w.step + 1, n.tenant_id, COALESCE(w.first_id, n.tenant_id),
-           w.opened + CAST(n.open AS INTEGER), n.open
+    SELECT w.step + 1, h.tenant_id, COALESCE(w.first_id, h.tenant_id),
+           CASE WHEN h.head = 1 THEN 0 ELSE w.opened END + CAST(n.open AS INTEGER), n.open,
+           h.head
     FROM lease_window AS w
     CROSS JOIN LATERAL (
         -- The next tenant with queued runs after `w.tenant_id` (its first index entry, so its
         -- oldest available_at), else the first tenant: one probe of ix_runs_tenant_queue, two
-        -- when wrapping. `open`: it has a run available now (the parameter now, else the clock)
-        -- and looks to have room (a hint outside the lock; the lease statement counts again
-        -- under it).
-        SELECT h.tenant_id,
-               COALESCE(h.available_at <= COALESCE(CAST(:now AS TIMESTAMP WITH TIME ZONE),
-                                                   statement_timestamp())
-                   AND CASE WHEN c.cap IS NULL THEN true ELSE
-                   (SELECT count(*) FROM runs AS r WHERE r.tenant_id = h.tenant_id
-                    AND r.status = 'running') < c.cap END, false) AS open
+        -- when wrapping.
+        SELECT p.tenant_id, p.available_at, CAST(NULL AS INTEGER) AS head
         FROM ((SELECT tenant_id, available_at FROM runs
                WHERE status = 'queued' AND tenant_id > w.tenant_id
                ORDER BY tenant_id, available_at LIMIT 1)
@@ -283,25 +304,53 @@ WITH RECURSIVE lease_window(step, tenant_id, first_id, opened, open) AS (
               (SELECT tenant_id, available_at FROM runs
                WHERE status = 'queued' AND tenant_id IS NOT NULL
                ORDER BY tenant_id, available_at LIMIT 1)
-              LIMIT 1) AS h
-        CROSS JOIN LATERAL (
-            SELECT COALESCE((SELECT max_running FROM tenants WHERE id = h.tenant_id),
-                            CAST(:max_running AS INTEGER)) AS cap
-        ) AS c
+              LIMIT 1) AS p
+        WHERE w.head IS NULL
+          AND CASE WHEN w.step < :limit THEN true
+                   ELSE (SELECT count(*) FROM available) = 8 * :limit END
+      UNION ALL
+        -- Past :limit tenants, when `available` holds every run available now: the walk
+        -- starts again from the first of `heads` and goes through them.
+        SELECT s.tenants[COALESCE(w.head, 0) + 1], s.oldest[COALESCE(w.head, 0) + 1],
+               COALESCE(w.head, 0) + 1
+        FROM heads AS s
+        WHERE COALESCE(w.head, 0) < cardinality(s.tenants)
+          AND CASE WHEN w.head IS NOT NULL THEN true
+                   WHEN w.step < :limit THEN false
+                   ELSE (SELECT count(*) FROM available) < 8 * :limit END
+    ) AS h
+    CROSS JOIN LATERAL (
+        SELECT COALESCE((SELECT max_running FROM tenants WHERE id = h.tenant_id),
+                        CAST(:max_running AS INTEGER)) AS cap
+    ) AS c
+    CROSS JOIN LATERAL (
+        -- `open`: it has a run available now (the parameter now, else the clock) and looks to
+        -- have room (a hint outside the lock; the lease statement counts again under it).
+        SELECT COALESCE(h.available_at <= COALESCE(CAST(:now AS TIMESTAMP WITH TIME ZONE),
+                                                   statement_timestamp())
+                   AND CASE WHEN c.cap IS NULL THEN true ELSE
+                   (SELECT count(*) FROM runs AS r WHERE r.tenant_id = h.tenant_id
+                    AND r.status = 'running') < c.cap END, false) AS open
     ) AS n
-    WHERE w.opened < :limit AND n.tenant_id IS DISTINCT FROM w.first_id
+    WHERE w.opened < :limit
+      AND (h.head IS NOT NULL OR h.tenant_id IS DISTINCT FROM w.first_id)
+),
+passed AS (
+    -- The walk's tenants; those from `heads` only, if it went there.
+    SELECT step, tenant_id, open FROM lease_window
+    WHERE step > 0
+      AND (head IS NOT NULL OR NOT EXISTS (SELECT FROM lease_window WHERE head IS NOT NULL))
 ),
 locked AS MATERIALIZED (
     SELECT t.id FROM tenants AS t
-    WHERE t.id IN (SELECT tenant_id FROM lease_window WHERE open)
+    WHERE t.id IN (SELECT tenant_id FROM passed WHERE open)
       AND COALESCE(t.max_running, CAST(:max_running AS INTEGER)) IS NOT NULL
     ORDER BY t.id
     FOR NO KEY UPDATE
 )
-SELECT w.tenant_id, w.open, l.id IS NOT NULL AS locked
-FROM lease_window AS w LEFT JOIN locked AS l ON l.id = w.tenant_id
-WHERE w.step > 0
-ORDER BY w.step
+SELECT p.tenant_id, p.open, l.id IS NOT NULL AS locked
+FROM passed AS p LEFT JOIN locked AS l ON l.id = p.tenant_id
+ORDER BY p.step
 """
     )
     return statement.bindparams(
