@@ -88,11 +88,13 @@ def test_a_run_now_row_polls_four_times_a_second_for_its_first_seconds_then_each
     page.wait_for_timeout(8_000)
     # Judged by the gaps between polls, not by counts in a window: on a loaded machine each
     # answer may take a few hundred milliseconds, which stretches every gap alike.
+    # The first five gaps after the click, not those of its first two seconds: one stall of
+    # the page or the server (2.3 s seen once in a suite) left a single gap in that window.
     gaps = [(a, b - a) for a, b in itertools.pairwise(polls)]
-    early = sorted(gap for at, gap in gaps if at - clicked < 2)
+    early = sorted([gap for at, gap in gaps if at >= clicked][:5])
     late = sorted(gap for at, gap in gaps if at - clicked >= 5)
-    assert len(early) >= 3, polls
-    assert early[len(early) // 2] < 0.6, polls  # every 250 ms at first
+    assert len(early) == 5, polls
+    assert early[2] < 0.6, polls  # every 250 ms at first
     # Each second once the first seconds have passed. The median: a request seen late by the
     # test (a loaded machine) shortens the gap after it (0.73 s seen once in a suite at load 9).
     assert late and late[len(late) // 2] >= 0.8, polls
