@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -310,12 +310,19 @@ def run_python(
 WORKER = [sys.executable, "-m", "flask", "--app", "webapp", "scheduler", "worker"]
 
 
-def run_workers(args: list[str], count: int, env: dict[str, str], root: str = PROJECT_ROOT) -> None:
+def run_workers(
+    args: list[str],
+    count: int,
+    env: dict[str, str],
+    root: str = PROJECT_ROOT,
+    started: Callable[[], None] | None = None,
+) -> None:
     """`count` workers (`flask scheduler worker ARGS`, e.g. --burst) of the source tree `root`
-    at once, until each has exited. Each one's log goes to a file, as a worker's goes to its
-    journal: a pipe read only once an earlier worker has exited fills after about 500 lines
-    (64 KB) and then blocks the later worker's loop in its log call (execution's figures were
-    0.6-0.7x of themselves that way). Raises with the tail of a failed worker's log."""
+    at once, until each has exited; `started` is called once they are all spawned. Each one's
+    log goes to a file, as a worker's goes to its journal: a pipe read only once an earlier
+    worker has exited fills after about 500 lines (64 KB) and then blocks the later worker's
+    loop in its log call (execution's figures were 0.6-0.7x of themselves that way). Raises
+    with the tail of a failed worker's log."""
     logs = [tempfile.TemporaryFile("w+") for _ in range(count)]
     try:
         workers = [
@@ -329,6 +336,8 @@ def run_workers(args: list[str], count: int, env: dict[str, str], root: str = PR
             )
             for log in logs
         ]
+        if started is not None:
+            started()
         for worker, log in zip(workers, logs, strict=True):
             if worker.wait() != 0:
                 log.seek(0)

@@ -18,8 +18,16 @@ import os
 import resource
 import sys
 
-from bench.common import ab_trees, check, median, postgres_server, run_workers, worker_env
-from bench.execution import run_floor, seed, span_seconds, states
+from bench.common import (
+    Server,
+    ab_trees,
+    check,
+    median,
+    postgres_server,
+    run_workers,
+    worker_env,
+)
+from bench.execution import burst_together, run_floor, seed, span_seconds, states
 
 
 def children_cpu() -> float:
@@ -27,10 +35,15 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def burst_workers(root: str, url: str, count: int) -> float:
-    """`count` burst workers of the tree `root` until the queue is empty; their CPU seconds."""
+def burst_workers(root: str, server: Server, database: str, count: int) -> float:
+    """`count` burst workers of the tree `root` until the queue is empty, starting together
+    when more than one; their CPU seconds."""
     before = children_cpu()
-    run_workers(["--burst", "--concurrency", "8"], count, worker_env(url), root)
+    args, env = ["--burst", "--concurrency", "8"], worker_env(server.url(database))
+    if count > 1:
+        burst_together(server, database, args, count, env, root)
+    else:
+        run_workers(args, count, env, root)
     return children_cpu() - before
 
 
@@ -44,17 +57,16 @@ def main(argv: list[str] | None = None) -> int:
     problems: list[str] = []
     with postgres_server() as server:
         database = server.create_database()
-        url = server.url(database)
         for pair in range(options.pairs):
             for side in ("A", "B") if pair % 2 == 0 else ("B", "A"):
                 seed(server, database, 0)
-                empty[side].append(burst_workers(roots[side], url, 1))
+                empty[side].append(burst_workers(roots[side], server, database, 1))
                 seed(server, database, n)
                 run_floor(server, database)
                 floor = n / span_seconds(server.conninfo(database))
                 seed(server, database, n)
                 load = os.getloadavg()[0]
-                busy[side].append(burst_workers(roots[side], url, 2))
+                busy[side].append(burst_workers(roots[side], server, database, 2))
                 runs = states(server, database)
                 check(runs == {"succeeded/1": n}, f"{side}: runs afterwards {runs}", problems)
                 rate = n / span_seconds(server.conninfo(database))
