@@ -281,12 +281,15 @@ heads AS MATERIALIZED (
           WHERE tenant_id IS NOT NULL GROUP BY tenant_id) AS a
 ),
 lease_window(step, tenant_id, first_id, opened, open, head) AS (
-    -- No walk while no run is available (the same conditions). `head`: the position in
-    -- `heads` of a tenant taken from there, NULL for one the walk's probe found.
+    -- No walk while no run is available (the same conditions; the oldest, not EXISTS:
+    -- PostgreSQL drops an EXISTS's ORDER BY, and where its statistics say most runs are
+    -- queued it read the table from its start, past every finished run). `head`: the
+    -- position in `heads` of a tenant taken from there, NULL for one the walk's probe found.
     SELECT 0, CAST(:after AS INTEGER), CAST(NULL AS INTEGER), 0, false, CAST(NULL AS INTEGER)
-    WHERE EXISTS (SELECT FROM runs WHERE status = 'queued'
-                  AND available_at <= COALESCE(CAST(:now AS TIMESTAMP WITH TIME ZONE),
-                                               statement_timestamp()))
+    WHERE (SELECT available_at FROM runs WHERE status = 'queued'
+           AND available_at <= COALESCE(CAST(:now AS TIMESTAMP WITH TIME ZONE),
+                                        statement_timestamp())
+           ORDER BY available_at LIMIT 1) IS NOT NULL
   UNION ALL
     SELECT w.step + 1, h.tenant_id, COALESCE(w.first_id, h.tenant_id),
            CASE WHEN h.head = 1 THEN 0 ELSE w.opened END + CAST(n.open AS INTEGER), n.open,

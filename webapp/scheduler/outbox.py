@@ -131,8 +131,15 @@ LEASE_NOTIFICATIONS = notification_lease_statement(skip_locked=False)
 
 
 def any_notification_due(session: Session, now: datetime) -> bool:
-    """Whether the outbox has a row to send (the partial index on pending rows answers)."""
-    query = select(Notification.id).where(*notification_due(now)).limit(1)
+    """Whether the outbox has a row to send: the oldest, in the order of the partial index on
+    pending rows (asked for any one, PostgreSQL read the table from its start where its
+    statistics said most rows were pending)."""
+    query = (
+        select(Notification.id)
+        .where(*notification_due(now))
+        .order_by(Notification.available_at)
+        .limit(1)
+    )
     return session.scalar(query) is not None
 
 
