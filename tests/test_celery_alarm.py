@@ -144,7 +144,11 @@ def test_health_fails_when_no_celery_worker_heartbeats_while_the_executor_is_cel
     assert (
         "fail no Celery worker heartbeat in the last 120 s (no Celery worker is running)" in lines
     )
-    assert f"ok worker heartbeat fresh (worker {sender.id} on test, 0 s ago)" in lines[2]
+    # The heartbeats were written at `now`, seconds before each health check on a slow machine.
+    fresh = r"\d s ago\)"
+    assert re.fullmatch(
+        rf"ok worker heartbeat fresh \(worker {sender.id} on test, {fresh}", lines[2]
+    )
 
     dead = make_worker(kind="celery-worker", last_heartbeat_at=now - timedelta(minutes=6))
     code, lines = health(cli)
@@ -156,10 +160,9 @@ def test_health_fails_when_no_celery_worker_heartbeats_while_the_executor_is_cel
 
     alive = make_worker(kind="celery-worker", last_heartbeat_at=now)
     code, lines = health(cli)
-    assert (code, lines[-3]) == (
-        0,
-        f"ok Celery worker heartbeat fresh (Celery worker {alive.id} on test, 0 s ago)",
-    )
+    assert code == 0
+    heartbeat = rf"ok Celery worker heartbeat fresh \(Celery worker {alive.id} on test, {fresh}"
+    assert re.fullmatch(heartbeat, lines[-3]), lines
 
 
 def test_health_names_the_schedule_and_the_run_a_dead_fleet_leaves_waiting(
