@@ -12,7 +12,7 @@ goes to a file of its own (common.run_workers), as a worker's goes to its journa
 Targets: >= 8,000 runs/s and >= 0.5x the floor (issue 36), <= 0.05 commits per run.
 
 Each of --rounds rounds (3) runs the floor, then the workers, on N runs seeded afresh; the
-figures are the medians of the rounds (the floor alone moved between 18,800 and 35,900 runs/s
+figures are the medians of the rounds (the floor alone moved between 17,200 and 35,900 runs/s
 from one round to the next on this shared machine).
 
     python -m bench.execution [--n 10000] [--rounds 3] [--quick]
