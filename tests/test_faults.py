@@ -289,12 +289,14 @@ def test_kill_9_behind_a_long_job_spends_no_attempt_of_the_runs_it_never_started
     wait_for(lambda: all(get_run(run).status == "succeeded" for run in warm_up), 60, "the warm-up")
     first_id = db.session.scalar(select(Worker.id))
     now = datetime.now(UTC)
-    db.session.execute(  # the sleep first: one commit, one lease
-        update(Run)
-        .where(Run.id.in_([long_run, *echoes]))
-        .values(available_at=case((Run.id == long_run, now - MINUTE), else_=now))
-    )
-    db.session.commit()
+    # The sleep first: one commit, one lease. In a write transaction: on SQLite the session's
+    # read above cannot be upgraded once the worker has committed since ("database is locked").
+    with write_transaction(db.session) as session:
+        session.execute(
+            update(Run)
+            .where(Run.id.in_([long_run, *echoes]))
+            .values(available_at=case((Run.id == long_run, now - MINUTE), else_=now))
+        )
     wait_for(lambda: get_run(long_run).started_at is not None, 30, "A to start the sleep")
     time.sleep(2.5)
     db.session.rollback()
