@@ -28,14 +28,15 @@ from webapp.services import history
 
 def plan_of(statement: str, parameters: Any, priced_out: bool = True) -> str:
     """The plan of a statement the panel sent, as one text (EXPLAIN on PostgreSQL, EXPLAIN
-    QUERY PLAN on SQLite). On PostgreSQL, unless not `priced_out` (the plan the database
-    chooses), scans of the whole table, bitmap scans and sorts are priced out, so that the
-    small test table gets the plan that a large one would: an index that hands the rows over
-    in order."""
+    QUERY PLAN on SQLite). With `priced_out` (PostgreSQL), scans of the whole table, bitmap
+    scans and sorts are priced out, so that the small test table gets the plan that a large one
+    would: an index that hands the rows over in order. Without it, the plan the database
+    chooses."""
     connection = db.session.connection()
     if connection.dialect.name == "postgresql":
-        for method in ("seqscan", "bitmapscan", "sort", "incremental_sort") if priced_out else ():
-            connection.execute(text(f"SET LOCAL enable_{method} = off"))
+        if priced_out:
+            for method in ("seqscan", "bitmapscan", "sort", "incremental_sort"):
+                connection.execute(text(f"SET LOCAL enable_{method} = off"))
         rows = connection.exec_driver_sql("EXPLAIN " + statement, parameters).all()
         return "\n".join(row[0] for row in rows)
     rows = connection.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters).all()
