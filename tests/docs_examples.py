@@ -341,9 +341,14 @@ def make_run(line: str, directory: Path, env: dict[str, str], port: int) -> Iter
         url = next(line for line in lines if "Scheduler panel:" in line).split()[-1]
         yield MakeRun(process, url, login.group(1), login.group(2), lines)
     finally:
-        stop_group(process, signal.SIGINT)
-        reader.join(timeout=10)
-        process.stdout.close()
+        try:
+            stop_group(process, signal.SIGINT)
+        except subprocess.TimeoutExpired as slow:
+            output = "\n".join(lines)
+            raise AssertionError(f"make run did not end on Ctrl-C:\n{output}") from slow
+        finally:
+            reader.join(timeout=10)
+            process.stdout.close()  # also when it failed: left open, a later test gets its warning
 
 
 def read_lines(stream: object, lines: list[str]) -> None:
