@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -155,18 +156,31 @@ def serving_worker(database: Path, port: int, served: subprocess.Popen[bytes]) -
     raise AssertionError("flask serve did not start its panel and worker within 60 s")
 
 
-@pytest.mark.parametrize("signal_number", [signal.SIGTERM, signal.SIGHUP], ids=["TERM", "HUP"])
+@pytest.mark.parametrize(
+    ("signal_number", "ignored_before"),
+    [
+        (signal.SIGTERM, False),
+        (signal.SIGHUP, False),
+        (signal.SIGINT, False),
+        # A command a script starts in the background gets SIGINT ignored, and Python keeps a
+        # signal ignored that way, whereas the worker handles it: the worker stopped and its
+        # panel went on serving, without one.
+        (signal.SIGINT, True),
+    ],
+    ids=["TERM", "HUP", "INT", "INT-ignored-by-its-parent"],
+)
 def test_stopping_flask_serve_with_a_signal_stops_its_worker_too(
-    sqlite_template: str, tmp_path: Path, signal_number: int
+    sqlite_template: str, tmp_path: Path, signal_number: int, ignored_before: bool
 ) -> None:
-    # `make run`'s panel stopped by kill, a supervisor or a closed terminal: its worker must not
-    # go on firing schedules alone.
+    # `make run`'s panel stopped by kill, a supervisor, a closed terminal or Ctrl-C: its worker
+    # must not go on firing schedules alone, nor the panel go on without a worker.
     database, env = serve_database(sqlite_template, tmp_path)
     port = free_port()
     log = tmp_path / "serve.log"
+    ignore = "trap '' INT; " if ignored_before else ""  # inherited through exec, as from bash
     with log.open("w") as output:
         served = subprocess.Popen(
-            [*FLASK, "serve", "--port", str(port)],
+            ["bash", "-c", f"{ignore}exec {shlex.join(FLASK)} serve --port {port}"],
             env=env,
             cwd=PROJECT,
             stdout=output,

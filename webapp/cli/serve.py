@@ -31,9 +31,11 @@ def serve_command(host: str, port: int) -> None:
     `scheduler-worker` processes instead.
     """
     # SIGTERM (kill, a supervisor) and SIGHUP would end this process without its `finally`,
-    # leaving the worker firing schedules on its own: both stop the two, as Ctrl-C does.
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGHUP, stop)
+    # leaving the worker firing schedules on its own: both stop the two, as Ctrl-C does. SIGINT
+    # too, even where the parent had it ignored (a script's background command): the worker
+    # stops on it whatever, and the panel must not go on without it.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, stop)
     app = current_app._get_current_object()  # type: ignore[attr-defined]
     # The port bound first: taken, it fails here, before a worker starts; and the URL is
     # printed once it answers, so that a script that waits for it can open it at once.
